@@ -1,0 +1,27 @@
+//! The history of a fencelab run: one event model and its JSONL format.
+//!
+//! Every source of a run (client, operator, nemesis, each runner, the control plane's
+//! ledger, the target's step log) records [`Event`]s. Events are flat so that a checker
+//! can read any of them with the same few fields: the claim they concern (job, attempt,
+//! runner, fence), the decision that was taken, and two separate clocks — the server's
+//! receipt time and the runner's observation time — which are never merged.
+//!
+//! A history is written one JSON object per line and flushed per event, so a killed
+//! writer leaves a readable prefix. It is validated when written and when read.
+//!
+//! ```
+//! use history::{Event, EventType};
+//! let mut writer = history::Writer::new(Vec::new());
+//! writer.append(Event::new(0, "client", EventType::Invoke, "submit").with_job("j1")).unwrap();
+//! let bytes = writer.into_inner();
+//! let events = history::read(&bytes[..]).unwrap();
+//! assert_eq!(events[0].job.as_deref(), Some("j1"));
+//! ```
+
+mod clock;
+mod event;
+mod io;
+
+pub use clock::monotonic_ns;
+pub use event::{Decision, Event, EventType};
+pub use io::{read, read_file, Error, Writer};

@@ -1,0 +1,129 @@
+//! Planted bugs: each removes exactly one protection of the lab, so that fencelab can show
+//! its checkers catch the violation. With no bug switched on, the lab is correct.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Bug {
+    AcceptStaleResult,
+    HeartbeatRevivesExpired,
+    RequeueOnExpiry,
+    TrustRunnerClock,
+    OverwriteTerminalResult,
+    UnscopedFence,
+    BlindRetryOnZeroRows,
+    AckBeforeCommit,
+    TargetIgnoresFence,
+}
+
+/// Which process a bug lives in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Home {
+    ControlPlane,
+    Target,
+}
+
+impl Bug {
+    pub const ALL: [Bug; 9] = [
+        Bug::AcceptStaleResult,
+        Bug::HeartbeatRevivesExpired,
+        Bug::RequeueOnExpiry,
+        Bug::TrustRunnerClock,
+        Bug::OverwriteTerminalResult,
+        Bug::UnscopedFence,
+        Bug::BlindRetryOnZeroRows,
+        Bug::AckBeforeCommit,
+        Bug::TargetIgnoresFence,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Bug::AcceptStaleResult => "accept-stale-result",
+            Bug::HeartbeatRevivesExpired => "heartbeat-revives-expired",
+            Bug::RequeueOnExpiry => "requeue-on-expiry",
+            Bug::TrustRunnerClock => "trust-runner-clock",
+            Bug::OverwriteTerminalResult => "overwrite-terminal-result",
+            Bug::UnscopedFence => "unscoped-fence",
+            Bug::BlindRetryOnZeroRows => "blind-retry-on-zero-rows",
+            Bug::AckBeforeCommit => "ack-before-commit",
+            Bug::TargetIgnoresFence => "target-ignores-fence",
+        }
+    }
+
+    /// The protection the bug removes, in one line.
+    pub fn removes(self) -> &'static str {
+        match self {
+            Bug::AcceptStaleResult => "result acceptance no longer checks that the attempt is current, running and unexpired",
+            Bug::HeartbeatRevivesExpired => "a heartbeat after lease expiry revives the attempt and extends its lease",
+            Bug::RequeueOnExpiry => "lease expiry silently returns the job to the queue instead of marking it uncertain",
+            Bug::TrustRunnerClock => "lease validity is judged on the runner's reported clock instead of the server's",
+            Bug::OverwriteTerminalResult => "a conflicting terminal result replaces the committed outcome",
+            Bug::UnscopedFence => "reports are matched by bare fence number, not by job, attempt, runner and project",
+            Bug::BlindRetryOnZeroRows => "a zero-row conditional update is retried without its predicates",
+            Bug::AckBeforeCommit => "results are acknowledged before they are committed to the store",
+            Bug::TargetIgnoresFence => "the fenced target applies steps without comparing their fence",
+        }
+    }
+
+    pub fn home(self) -> Home {
+        match self {
+            Bug::TargetIgnoresFence => Home::Target,
+            _ => Home::ControlPlane,
+        }
+    }
+}
+
+impl fmt::Display for Bug {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("unknown bug `{0}`; known bugs: {known}", known = Bug::ALL.map(Bug::name).join(", "))]
+pub struct UnknownBug(pub String);
+
+impl FromStr for Bug {
+    type Err = UnknownBug;
+    fn from_str(name: &str) -> Result<Bug, UnknownBug> {
+        Bug::ALL.into_iter().find(|bug| bug.name() == name).ok_or_else(|| UnknownBug(name.to_string()))
+    }
+}
+
+/// The set of bugs switched on in one process.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Bugs(BTreeSet<Bug>);
+
+impl Bugs {
+    pub fn none() -> Bugs {
+        Bugs::default()
+    }
+
+    pub fn of(bugs: impl IntoIterator<Item = Bug>) -> Bugs {
+        Bugs(bugs.into_iter().collect())
+    }
+
+    pub fn has(&self, bug: Bug) -> bool {
+        self.0.contains(&bug)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Bug> + '_ {
+        self.0.iter().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_parses_back() {
+        for bug in Bug::ALL {
+            assert_eq!(bug.name().parse::<Bug>().unwrap(), bug);
+        }
+        let error = "stale".parse::<Bug>().unwrap_err().to_string();
+        assert!(error.contains("unknown bug `stale`") && error.contains("ack-before-commit"), "{error}");
+    }
+}

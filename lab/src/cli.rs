@@ -1,0 +1,222 @@
+//! The `fencelab-lab` command: start a control plane, a target or a runner by hand, list
+//! the planted bugs, or run the demo (a whole lab on loopback with jobs pushed through it).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::bugs::{Bug, Bugs, Home};
+use crate::control::{http, Policy, Rules, Sqlite};
+use crate::runner::{Runner, RunnerConfig};
+use crate::target::{Mode, Target};
+
+#[derive(Parser)]
+#[command(name = "fencelab-lab", version, about = "The lab: fencelab's system under test")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the control plane.
+    ControlPlane(ControlPlaneArgs),
+    /// Serve the deployment target.
+    Target(TargetArgs),
+    /// Run a runner.
+    Runner(RunnerArgs),
+    /// List the planted bugs, one a line: name, then the protection it removes.
+    Bugs,
+    /// Start a control plane, a target and runners, push jobs through them, print the outcome.
+    Demo(crate::demo::DemoArgs),
+}
+
+#[derive(Args)]
+struct ControlPlaneArgs {
+    /// Address to listen on; port 0 picks a free port (printed as JSON on stdout).
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    listen: SocketAddr,
+    /// The SQLite file (created when absent).
+    #[arg(long, default_value = "fencelab-control.sqlite")]
+    db: PathBuf,
+    /// Bearer token of the operator (projects, runners, jobs, reconcile, reads).
+    #[arg(long, env = "FENCELAB_OPERATOR_TOKEN")]
+    operator_token: String,
+    /// Secret shared with the target to sign capabilities.
+    #[arg(long, env = "FENCELAB_CAPABILITY_SECRET")]
+    secret: String,
+    /// Lease length on the server's clock.
+    #[arg(long, default_value_t = 2_000)]
+    lease_ms: u64,
+    /// Longest life of a capability (never beyond the lease).
+    #[arg(long, default_value_t = 2_000)]
+    capability_ttl_ms: u64,
+    /// How often lapsed leases are marked uncertain.
+    #[arg(long, default_value_t = 50)]
+    sweep_ms: u64,
+    /// Under `ack-before-commit`: how long an acknowledged result waits to commit.
+    #[arg(long, default_value_t = 1_000)]
+    ack_commit_delay_ms: u64,
+    /// Switch on a planted bug (repeatable; see `fencelab-lab bugs`).
+    #[arg(long = "bug")]
+    bugs: Vec<Bug>,
+}
+
+#[derive(Args)]
+struct TargetArgs {
+    #[arg(long, default_value = "127.0.0.1:7500")]
+    listen: SocketAddr,
+    #[arg(long, env = "FENCELAB_CAPABILITY_SECRET")]
+    secret: String,
+    #[arg(long, value_enum, default_value = "fenced")]
+    mode: Mode,
+    /// Append every step record to this JSONL file.
+    #[arg(long)]
+    step_log: Option<PathBuf>,
+    #[arg(long = "bug")]
+    bugs: Vec<Bug>,
+}
+
+#[derive(Args)]
+struct RunnerArgs {
+    #[arg(long)]
+    id: String,
+    #[arg(long, default_value = "http://127.0.0.1:7400")]
+    control_url: String,
+    #[arg(long, default_value = "http://127.0.0.1:7500")]
+    target_url: String,
+    /// This runner's bearer token.
+    #[arg(long, env = "FENCELAB_RUNNER_TOKEN", required_unless_present = "registration_token")]
+    token: Option<String>,
+    /// Register with this project registration token instead of taking a token.
+    #[arg(long, conflicts_with = "token")]
+    registration_token: Option<String>,
+    #[arg(long, default_value_t = 250)]
+    heartbeat_interval_ms: u64,
+    #[arg(long, default_value_t = 200)]
+    renewal_margin_ms: u64,
+    #[arg(long, default_value_t = 100)]
+    poll_ms: u64,
+    #[arg(long, default_value_t = 1_000)]
+    request_timeout_ms: u64,
+    #[arg(long, default_value_t = 5)]
+    result_tries_max: u32,
+    /// Added to this runner's clock in every observation time (clock skew without libfaketime).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    clock_offset_ms: i64,
+    #[arg(long)]
+    jobs_max: Option<u64>,
+    /// JSONL log of every request and response.
+    #[arg(long)]
+    log: Option<PathBuf>,
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return if error.use_stderr() { ExitCode::from(254) } else { ExitCode::SUCCESS };
+        }
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    match runtime.block_on(dispatch(cli.command)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("fencelab-lab: {error:#}");
+            ExitCode::from(255)
+        }
+    }
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::ControlPlane(args) => control_plane(args).await,
+        Command::Target(args) => target(args).await,
+        Command::Runner(args) => runner(args).await,
+        Command::Bugs => {
+            for bug in Bug::ALL {
+                println!("{:<28} {}", bug.name(), bug.removes());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo(args) => crate::demo::run(args).await,
+    }
+}
+
+fn bugs_for(home: Home, bugs: Vec<Bug>) -> anyhow::Result<Bugs> {
+    if let Some(bug) = bugs.iter().find(|bug| bug.home() != home) {
+        anyhow::bail!("the bug `{bug}` lives in the other process");
+    }
+    Ok(Bugs::of(bugs))
+}
+
+/// Binds and announces the address on stdout as one JSON line, for whoever started us.
+async fn bind(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|error| anyhow::anyhow!("cannot listen on {listen}: {error}"))?;
+    println!("{}", serde_json::json!({"listening": listener.local_addr()?.to_string()}));
+    Ok(listener)
+}
+
+async fn control_plane(args: ControlPlaneArgs) -> anyhow::Result<ExitCode> {
+    let bugs = bugs_for(Home::ControlPlane, args.bugs)?;
+    if args.operator_token.is_empty() || args.secret.is_empty() {
+        anyhow::bail!("--operator-token and --secret must not be empty");
+    }
+    let store = Sqlite::open(&args.db, &args.operator_token)?;
+    let policy = Policy { lease_ms: args.lease_ms, capability_ttl_ms: args.capability_ttl_ms };
+    let rules = Rules::new(store, policy, bugs, args.secret.as_bytes());
+    let app = Arc::new(http::App { rules, ack_commit_delay: Duration::from_millis(args.ack_commit_delay_ms) });
+    let listener = bind(args.listen).await?;
+    tokio::spawn(http::sweep(app.clone(), Duration::from_millis(args.sweep_ms.max(1))));
+    crate::web::serve(listener, http::router(app), crate::web::termination()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn target(args: TargetArgs) -> anyhow::Result<ExitCode> {
+    let bugs = bugs_for(Home::Target, args.bugs)?;
+    let log_file = match &args.step_log {
+        Some(path) => Some(std::fs::OpenOptions::new().create(true).append(true).open(path)?),
+        None => None,
+    };
+    let target = Arc::new(Target::new(args.mode, bugs, args.secret.as_bytes(), log_file));
+    let listener = bind(args.listen).await?;
+    crate::web::serve(listener, crate::target::router(target), crate::web::termination()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
+    let token = match (args.token, &args.registration_token) {
+        (Some(token), _) => token,
+        (None, Some(registration)) => {
+            let client = crate::client::Client::new(&args.control_url, Some(registration), Duration::from_millis(args.request_timeout_ms));
+            let request = crate::protocol::RegisterRunner { project: None, id: args.id.clone() };
+            client.register_runner(&request).await?.token
+        }
+        (None, None) => unreachable!("clap requires one of them"),
+    };
+    let config = RunnerConfig {
+        id: args.id,
+        control_url: args.control_url,
+        target_url: args.target_url,
+        token,
+        heartbeat_interval_ms: args.heartbeat_interval_ms,
+        renewal_margin_ms: args.renewal_margin_ms,
+        poll_ms: args.poll_ms,
+        request_timeout_ms: args.request_timeout_ms,
+        result_tries_max: args.result_tries_max,
+        clock_offset_ms: args.clock_offset_ms,
+        jobs_max: args.jobs_max,
+        log: args.log,
+    };
+    let runner = Runner::new(config)?;
+    tokio::select! {
+        result = runner.run() => result?,
+        _ = crate::web::termination() => {}
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,167 @@
+//! A typed async client for the control plane and the target, used by the runner, the
+//! harness, the demo and the tests. A transport failure (no answer) is kept apart from a
+//! definite answer: only the latter may be read as a decision.
+
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::protocol::*;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No answer: the outcome is unknown.
+    #[error("no answer from {url}: {message}")]
+    Transport { url: String, message: String },
+    /// An answer that is an error (`{"error", "code", "status"}`).
+    #[error("{} {}: {}", .0.status, .0.code, .0.error)]
+    Refused(ErrorBody),
+    /// An answer that is neither the expected body nor an error body.
+    #[error("unexpected answer {status} from {url}: {body}")]
+    Unexpected { url: String, status: u16, body: String },
+}
+
+impl ClientError {
+    pub fn is_transport(&self) -> bool {
+        matches!(self, ClientError::Transport { .. })
+    }
+}
+
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Client {
+    /// A client for `base` (`http://host:port`) with a per-request timeout.
+    pub fn new(base: &str, token: Option<&str>, timeout: Duration) -> Client {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .pool_idle_timeout(Duration::from_secs(5))
+            .build()
+            .expect("a plain HTTP client builds");
+        Client { base: base.trim_end_matches('/').to_string(), token: token.map(str::to_string), http }
+    }
+
+    pub fn with_token(&self, token: &str) -> Client {
+        Client { token: Some(token.to_string()), ..self.clone() }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Sends a request and returns the status and the raw JSON of any answer.
+    pub async fn raw(&self, method: reqwest::Method, path: &str, body: Option<&impl Serialize>) -> Result<(u16, serde_json::Value), ClientError> {
+        let url = format!("{}{}", self.base, path);
+        let mut request = self.http.request(method, &url);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let transport = |error: reqwest::Error| ClientError::Transport { url: url.clone(), message: error.to_string() };
+        let response = request.send().await.map_err(transport)?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.map_err(transport)?;
+        let value = serde_json::from_slice(&bytes).map_err(|_| ClientError::Unexpected { url: url.clone(), status, body: String::from_utf8_lossy(&bytes).into_owned() })?;
+        Ok((status, value))
+    }
+
+    /// Expects a 2xx answer of type `T` (or, for `also_ok` statuses, also a `T`).
+    async fn call<T: DeserializeOwned>(&self, method: reqwest::Method, path: &str, body: Option<&impl Serialize>, also_ok: &[u16]) -> Result<T, ClientError> {
+        let (status, value) = self.raw(method, path, body).await?;
+        let expected = (200..300).contains(&status) || also_ok.contains(&status);
+        if expected {
+            if let Ok(parsed) = serde_json::from_value(value.clone()) {
+                return Ok(parsed);
+            }
+        }
+        match serde_json::from_value::<ErrorBody>(value.clone()) {
+            Ok(error) => Err(ClientError::Refused(error)),
+            Err(_) => Err(ClientError::Unexpected { url: format!("{}{}", self.base, path), status, body: value.to_string() }),
+        }
+    }
+
+    pub async fn health(&self) -> Result<serde_json::Value, ClientError> {
+        self.call(reqwest::Method::GET, "/v1/health", None::<&()>, &[]).await
+    }
+
+    pub async fn create_project(&self, id: &str) -> Result<ProjectCreated, ClientError> {
+        self.call(reqwest::Method::POST, "/v1/projects", Some(&CreateProject { id: id.to_string() }), &[]).await
+    }
+
+    pub async fn register_runner(&self, request: &RegisterRunner) -> Result<RunnerRegistered, ClientError> {
+        self.call(reqwest::Method::POST, "/v1/runners", Some(request), &[]).await
+    }
+
+    pub async fn submit(&self, request: &SubmitJob) -> Result<JobSubmitted, ClientError> {
+        self.call(reqwest::Method::POST, "/v1/jobs", Some(request), &[]).await
+    }
+
+    pub async fn claim(&self, request: &ClaimRequest) -> Result<ClaimResponse, ClientError> {
+        self.call(reqwest::Method::POST, "/v1/claim", Some(request), &[]).await
+    }
+
+    /// Heartbeat, capability and result answer a [`Verdict`] with 200 or 409.
+    pub async fn heartbeat(&self, request: &HeartbeatRequest) -> Result<Verdict, ClientError> {
+        self.call(reqwest::Method::POST, "/v1/heartbeat", Some(request), &[409]).await
+    }
+
+    pub async fn capability(&self, request: &CapabilityRequest) -> Result<Verdict, ClientError> {
+        self.call(reqwest::Method::POST, "/v1/capability", Some(request), &[409]).await
+    }
+
+    pub async fn result(&self, request: &ResultRequest) -> Result<Verdict, ClientError> {
+        self.call(reqwest::Method::POST, "/v1/result", Some(request), &[409]).await
+    }
+
+    pub async fn reconcile(&self, request: &ReconcileRequest) -> Result<JobView, ClientError> {
+        self.call(reqwest::Method::POST, "/v1/reconcile", Some(request), &[]).await
+    }
+
+    pub async fn job(&self, id: &str) -> Result<JobView, ClientError> {
+        self.call(reqwest::Method::GET, &format!("/v1/jobs/{id}"), None::<&()>, &[]).await
+    }
+
+    pub async fn jobs(&self) -> Result<Vec<JobView>, ClientError> {
+        self.call(reqwest::Method::GET, "/v1/jobs", None::<&()>, &[]).await
+    }
+
+    /// The whole ledger, page by page (bounded by `entries_max`).
+    pub async fn ledger(&self, entries_max: usize) -> Result<Vec<LedgerEntry>, ClientError> {
+        let mut all: Vec<LedgerEntry> = Vec::new();
+        while all.len() < entries_max {
+            let after = all.last().map_or(0, |entry| entry.seq);
+            let page: Vec<LedgerEntry> = self.call(reqwest::Method::GET, &format!("/v1/ledger?after={after}&limit=5000"), None::<&()>, &[]).await?;
+            if page.is_empty() {
+                break;
+            }
+            all.extend(page);
+        }
+        Ok(all)
+    }
+
+    /// A target step: 200 applied, 409 refused; both carry the record.
+    pub async fn step(&self, request: &StepRequest) -> Result<StepResponse, ClientError> {
+        self.call(reqwest::Method::POST, "/v1/steps", Some(request), &[409]).await
+    }
+
+    /// The target's whole step log (bounded by `entries_max`).
+    pub async fn steps(&self, entries_max: usize) -> Result<Vec<StepRecord>, ClientError> {
+        let mut all: Vec<StepRecord> = Vec::new();
+        while all.len() < entries_max {
+            let page: Vec<StepRecord> = self.call(reqwest::Method::GET, &format!("/v1/steps?after={}&limit=10000", all.len()), None::<&()>, &[]).await?;
+            if page.is_empty() {
+                break;
+            }
+            all.extend(page);
+        }
+        Ok(all)
+    }
+}

@@ -1,0 +1,585 @@
+//! The rules of the control plane, in one place: claim, heartbeat, capability, result,
+//! expiry and reconcile. Each public method is one transaction over a [`Store`].
+//!
+//! Time comes in as an argument ([`Now`], the server's clock), so the rules can be tested
+//! with any instant; the runner's clock (`observed_ms`) is only recorded, never trusted —
+//! except under the planted bug `trust-runner-clock`.
+
+use super::store::{AttemptChange, AttemptRow, Guard, JobRow, Principal, Store, StoreError, Tx};
+use crate::bugs::{Bug, Bugs};
+use crate::capability;
+use crate::protocol::*;
+use history::Decision;
+
+/// The server's clock at the receipt of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Now {
+    /// Unix ms, server wall clock: what leases are measured on.
+    pub ms: i64,
+    /// Host monotonic ns: where the ledger entry sits in a run's history.
+    pub mono_ns: u64,
+}
+
+impl Now {
+    pub fn read() -> Now {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("the clock is after 1970")
+            .as_millis() as i64;
+        Now { ms, mono_ns: history::monotonic_ns() }
+    }
+}
+
+/// Lease policy.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// How long a claim or heartbeat keeps the attempt's authority (default 2000 ms).
+    pub lease_ms: u64,
+    /// Longest life of a capability; never beyond the lease (default 2000 ms).
+    pub capability_ttl_ms: u64,
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy { lease_ms: 2_000, capability_ttl_ms: 2_000 }
+    }
+}
+
+/// A refusal with an HTTP status and a stable code, or a store failure.
+#[derive(Debug, thiserror::Error)]
+pub enum RuleError {
+    #[error("{message}")]
+    Refused { status: u16, code: &'static str, message: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn refuse<T>(status: u16, code: &'static str, message: impl Into<String>) -> Result<T, RuleError> {
+    Err(RuleError::Refused { status, code, message: message.into() })
+}
+
+pub type RuleResult<T> = Result<T, RuleError>;
+
+pub struct Rules<S: Store> {
+    pub store: S,
+    pub policy: Policy,
+    pub bugs: Bugs,
+    secret: Vec<u8>,
+}
+
+fn operator_only(principal: &Principal) -> RuleResult<()> {
+    match principal {
+        Principal::Operator => Ok(()),
+        _ => refuse(403, "forbidden", "this call needs the operator token"),
+    }
+}
+
+/// The runner a runner-only call is made by, checked against the runner the body names.
+fn acting_runner<'p>(principal: &'p Principal, named: &str) -> RuleResult<(&'p str, &'p str)> {
+    match principal {
+        Principal::Runner { id, project } if id == named => Ok((id, project)),
+        Principal::Runner { id, .. } => {
+            refuse(403, "runner_mismatch", format!("token belongs to runner `{id}`, not `{named}`"))
+        }
+        _ => refuse(403, "forbidden", "this call needs a runner token"),
+    }
+}
+
+fn check_id(field: &str, value: &str) -> RuleResult<()> {
+    let fine = !value.is_empty()
+        && value.len() <= 128
+        && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
+    if fine {
+        return Ok(());
+    }
+    refuse(400, "invalid_field", format!("`{field}` must be 1 to 128 characters of [A-Za-z0-9-_.:]"))
+}
+
+fn new_token() -> String {
+    let bytes: [u8; 24] = rand::random();
+    hex::encode(bytes)
+}
+
+/// Whether a claim is the current, live claim of its job on the server's clock; if not,
+/// why not: `unknown`, `not_current` (scope mismatch or closed), `superseded`, `expired`.
+fn standing(job: Option<&JobRow>, attempt: Option<&AttemptRow>, claim: &ClaimRef, project: &str, now_ms: i64) -> Result<(), &'static str> {
+    let (Some(job), Some(attempt)) = (job, attempt) else {
+        return Err("unknown");
+    };
+    let scoped = attempt.job == claim.job && attempt.runner == claim.runner && attempt.fence == claim.fence && attempt.project == project;
+    if !scoped {
+        return Err("not_current");
+    }
+    if job.current_attempt.as_deref() != Some(attempt.id.as_str()) {
+        return Err("superseded");
+    }
+    let lapsed = attempt.state == AttemptState::Running && attempt.lease_expires_ms <= now_ms;
+    if attempt.state == AttemptState::Uncertain || lapsed {
+        return Err("expired");
+    }
+    if attempt.state != AttemptState::Running {
+        return Err("not_current");
+    }
+    Ok(())
+}
+
+struct Report<'a> {
+    kind: &'static str,
+    claim: &'a ClaimRef,
+    project: &'a str,
+    observed_ms: i64,
+}
+
+impl<S: Store> Rules<S> {
+    pub fn new(store: S, policy: Policy, bugs: Bugs, secret: &[u8]) -> Rules<S> {
+        Rules { store, policy, bugs, secret: secret.to_vec() }
+    }
+
+    pub fn principal(&self, token: &str) -> RuleResult<Principal> {
+        let found = self.store.transact(|tx| tx.principal(token).map_err(RuleError::from))?;
+        match found {
+            Some(principal) => Ok(principal),
+            None => refuse(401, "unauthorized", "the bearer token is not known"),
+        }
+    }
+
+    pub fn create_project(&self, principal: &Principal, request: &CreateProject) -> RuleResult<ProjectCreated> {
+        operator_only(principal)?;
+        check_id("id", &request.id)?;
+        let registration_token = new_token();
+        self.store.transact(|tx| {
+            if !tx.insert_project(&request.id, &registration_token)? {
+                return refuse(409, "exists", format!("project `{}` already exists", request.id));
+            }
+            Ok(ProjectCreated { id: request.id.clone(), registration_token: registration_token.clone() })
+        })
+    }
+
+    pub fn register_runner(&self, principal: &Principal, request: &RegisterRunner) -> RuleResult<RunnerRegistered> {
+        check_id("id", &request.id)?;
+        let project = match (principal, &request.project) {
+            (Principal::Operator, Some(project)) => project.clone(),
+            (Principal::Operator, None) => return refuse(400, "missing_field", "`project` is required with the operator token"),
+            (Principal::Registration { project }, None) => project.clone(),
+            (Principal::Registration { project }, Some(named)) if named == project => project.clone(),
+            _ => return refuse(403, "forbidden", "registering a runner needs the operator token or this project's registration token"),
+        };
+        let token = new_token();
+        self.store.transact(|tx| {
+            if !tx.project_exists(&project)? {
+                return refuse(404, "unknown_project", format!("project `{project}` does not exist"));
+            }
+            if !tx.insert_runner(&request.id, &project, &token)? {
+                return refuse(409, "exists", format!("runner `{}` already exists", request.id));
+            }
+            Ok(RunnerRegistered { id: request.id.clone(), project: project.clone(), token: token.clone() })
+        })
+    }
+
+    pub fn submit(&self, principal: &Principal, request: &SubmitJob, now: Now) -> RuleResult<JobSubmitted> {
+        operator_only(principal)?;
+        check_id("project", &request.project)?;
+        check_id("deployment_key", &request.deployment_key)?;
+        if let Some(id) = &request.id {
+            check_id("id", id)?;
+        }
+        if request.spec.steps == 0 || request.spec.steps > 1_000 || request.spec.step_ms > 600_000 {
+            return refuse(400, "invalid_field", "`spec.steps` must be 1..=1000 and `spec.step_ms` at most 600000");
+        }
+        self.store.transact(|tx| {
+            if !tx.project_exists(&request.project)? {
+                return refuse(404, "unknown_project", format!("project `{}` does not exist", request.project));
+            }
+            let id = match &request.id {
+                Some(id) => id.clone(),
+                None => format!("j{}", tx.next_counter("job-id")?),
+            };
+            let job = JobRow {
+                id: id.clone(),
+                project: request.project.clone(),
+                deployment_key: request.deployment_key.clone(),
+                spec: request.spec.clone(),
+                state: JobState::Queued,
+                current_attempt: None,
+                outcome: None,
+            };
+            if !tx.insert_job(&job)? {
+                return refuse(409, "exists", format!("job `{id}` already exists"));
+            }
+            tx.append_ledger(&self.entry("submit", &job, None, now))?;
+            Ok(JobSubmitted { id })
+        })
+    }
+
+    /// A ledger entry about a job with the fields every entry has.
+    fn entry(&self, kind: &str, job: &JobRow, attempt: Option<&AttemptRow>, now: Now) -> LedgerEntry {
+        LedgerEntry {
+            seq: 0,
+            kind: kind.to_string(),
+            project: job.project.clone(),
+            job: job.id.clone(),
+            attempt: attempt.map(|attempt| attempt.id.clone()),
+            runner: attempt.map(|attempt| attempt.runner.clone()),
+            fence: attempt.map(|attempt| attempt.fence),
+            deployment_key: job.deployment_key.clone(),
+            decision: None,
+            reason: None,
+            recorded_as: None,
+            outcome: None,
+            received_ms: now.ms,
+            observed_ms: None,
+            mono_ns: now.mono_ns,
+            lease_expires_ms: attempt.map(|attempt| attempt.lease_expires_ms),
+        }
+    }
+
+    /// An entry for a report as the runner made it (its claim, not the stored one).
+    fn report_entry(&self, report: &Report, key: &str, decision: Decision, reason: Option<&str>, now: Now) -> LedgerEntry {
+        LedgerEntry {
+            seq: 0,
+            kind: report.kind.to_string(),
+            project: report.project.to_string(),
+            job: report.claim.job.clone(),
+            attempt: Some(report.claim.attempt.clone()),
+            runner: Some(report.claim.runner.clone()),
+            fence: Some(report.claim.fence),
+            deployment_key: key.to_string(),
+            decision: Some(decision),
+            reason: reason.map(str::to_string),
+            recorded_as: None,
+            outcome: None,
+            received_ms: now.ms,
+            observed_ms: Some(report.observed_ms),
+            mono_ns: now.mono_ns,
+            lease_expires_ms: None,
+        }
+    }
+}
+
+/// Expiry, claims and heartbeats.
+impl<S: Store> Rules<S> {
+    /// Marks every running attempt whose lease has passed uncertain, and its job with it
+    /// (under `requeue-on-expiry`: failed, and the job back in the queue). Returns how many.
+    pub fn expire(&self, now: Now) -> RuleResult<usize> {
+        self.store.transact(|tx| self.expire_in(tx, now))
+    }
+
+    fn expire_in(&self, tx: &mut dyn Tx, now: Now) -> RuleResult<usize> {
+        let lapsed = tx.lapsed_attempts(now.ms)?;
+        for attempt in &lapsed {
+            let requeue = self.bugs.has(Bug::RequeueOnExpiry);
+            let (state, closed_by) = if requeue { (AttemptState::Failed, Some("expired-requeued")) } else { (AttemptState::Uncertain, None) };
+            let change = AttemptChange { state, lease_expires_ms: None, closed_by: closed_by.map(str::to_string), outcome: None };
+            tx.unguarded_update(&attempt.id, &change)?;
+            let Some(mut job) = tx.job(&attempt.job)? else { continue };
+            let mut entry = self.entry("expire", &job, Some(attempt), now);
+            entry.recorded_as = Some(if requeue { "requeued" } else { "uncertain" }.to_string());
+            if job.current_attempt.as_deref() == Some(attempt.id.as_str()) && job.state == JobState::Running {
+                job.state = if requeue { JobState::Queued } else { JobState::Uncertain };
+                tx.update_job(&job)?;
+            }
+            tx.append_ledger(&entry)?;
+        }
+        Ok(lapsed.len())
+    }
+
+    pub fn claim(&self, principal: &Principal, request: &ClaimRequest, now: Now) -> RuleResult<ClaimResponse> {
+        let (runner, project) = acting_runner(principal, &request.runner)?;
+        self.store.transact(|tx| {
+            self.expire_in(tx, now)?;
+            let Some(mut job) = tx.claimable_job(project)? else {
+                return Ok(ClaimResponse { grant: None });
+            };
+            let number = tx.attempts_of(&job.id)?.len() + 1;
+            let attempt = AttemptRow {
+                id: format!("{}-a{number}", job.id),
+                job: job.id.clone(),
+                project: project.to_string(),
+                runner: runner.to_string(),
+                fence: tx.next_counter("fence")?,
+                state: AttemptState::Running,
+                lease_expires_ms: now.ms + self.policy.lease_ms as i64,
+                claimed_ms: now.ms,
+                closed_by: None,
+                outcome: None,
+            };
+            tx.insert_attempt(&attempt)?;
+            job.state = JobState::Running;
+            job.current_attempt = Some(attempt.id.clone());
+            tx.update_job(&job)?;
+            let mut entry = self.entry("claim", &job, Some(&attempt), now);
+            entry.decision = Some(Decision::Accepted);
+            entry.observed_ms = Some(request.observed_ms);
+            tx.append_ledger(&entry)?;
+            let claim = ClaimRef { job: job.id.clone(), attempt: attempt.id, runner: runner.to_string(), fence: attempt.fence };
+            let grant = Grant { claim, project: job.project, deployment_key: job.deployment_key, spec: job.spec, lease_ms: self.policy.lease_ms, lease_expires_ms: attempt.lease_expires_ms };
+            Ok(ClaimResponse { grant: Some(grant) })
+        })
+    }
+
+    /// The predicates a current-claim report must meet, as the planted bugs leave them.
+    fn guard(&self, report: &Report, now: Now) -> Guard {
+        let claim = report.claim;
+        if self.bugs.has(Bug::UnscopedFence) {
+            let lease = Some(now.ms);
+            return Guard { job: claim.job.clone(), fence_at_most: Some(claim.fence), current: true, states: vec![AttemptState::Running], lease_valid_at_ms: lease, ..Guard::default() };
+        }
+        let mut guard = Guard {
+            job: claim.job.clone(),
+            project: Some(report.project.to_string()),
+            attempt: Some(claim.attempt.clone()),
+            runner: Some(claim.runner.clone()),
+            fence: Some(claim.fence),
+            current: true,
+            states: vec![AttemptState::Running],
+            lease_valid_at_ms: Some(now.ms),
+            fence_at_most: None,
+        };
+        if self.bugs.has(Bug::TrustRunnerClock) {
+            guard.states.push(AttemptState::Uncertain);
+            guard.lease_valid_at_ms = Some(report.observed_ms);
+        }
+        if report.kind == "heartbeat" && self.bugs.has(Bug::HeartbeatRevivesExpired) {
+            guard.states.push(AttemptState::Uncertain);
+            guard.lease_valid_at_ms = None;
+        }
+        if report.kind == "result" && self.bugs.has(Bug::AcceptStaleResult) {
+            guard.current = false;
+            guard.states.extend([AttemptState::Uncertain, AttemptState::Failed]);
+            guard.lease_valid_at_ms = None;
+        }
+        guard
+    }
+
+    /// Runs the conditional update; on zero rows, the planted `blind-retry-on-zero-rows`
+    /// retries it without predicates. Returns the attempt changed.
+    fn conditional(&self, tx: &mut dyn Tx, report: &Report, change: &AttemptChange, now: Now) -> RuleResult<Option<String>> {
+        if let Some(id) = tx.guarded_update(&self.guard(report, now), change)? {
+            return Ok(Some(id));
+        }
+        if self.bugs.has(Bug::BlindRetryOnZeroRows) && tx.unguarded_update(&report.claim.attempt, change)? {
+            return Ok(Some(report.claim.attempt.clone()));
+        }
+        Ok(None)
+    }
+
+    /// The job a report names, which must belong to the reporting runner's project.
+    fn reported_job(&self, tx: &mut dyn Tx, report: &Report) -> RuleResult<JobRow> {
+        match tx.job(&report.claim.job)? {
+            Some(job) if job.project == report.project || self.bugs.has(Bug::UnscopedFence) => Ok(job),
+            _ => refuse(404, "unknown_job", format!("job `{}` does not exist in this runner's project", report.claim.job)),
+        }
+    }
+
+    pub fn heartbeat(&self, principal: &Principal, request: &HeartbeatRequest, now: Now) -> RuleResult<Verdict> {
+        let (_, project) = acting_runner(principal, &request.claim.runner)?;
+        let report = Report { kind: "heartbeat", claim: &request.claim, project, observed_ms: request.observed_ms };
+        self.store.transact(|tx| {
+            self.expire_in(tx, now)?;
+            let mut job = self.reported_job(tx, &report)?;
+            let lease_expires_ms = now.ms + self.policy.lease_ms as i64;
+            let change = AttemptChange { state: AttemptState::Running, lease_expires_ms: Some(lease_expires_ms), closed_by: None, outcome: None };
+            let Some(changed) = self.conditional(tx, &report, &change, now)? else {
+                return self.reject(tx, &report, &job, None, now);
+            };
+            if job.current_attempt.as_deref() == Some(changed.as_str()) && job.state == JobState::Uncertain {
+                job.state = JobState::Running;
+                tx.update_job(&job)?;
+            }
+            let mut entry = self.report_entry(&report, &job.deployment_key, Decision::Accepted, None, now);
+            entry.lease_expires_ms = Some(lease_expires_ms);
+            let ledger_seq = tx.append_ledger(&entry)?;
+            Ok(Verdict { decision: Decision::Accepted, reason: None, ledger_seq, lease_expires_ms: Some(lease_expires_ms), capability: None })
+        })
+    }
+
+    /// Records a refused report (a result as a late observation) and answers why.
+    fn reject(&self, tx: &mut dyn Tx, report: &Report, job: &JobRow, outcome: Option<Outcome>, now: Now) -> RuleResult<Verdict> {
+        let attempt = tx.attempt(&report.claim.attempt)?;
+        let reason = standing(Some(job), attempt.as_ref(), report.claim, report.project, now.ms).err().unwrap_or("not_current");
+        let mut entry = self.report_entry(report, &job.deployment_key, Decision::Rejected, Some(reason), now);
+        entry.outcome = outcome.map(|outcome| outcome.as_str().to_string());
+        if report.kind == "result" {
+            entry.recorded_as = Some("late_observation".to_string());
+        }
+        let ledger_seq = tx.append_ledger(&entry)?;
+        Ok(Verdict { decision: Decision::Rejected, reason: Some(reason.to_string()), ledger_seq, lease_expires_ms: None, capability: None })
+    }
+
+    pub fn capability(&self, principal: &Principal, request: &CapabilityRequest, now: Now) -> RuleResult<Verdict> {
+        let (_, project) = acting_runner(principal, &request.claim.runner)?;
+        let report = Report { kind: "capability", claim: &request.claim, project, observed_ms: request.observed_ms };
+        self.store.transact(|tx| {
+            self.expire_in(tx, now)?;
+            let job = self.reported_job(tx, &report)?;
+            let attempt = tx.attempt(&request.claim.attempt)?;
+            let live = standing(Some(&job), attempt.as_ref(), &request.claim, project, now.ms).ok().and(attempt);
+            let Some(attempt) = live else {
+                return self.reject(tx, &report, &job, None, now);
+            };
+            let expires_ms = attempt.lease_expires_ms.min(now.ms + self.policy.capability_ttl_ms as i64);
+            let unsigned = Capability { deployment_key: job.deployment_key.clone(), job: job.id.clone(), attempt: attempt.id.clone(), runner: attempt.runner.clone(), fence: attempt.fence, expires_ms, signature: String::new() };
+            let token = capability::sign(&self.secret, unsigned);
+            let mut entry = self.report_entry(&report, &job.deployment_key, Decision::Accepted, None, now);
+            entry.lease_expires_ms = Some(attempt.lease_expires_ms);
+            let ledger_seq = tx.append_ledger(&entry)?;
+            Ok(Verdict { decision: Decision::Accepted, reason: None, ledger_seq, lease_expires_ms: Some(attempt.lease_expires_ms), capability: Some(token) })
+        })
+    }
+}
+
+/// Results, reconciliation and reads.
+impl<S: Store> Rules<S> {
+    pub fn result(&self, principal: &Principal, request: &ResultRequest, now: Now) -> RuleResult<Verdict> {
+        let (_, project) = acting_runner(principal, &request.claim.runner)?;
+        self.store.transact(|tx| self.result_in(tx, project, request, now))
+    }
+
+    /// Decides a result without committing it: what `ack-before-commit` answers with.
+    pub fn result_uncommitted(&self, principal: &Principal, request: &ResultRequest, now: Now) -> RuleResult<Verdict> {
+        let (_, project) = acting_runner(principal, &request.claim.runner)?;
+        self.store.dry_run(|tx| self.result_in(tx, project, request, now))
+    }
+
+    fn result_in(&self, tx: &mut dyn Tx, project: &str, request: &ResultRequest, now: Now) -> RuleResult<Verdict> {
+        let report = Report { kind: "result", claim: &request.claim, project, observed_ms: request.observed_ms };
+        self.expire_in(tx, now)?;
+        let mut job = self.reported_job(tx, &report)?;
+        let attempt = tx.attempt(&request.claim.attempt)?;
+        let committed = attempt.as_ref().filter(|attempt| {
+            attempt.closed_by.as_deref() == Some("result") && attempt.job == job.id && attempt.runner == request.claim.runner && attempt.fence == request.claim.fence
+        });
+        if let Some(committed) = committed {
+            let overwrite = self.bugs.has(Bug::OverwriteTerminalResult) && committed.outcome != Some(request.outcome);
+            if !overwrite {
+                return self.repeat(tx, &report, &job, committed, request.outcome, now);
+            }
+        }
+        let state = match request.outcome {
+            Outcome::Succeeded => AttemptState::Succeeded,
+            Outcome::Failed => AttemptState::Failed,
+        };
+        let change = AttemptChange { state, lease_expires_ms: None, closed_by: Some("result".to_string()), outcome: Some(request.outcome) };
+        let changed = match committed {
+            Some(committed) => tx.unguarded_update(&committed.id, &change)?.then(|| committed.id.clone()),
+            None => self.conditional(tx, &report, &change, now)?,
+        };
+        if changed.is_none() {
+            return self.reject(tx, &report, &job, Some(request.outcome), now);
+        }
+        job.state = if request.outcome == Outcome::Succeeded { JobState::Succeeded } else { JobState::Failed };
+        job.outcome = Some(request.outcome);
+        tx.update_job(&job)?;
+        let mut entry = self.report_entry(&report, &job.deployment_key, Decision::Accepted, None, now);
+        entry.outcome = Some(request.outcome.as_str().to_string());
+        let ledger_seq = tx.append_ledger(&entry)?;
+        Ok(Verdict { decision: Decision::Accepted, reason: None, ledger_seq, lease_expires_ms: None, capability: None })
+    }
+
+    /// A result for an attempt whose terminal result is already committed: an identical one is
+    /// a duplicate (acknowledged, renews nothing), a different one a recorded conflict.
+    fn repeat(&self, tx: &mut dyn Tx, report: &Report, job: &JobRow, committed: &AttemptRow, outcome: Outcome, now: Now) -> RuleResult<Verdict> {
+        let identical = committed.outcome == Some(outcome);
+        let (decision, reason) = if identical { (Decision::Duplicate, None) } else { (Decision::Conflict, Some("conflict")) };
+        let mut entry = self.report_entry(report, &job.deployment_key, decision, reason, now);
+        entry.outcome = Some(outcome.as_str().to_string());
+        entry.recorded_as = (!identical).then(|| "conflict".to_string());
+        let ledger_seq = tx.append_ledger(&entry)?;
+        Ok(Verdict { decision, reason: reason.map(str::to_string), ledger_seq, lease_expires_ms: None, capability: None })
+    }
+
+    pub fn reconcile(&self, principal: &Principal, request: &ReconcileRequest, now: Now) -> RuleResult<JobView> {
+        operator_only(principal)?;
+        let outcome = match (request.finding, request.outcome) {
+            (Finding::Completed, None) => return refuse(400, "missing_field", "`outcome` is required with the finding `completed`"),
+            (Finding::Completed, Some(outcome)) => Some(outcome),
+            (_, Some(_)) => return refuse(400, "invalid_field", "`outcome` is only allowed with the finding `completed`"),
+            (_, None) => None,
+        };
+        self.store.transact(|tx| {
+            self.expire_in(tx, now)?;
+            let Some(mut job) = tx.job(&request.job)? else {
+                return refuse(404, "unknown_job", format!("job `{}` does not exist", request.job));
+            };
+            let attempt = tx.attempt(&request.attempt)?.filter(|attempt| attempt.job == job.id);
+            let Some(attempt) = attempt else {
+                return refuse(404, "unknown_attempt", format!("attempt `{}` of job `{}` does not exist", request.attempt, job.id));
+            };
+            let current = job.current_attempt.as_deref() == Some(attempt.id.as_str());
+            if attempt.state != AttemptState::Uncertain || !current {
+                return refuse(409, "not_uncertain", format!("attempt `{}` is not the uncertain current attempt of its job", attempt.id));
+            }
+            self.apply_finding(tx, &mut job, &attempt, request, outcome, now)?;
+            self.view_in(tx, &job.id)
+        })
+    }
+
+    fn apply_finding(&self, tx: &mut dyn Tx, job: &mut JobRow, attempt: &AttemptRow, request: &ReconcileRequest, outcome: Option<Outcome>, now: Now) -> RuleResult<()> {
+        let finding = serde_json::to_value(request.finding).expect("a finding serialises");
+        let mut entry = self.entry("reconcile", job, Some(attempt), now);
+        entry.outcome = finding.as_str().map(str::to_string);
+        entry.reason = request.evidence.clone();
+        let change = match request.finding {
+            Finding::StillRunning => None,
+            Finding::Stopped => {
+                job.state = JobState::Queued;
+                Some(AttemptChange { state: AttemptState::Failed, lease_expires_ms: None, closed_by: Some("observed-stopped".into()), outcome: Some(Outcome::Failed) })
+            }
+            Finding::Completed => {
+                let outcome = outcome.expect("checked before the transaction");
+                job.state = if outcome == Outcome::Succeeded { JobState::Succeeded } else { JobState::Failed };
+                job.outcome = Some(outcome);
+                entry.recorded_as = Some(outcome.as_str().to_string());
+                let state = if outcome == Outcome::Succeeded { AttemptState::Succeeded } else { AttemptState::Failed };
+                Some(AttemptChange { state, lease_expires_ms: None, closed_by: Some("reconciled-completed".into()), outcome: Some(outcome) })
+            }
+        };
+        if let Some(change) = change {
+            tx.unguarded_update(&attempt.id, &change)?;
+            tx.update_job(job)?;
+        }
+        tx.append_ledger(&entry)?;
+        Ok(())
+    }
+
+    pub fn job_view(&self, principal: &Principal, id: &str) -> RuleResult<JobView> {
+        operator_only(principal)?;
+        self.store.transact(|tx| self.view_in(tx, id))
+    }
+
+    fn view_in(&self, tx: &mut dyn Tx, id: &str) -> RuleResult<JobView> {
+        let Some(job) = tx.job(id)? else {
+            return refuse(404, "unknown_job", format!("job `{id}` does not exist"));
+        };
+        let attempts = tx.attempts_of(id)?.into_iter().map(|attempt| attempt_view(&job, attempt)).collect();
+        let ledger = tx.ledger_of(id)?;
+        Ok(JobView { id: job.id, project: job.project, deployment_key: job.deployment_key, spec: job.spec, state: job.state, current_attempt: job.current_attempt, outcome: job.outcome, attempts, ledger })
+    }
+
+    /// Every job, without attempts and ledger (see [`Rules::job_view`] for one job whole).
+    pub fn jobs(&self, principal: &Principal) -> RuleResult<Vec<JobView>> {
+        operator_only(principal)?;
+        let jobs = self.store.transact(|tx| tx.jobs().map_err(RuleError::from))?;
+        Ok(jobs.into_iter().map(|job| JobView { id: job.id, project: job.project, deployment_key: job.deployment_key, spec: job.spec, state: job.state, current_attempt: job.current_attempt, outcome: job.outcome, attempts: vec![], ledger: vec![] }).collect())
+    }
+
+    /// The ledger after `after_seq`, at most `limit` entries, in order.
+    pub fn ledger(&self, principal: &Principal, after_seq: u64, limit: u32) -> RuleResult<Vec<LedgerEntry>> {
+        operator_only(principal)?;
+        self.store.transact(|tx| tx.ledger_after(after_seq, limit.clamp(1, 10_000)).map_err(RuleError::from))
+    }
+}
+
+fn attempt_view(job: &JobRow, attempt: AttemptRow) -> AttemptView {
+    AttemptView {
+        current: job.current_attempt.as_deref() == Some(attempt.id.as_str()),
+        id: attempt.id,
+        job: attempt.job,
+        runner: attempt.runner,
+        fence: attempt.fence,
+        state: attempt.state,
+        lease_expires_ms: attempt.lease_expires_ms,
+        claimed_ms: attempt.claimed_ms,
+        closed_by: attempt.closed_by,
+    }
+}

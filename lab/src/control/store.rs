@@ -1,0 +1,115 @@
+//! The store interface: the few primitive, typed operations the rules need inside one
+//! transaction. The rules (in `rules.rs`) decide; a store only reads and writes rows.
+//! A store for another database implements [`Tx`] and [`Store`] and keeps every rule.
+
+use crate::protocol::{AttemptState, JobSpec, JobState, LedgerEntry, Outcome};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("store holds a value it cannot read: {0}")]
+    Corrupt(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRow {
+    pub id: String,
+    pub project: String,
+    pub deployment_key: String,
+    pub spec: JobSpec,
+    pub state: JobState,
+    pub current_attempt: Option<String>,
+    pub outcome: Option<Outcome>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttemptRow {
+    pub id: String,
+    pub job: String,
+    pub project: String,
+    pub runner: String,
+    pub fence: u64,
+    pub state: AttemptState,
+    pub lease_expires_ms: i64,
+    pub claimed_ms: i64,
+    pub closed_by: Option<String>,
+    pub outcome: Option<Outcome>,
+}
+
+/// The predicates of one conditional update of an attempt. Every `Some` is a predicate;
+/// the correct lab sets all of them, a planted bug leaves some out.
+#[derive(Clone, Debug, Default)]
+pub struct Guard {
+    pub job: String,
+    pub project: Option<String>,
+    pub attempt: Option<String>,
+    pub runner: Option<String>,
+    pub fence: Option<u64>,
+    /// Bare-number comparison: the attempt's fence is at most this.
+    pub fence_at_most: Option<u64>,
+    /// The attempt must be its job's current attempt.
+    pub current: bool,
+    /// The attempt must be in one of these states.
+    pub states: Vec<AttemptState>,
+    /// The lease must be unexpired at this instant (Unix ms).
+    pub lease_valid_at_ms: Option<i64>,
+}
+
+/// The new values a conditional update writes.
+#[derive(Clone, Debug)]
+pub struct AttemptChange {
+    pub state: AttemptState,
+    pub lease_expires_ms: Option<i64>,
+    pub closed_by: Option<String>,
+    pub outcome: Option<Outcome>,
+}
+
+/// Who a bearer token belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Principal {
+    Operator,
+    Runner { id: String, project: String },
+    Registration { project: String },
+}
+
+/// One transaction's view of the store.
+pub trait Tx {
+    fn principal(&mut self, token: &str) -> StoreResult<Option<Principal>>;
+    fn insert_project(&mut self, id: &str, registration_token: &str) -> StoreResult<bool>;
+    fn project_exists(&mut self, id: &str) -> StoreResult<bool>;
+    fn insert_runner(&mut self, id: &str, project: &str, token: &str) -> StoreResult<bool>;
+    /// Next value of a named, durable, strictly increasing counter (from 1).
+    fn next_counter(&mut self, name: &str) -> StoreResult<u64>;
+    fn insert_job(&mut self, job: &JobRow) -> StoreResult<bool>;
+    fn job(&mut self, id: &str) -> StoreResult<Option<JobRow>>;
+    fn jobs(&mut self) -> StoreResult<Vec<JobRow>>;
+    fn attempt(&mut self, id: &str) -> StoreResult<Option<AttemptRow>>;
+    fn attempts_of(&mut self, job: &str) -> StoreResult<Vec<AttemptRow>>;
+    /// The oldest queued job of the project whose deployment key no running or uncertain
+    /// job holds.
+    fn claimable_job(&mut self, project: &str) -> StoreResult<Option<JobRow>>;
+    fn insert_attempt(&mut self, attempt: &AttemptRow) -> StoreResult<()>;
+    fn update_job(&mut self, job: &JobRow) -> StoreResult<()>;
+    /// The conditional update: returns the id of the attempt it changed, or `None` for zero rows.
+    fn guarded_update(&mut self, guard: &Guard, change: &AttemptChange) -> StoreResult<Option<String>>;
+    /// An update with no predicate but the id. Only planted bugs call it.
+    fn unguarded_update(&mut self, attempt: &str, change: &AttemptChange) -> StoreResult<bool>;
+    /// Running attempts whose lease is not after `now_ms`.
+    fn lapsed_attempts(&mut self, now_ms: i64) -> StoreResult<Vec<AttemptRow>>;
+    fn append_ledger(&mut self, entry: &LedgerEntry) -> StoreResult<u64>;
+    fn ledger_after(&mut self, after_seq: u64, limit: u32) -> StoreResult<Vec<LedgerEntry>>;
+    fn ledger_of(&mut self, job: &str) -> StoreResult<Vec<LedgerEntry>>;
+}
+
+/// A store: runs a closure in one transaction, committed when it returns `Ok`.
+pub trait Store: Send + Sync + 'static {
+    fn transact<T, E: From<StoreError>>(
+        &self,
+        work: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
+    ) -> Result<T, E>;
+    /// Runs the closure and rolls it back whatever it returns: a decision without effect.
+    fn dry_run<T, E: From<StoreError>>(&self, work: impl FnOnce(&mut dyn Tx) -> Result<T, E>) -> Result<T, E>;
+}

@@ -1,0 +1,1 @@
+fn main() -> std::process::ExitCode { lab::cli::main() }

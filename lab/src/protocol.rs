@@ -1,0 +1,328 @@
+//! The lab's wire protocol: every request and response body, shared by the control plane,
+//! the runner, the target and the harness. `docs/protocol.md` describes it for people.
+//!
+//! Every body that comes in from the network denies unknown fields, so that a typo is a
+//! clear 400 instead of a silently ignored field.
+
+use serde::{Deserialize, Serialize};
+
+/// The four fields that identify a claim. Every current-attempt message carries all four.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimRef {
+    pub job: String,
+    pub attempt: String,
+    pub runner: String,
+    pub fence: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProject {
+    pub id: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProjectCreated {
+    pub id: String,
+    /// Lets a runner register itself into this project.
+    pub registration_token: String,
+}
+
+/// Registers a runner: by the operator (`project` given) or by the runner itself with a
+/// project's registration token as bearer (`project` omitted).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterRunner {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    pub id: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunnerRegistered {
+    pub id: String,
+    pub project: String,
+    /// Bearer token bound to this runner and its project.
+    pub token: String,
+}
+
+/// What a runner does for a job: `steps` target steps of `step_ms` each.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    pub steps: u32,
+    pub step_ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitJob {
+    pub project: String,
+    /// Optional caller-chosen id; generated when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub deployment_key: String,
+    pub spec: JobSpec,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobSubmitted {
+    pub id: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimRequest {
+    pub runner: String,
+    /// The runner's clock, Unix ms: diagnostic only.
+    pub observed_ms: i64,
+}
+
+/// A granted claim: the attempt, its fence and its lease on the server's clock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub claim: ClaimRef,
+    pub project: String,
+    pub deployment_key: String,
+    pub spec: JobSpec,
+    pub lease_ms: u64,
+    pub lease_expires_ms: i64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClaimResponse {
+    /// `None` when no job is claimable now.
+    pub grant: Option<Grant>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatRequest {
+    #[serde(flatten)]
+    pub claim: ClaimRef,
+    pub observed_ms: i64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapabilityRequest {
+    #[serde(flatten)]
+    pub claim: ClaimRef,
+    pub observed_ms: i64,
+}
+
+/// A short-lived target token: what the target checks before a step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Capability {
+    pub deployment_key: String,
+    pub job: String,
+    pub attempt: String,
+    pub runner: String,
+    pub fence: u64,
+    pub expires_ms: i64,
+    /// Hex HMAC-SHA256 over the fields above, with the secret the control plane shares with the target.
+    pub signature: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResultRequest {
+    #[serde(flatten)]
+    pub claim: ClaimRef,
+    pub outcome: Outcome,
+    pub observed_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// The control plane's answer to a heartbeat, capability or result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub decision: history::Decision,
+    /// Why it was not accepted: `expired`, `superseded`, `not_current`, `unknown`, `conflict`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Ledger sequence number of the entry that records this report.
+    pub ledger_seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_expires_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability: Option<Capability>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Finding {
+    /// The old execution was observed stopped: the attempt closes as failed.
+    Stopped,
+    /// The old execution finished with `outcome`: the job takes it.
+    Completed,
+    /// Still running: the attempt stays uncertain.
+    StillRunning,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileRequest {
+    pub job: String,
+    pub attempt: String,
+    pub finding: Finding,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Queued,
+    Running,
+    Uncertain,
+    Succeeded,
+    Failed,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptState {
+    Running,
+    Uncertain,
+    Succeeded,
+    Failed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptView {
+    pub id: String,
+    pub job: String,
+    pub runner: String,
+    pub fence: u64,
+    pub state: AttemptState,
+    pub current: bool,
+    pub lease_expires_ms: i64,
+    pub claimed_ms: i64,
+    /// How it closed: `result`, `observed-stopped`, `reconciled-completed`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_by: Option<String>,
+}
+
+/// One entry of the append-only ledger: every report received, and every state change the
+/// control plane made on its own (expiry) or by the operator (reconcile).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerEntry {
+    pub seq: u64,
+    /// `claim`, `heartbeat`, `capability`, `result`, `expire`, `reconcile`, `submit`.
+    pub kind: String,
+    pub project: String,
+    pub job: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
+    pub deployment_key: String,
+    /// For reports: what was decided. `None` for the control plane's own entries
+    /// (`submit`, `expire`) and for `reconcile`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<history::Decision>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `late_observation` for a result refused as current but kept; `conflict` for a conflict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_as: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// The server's receipt time, Unix ms, server clock.
+    pub received_ms: i64,
+    /// The runner's observation time, Unix ms, runner clock; diagnostic only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_ms: Option<i64>,
+    /// Host monotonic ns at receipt, to merge the ledger into a run's history.
+    pub mono_ns: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_expires_ms: Option<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobView {
+    pub id: String,
+    pub project: String,
+    pub deployment_key: String,
+    pub spec: JobSpec,
+    pub state: JobState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_attempt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
+    pub attempts: Vec<AttemptView>,
+    pub ledger: Vec<LedgerEntry>,
+}
+
+/// Every error body: a stable code for programs and a sentence for people.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+    pub code: String,
+    pub status: u16,
+}
+
+/// A step a runner asks the target to apply.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepRequest {
+    pub capability: Capability,
+    /// 0-based index of the step within the deployment.
+    pub step: u32,
+    pub steps: u32,
+    /// How long the step runs on the target before it answers.
+    pub duration_ms: u64,
+}
+
+/// One entry of the target's step log: the ground truth of physical side effects.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub seq: u64,
+    pub deployment_key: String,
+    pub job: String,
+    pub attempt: String,
+    pub runner: String,
+    pub fence: u64,
+    pub step: u32,
+    pub steps: u32,
+    /// `true` when the step changed the deployment.
+    pub applied: bool,
+    /// Why it was not applied: `stale_fence`, `bad_signature`, `expired`, `duplicate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The deployment's revision after this step.
+    pub revision: u64,
+    /// Highest fence the target had seen for the key before this step.
+    pub highest_fence_before: u64,
+    pub received_ms: i64,
+    pub mono_ns: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StepResponse {
+    pub record: StepRecord,
+}

@@ -1,0 +1,323 @@
+//! The runner: claims jobs, redeems a capability per step, executes the deployment as timed
+//! steps against the target, heartbeats on its own timer and reports the result.
+//!
+//! It fences itself: when a heartbeat or capability is definitely refused, or when its own
+//! renewal deadline passes (measured on the monotonic clock from when it *sent* the last
+//! accepted renewal, minus a margin), it stops at once and sends no further target step.
+//! Every request and response goes to a JSONL log of [`history::Event`]s on the host's
+//! monotonic clock, with the claim it concerns.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use history::{Decision, Event, EventType};
+use tokio::time::Instant;
+
+use crate::client::{Client, ClientError};
+use crate::protocol::*;
+
+#[derive(Clone, Debug)]
+pub struct RunnerConfig {
+    pub id: String,
+    pub control_url: String,
+    pub target_url: String,
+    pub token: String,
+    /// Between heartbeats (default 250 ms); must be well below the lease.
+    pub heartbeat_interval_ms: u64,
+    /// Stop this long before the lease would end by the runner's own reckoning (default 200 ms).
+    pub renewal_margin_ms: u64,
+    /// Between claims when nothing is claimable (default 100 ms).
+    pub poll_ms: u64,
+    /// Each request's timeout (default 1000 ms).
+    pub request_timeout_ms: u64,
+    /// Most tries to deliver a result on transport errors (default 5).
+    pub result_tries_max: u32,
+    /// Added to the runner's wall clock in `observed_ms` (clock skew without libfaketime).
+    pub clock_offset_ms: i64,
+    /// Stop after this many jobs (default: never).
+    pub jobs_max: Option<u64>,
+    pub log: Option<PathBuf>,
+}
+
+/// The runner's JSONL log. The time is taken under the lock, so lines are in time order.
+#[derive(Clone)]
+pub struct RunnerLog {
+    process: String,
+    file: Option<Arc<Mutex<std::fs::File>>>,
+}
+
+impl RunnerLog {
+    pub fn open(runner: &str, path: Option<&std::path::Path>) -> std::io::Result<RunnerLog> {
+        let file = match path {
+            Some(path) => Some(Arc::new(Mutex::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?))),
+            None => None,
+        };
+        Ok(RunnerLog { process: format!("runner:{runner}"), file })
+    }
+
+    fn record(&self, kind: EventType, f: &str, fill: impl FnOnce(&mut Event)) {
+        let Some(file) = &self.file else { return };
+        let mut file = file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut event = Event::new(history::monotonic_ns(), &self.process, kind, f);
+        fill(&mut event);
+        let line = serde_json::to_string(&event).expect("an event serialises");
+        if let Err(error) = writeln!(file, "{line}").and_then(|_| file.flush()) {
+            eprintln!("{}: cannot write the log: {error}", self.process);
+        }
+    }
+}
+
+fn set_claim(event: &mut Event, claim: &ClaimRef) {
+    event.job = Some(claim.job.clone());
+    event.attempt = Some(claim.attempt.clone());
+    event.runner = Some(claim.runner.clone());
+    event.fence = Some(claim.fence);
+}
+
+/// What a runner knows of its authority over the current attempt.
+struct Authority {
+    deadline: Mutex<Instant>,
+    lost: Mutex<Option<String>>,
+}
+
+impl Authority {
+    fn renew(&self, deadline: Instant) {
+        let mut current = self.deadline.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        *current = (*current).max(deadline);
+    }
+
+    fn lose(&self, why: String) {
+        self.lost.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get_or_insert(why);
+    }
+
+    fn deadline(&self) -> Instant {
+        *self.deadline.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Why the runner must stop, if it must.
+    fn lost(&self) -> Option<String> {
+        if let Some(why) = self.lost.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone() {
+            return Some(why);
+        }
+        (Instant::now() >= self.deadline()).then(|| "renewal deadline passed".to_string())
+    }
+}
+
+pub struct Runner {
+    config: RunnerConfig,
+    control: Client,
+    target: Client,
+    log: RunnerLog,
+}
+
+impl Runner {
+    pub fn new(config: RunnerConfig) -> std::io::Result<Runner> {
+        let timeout = Duration::from_millis(config.request_timeout_ms);
+        let control = Client::new(&config.control_url, Some(&config.token), timeout);
+        let target = Client::new(&config.target_url, None, timeout);
+        let log = RunnerLog::open(&config.id, config.log.as_deref())?;
+        Ok(Runner { config, control, target, log })
+    }
+
+    /// The runner's clock: wall time plus the configured offset. Diagnostic only.
+    fn observed_ms(&self) -> i64 {
+        let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        wall + self.config.clock_offset_ms
+    }
+
+    /// Claims and executes jobs until `jobs_max` is reached; errors on a definite refusal of a claim.
+    pub async fn run(&self) -> Result<(), ClientError> {
+        let mut done = 0u64;
+        while self.config.jobs_max.is_none_or(|max| done < max) {
+            match self.claim().await {
+                Ok(Some((grant, sent))) => {
+                    self.execute(grant, sent).await;
+                    done += 1;
+                }
+                Ok(None) => tokio::time::sleep(Duration::from_millis(self.config.poll_ms)).await,
+                Err(error) if error.is_transport() => tokio::time::sleep(Duration::from_millis(self.config.poll_ms)).await,
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks for a claim; a grant comes with the instant the request was sent.
+    async fn claim(&self) -> Result<Option<(Grant, Instant)>, ClientError> {
+        let sent = Instant::now();
+        let request = ClaimRequest { runner: self.config.id.clone(), observed_ms: self.observed_ms() };
+        self.log.record(EventType::Request, "claim", |event| {
+            event.runner = Some(request.runner.clone());
+            event.observed_ms = Some(request.observed_ms);
+        });
+        let answer = self.control.claim(&request).await;
+        self.log.record(answer_type(&answer), "claim", |event| {
+            event.runner = Some(request.runner.clone());
+            event.observed_ms = Some(request.observed_ms);
+            match &answer {
+                Ok(ClaimResponse { grant: Some(grant) }) => {
+                    set_claim(event, &grant.claim);
+                    event.key = Some(grant.deployment_key.clone());
+                    event.lease_expires_ms = Some(grant.lease_expires_ms);
+                    event.decision = Some(Decision::Accepted);
+                }
+                Ok(ClaimResponse { grant: None }) => event.reason = Some("none_claimable".into()),
+                Err(error) => event.reason = Some(error.to_string()),
+            }
+        });
+        answer.map(|response| response.grant.map(|grant| (grant, sent)))
+    }
+}
+
+/// Executing one claim.
+impl Runner {
+    async fn execute(&self, grant: Grant, sent: Instant) {
+        let lease = Duration::from_millis(grant.lease_ms.saturating_sub(self.config.renewal_margin_ms));
+        let authority = Arc::new(Authority { deadline: Mutex::new(sent + lease), lost: Mutex::new(None) });
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let heartbeats = self.heartbeats(grant.claim.clone(), lease, authority.clone(), stopped);
+        let (outcome, detail) = tokio::select! {
+            outcome = self.steps(&grant, &authority) => outcome,
+            _ = heartbeats => unreachable!("heartbeats end only when stopped"),
+        };
+        let _ = stop.send(true);
+        self.report(&grant.claim, outcome, detail).await;
+    }
+
+    /// Heartbeats every interval until stopped or definitely refused.
+    async fn heartbeats(&self, claim: ClaimRef, lease: Duration, authority: Arc<Authority>, stopped: tokio::sync::watch::Receiver<bool>) {
+        let interval = Duration::from_millis(self.config.heartbeat_interval_ms);
+        loop {
+            tokio::time::sleep(interval).await;
+            if *stopped.borrow() || authority.lost.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+                std::future::pending::<()>().await;
+            }
+            let sent = Instant::now();
+            let request = HeartbeatRequest { claim: claim.clone(), observed_ms: self.observed_ms() };
+            let answer = self.logged("heartbeat", &claim, request.observed_ms, None, self.control.heartbeat(&request)).await;
+            match answer {
+                Ok(verdict) if verdict.decision == Decision::Accepted => authority.renew(sent + lease),
+                Ok(verdict) => authority.lose(format!("heartbeat refused: {}", verdict.reason.unwrap_or_default())),
+                Err(error) if error.is_transport() => {}
+                Err(error) => authority.lose(format!("heartbeat refused: {error}")),
+            }
+        }
+    }
+
+    /// Sends a verdict request, logging the request and its answer (or its absence).
+    async fn logged(&self, f: &str, claim: &ClaimRef, observed_ms: i64, outcome: Option<Outcome>, send: impl std::future::Future<Output = Result<Verdict, ClientError>>) -> Result<Verdict, ClientError> {
+        let fill = |event: &mut Event| {
+            set_claim(event, claim);
+            event.observed_ms = Some(observed_ms);
+            event.outcome = outcome.map(|outcome| outcome.as_str().to_string());
+        };
+        self.log.record(EventType::Request, f, fill);
+        let answer = send.await;
+        self.log.record(answer_type(&answer), f, |event| {
+            fill(event);
+            match &answer {
+                Ok(verdict) => {
+                    event.decision = Some(verdict.decision);
+                    event.reason = verdict.reason.clone();
+                    event.lease_expires_ms = verdict.lease_expires_ms;
+                    event.value = Some(serde_json::json!({"ledger_seq": verdict.ledger_seq}));
+                }
+                Err(error) => event.reason = Some(error.to_string()),
+            }
+        });
+        answer
+    }
+
+    /// Runs every step while the runner holds authority; returns the outcome and why.
+    async fn steps(&self, grant: &Grant, authority: &Authority) -> (Outcome, Option<String>) {
+        for step in 0..grant.spec.steps {
+            if let Some(why) = authority.lost() {
+                return (Outcome::Failed, Some(format!("self-fenced before step {step}: {why}")));
+            }
+            let capability = match self.redeem(&grant.claim, authority).await {
+                Ok(capability) => capability,
+                Err(why) => return (Outcome::Failed, Some(format!("self-fenced before step {step}: {why}"))),
+            };
+            let request = StepRequest { capability, step, steps: grant.spec.steps, duration_ms: grant.spec.step_ms };
+            let deadline = authority.deadline();
+            let answer = tokio::select! {
+                answer = self.step(&grant.claim, &request) => answer,
+                _ = tokio::time::sleep_until(deadline) => return (Outcome::Failed, Some(format!("self-fenced during step {step}: renewal deadline passed"))),
+            };
+            match answer {
+                Ok(response) if response.record.applied => {}
+                Ok(response) => return (Outcome::Failed, Some(format!("target refused step {step}: {}", response.record.reason.unwrap_or_default()))),
+                Err(error) => return (Outcome::Failed, Some(format!("step {step} has no answer: {error}"))),
+            }
+        }
+        (Outcome::Succeeded, None)
+    }
+
+    /// Redeems a capability, retrying transport errors until the renewal deadline.
+    async fn redeem(&self, claim: &ClaimRef, authority: &Authority) -> Result<Capability, String> {
+        loop {
+            let request = CapabilityRequest { claim: claim.clone(), observed_ms: self.observed_ms() };
+            match self.logged("capability", claim, request.observed_ms, None, self.control.capability(&request)).await {
+                Ok(Verdict { capability: Some(capability), .. }) => return Ok(capability),
+                Ok(verdict) => {
+                    let why = format!("capability refused: {}", verdict.reason.unwrap_or_default());
+                    authority.lose(why.clone());
+                    return Err(why);
+                }
+                Err(error) if error.is_transport() => {}
+                Err(error) => return Err(format!("capability refused: {error}")),
+            }
+            if let Some(why) = authority.lost() {
+                return Err(why);
+            }
+            tokio::time::sleep(Duration::from_millis(self.config.poll_ms)).await;
+        }
+    }
+
+    async fn step(&self, claim: &ClaimRef, request: &StepRequest) -> Result<StepResponse, ClientError> {
+        let fill = |event: &mut Event| {
+            set_claim(event, claim);
+            event.key = Some(request.capability.deployment_key.clone());
+            event.value = Some(serde_json::json!({"step": request.step, "steps": request.steps}));
+        };
+        self.log.record(EventType::Request, "step", fill);
+        let answer = self.target.step(request).await;
+        self.log.record(answer_type(&answer), "step", |event| {
+            fill(event);
+            match &answer {
+                Ok(response) => {
+                    let decision = if response.record.applied { Decision::Accepted } else { Decision::Rejected };
+                    event.decision = Some(decision);
+                    event.reason = response.record.reason.clone();
+                }
+                Err(error) => event.reason = Some(error.to_string()),
+            }
+        });
+        answer
+    }
+
+    /// Reports the result, retrying transport errors a bounded number of times with backoff.
+    async fn report(&self, claim: &ClaimRef, outcome: Outcome, detail: Option<String>) {
+        let mut backoff = Duration::from_millis(100);
+        for _ in 0..self.config.result_tries_max {
+            let request = ResultRequest { claim: claim.clone(), outcome, observed_ms: self.observed_ms(), detail: detail.clone() };
+            let answer = self.logged("result", claim, request.observed_ms, Some(outcome), self.control.result(&request)).await;
+            match answer {
+                Err(error) if error.is_transport() => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                _ => return,
+            }
+        }
+    }
+}
+
+fn answer_type<T>(answer: &Result<T, ClientError>) -> EventType {
+    match answer {
+        Err(error) if error.is_transport() => EventType::Info,
+        _ => EventType::Response,
+    }
+}

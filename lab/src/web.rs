@@ -1,0 +1,91 @@
+//! HTTP plumbing shared by the control plane and the target: JSON bodies read with a size
+//! bound and clear errors, JSON error responses, bearer tokens, and serving with a clean stop.
+
+use axum::body::Body;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::de::DeserializeOwned;
+
+use crate::protocol::ErrorBody;
+
+/// Largest request body either server reads (64 KiB).
+pub const BODY_LIMIT_BYTES: usize = 64 * 1024;
+
+/// An error answered as `{"error", "code", "status"}`.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, code, message: message.into() }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = ErrorBody { error: self.message, code: self.code.to_string(), status: self.status };
+        (status, Json(body)).into_response()
+    }
+}
+
+/// Reads a JSON body of at most [`BODY_LIMIT_BYTES`] into `T`, naming what was wrong.
+pub async fn read_json<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Result<T, ApiError> {
+    let json = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("application/json"));
+    if !json {
+        return Err(ApiError::new(415, "unsupported_media_type", "send the body as `Content-Type: application/json`"));
+    }
+    let bytes = axum::body::to_bytes(body, BODY_LIMIT_BYTES).await.map_err(|_| {
+        ApiError::new(413, "body_too_large", format!("the body exceeds {BODY_LIMIT_BYTES} bytes or could not be read"))
+    })?;
+    serde_json::from_slice(&bytes).map_err(|error| {
+        let code = if error.is_syntax() || error.is_eof() { "malformed_json" } else { "invalid_body" };
+        ApiError::new(400, code, format!("request body: {error}"))
+    })
+}
+
+/// The bearer token of a request, or a 401.
+pub fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .filter(|token| !token.is_empty())
+        .ok_or_else(|| ApiError::new(401, "unauthorized", "send `Authorization: Bearer <token>`"))
+}
+
+pub async fn no_route() -> ApiError {
+    ApiError::new(404, "no_route", "no such endpoint; see docs/protocol.md")
+}
+
+pub async fn wrong_method() -> ApiError {
+    ApiError::new(405, "method_not_allowed", "this endpoint does not take that method; see docs/protocol.md")
+}
+
+/// Serves `router` on `listener` until `stop` resolves, then finishes in-flight requests.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router).with_graceful_shutdown(stop).await
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn termination() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
+    let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+}
