@@ -428,6 +428,7 @@ fn guard_sql(guard: &Guard) -> (Vec<String>, Vec<rusqlite::types::Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::AttemptState;
 
     #[test]
     fn guard_placeholders_follow_the_change() {

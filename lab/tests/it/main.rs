@@ -1,0 +1,8 @@
+//! The lab's integration tests: the rules at the store level with a controlled clock, the
+//! planted bugs, and the lab as real processes over loopback HTTP.
+
+mod bad_input;
+mod bugs;
+mod processes;
+mod rules;
+mod world;
