@@ -1,0 +1,67 @@
+//! Full job lifecycles against the control plane's SQLite store over loopback HTTP:
+//! submit, claim, capability, two heartbeats, result — by C concurrent runners.
+//! Prints lifecycles per second for each concurrency. Run: `cargo bench -p lab --bench lifecycle`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use lab::client::Client;
+use lab::demo::{LabOptions, LocalLab};
+use lab::protocol::*;
+
+/// How long each concurrency level runs.
+const MEASURE: Duration = Duration::from_secs(4);
+
+/// Each runner has a project of its own, so that its claims find exactly its jobs.
+async fn lifecycle(operator: &Client, runner: &Client, runner_id: &str, job: &str) {
+    let submit = SubmitJob { project: runner_id.into(), id: Some(job.into()), deployment_key: format!("key-{runner_id}"), spec: JobSpec { steps: 1, step_ms: 1 } };
+    operator.submit(&submit).await.expect("submit");
+    let grant = runner.claim(&ClaimRequest { runner: runner_id.into(), observed_ms: 0 }).await.expect("claim").grant.expect("a grant");
+    let claim = grant.claim;
+    runner.capability(&CapabilityRequest { claim: claim.clone(), observed_ms: 0 }).await.expect("capability");
+    for _ in 0..2 {
+        runner.heartbeat(&HeartbeatRequest { claim: claim.clone(), observed_ms: 0 }).await.expect("heartbeat");
+    }
+    let verdict = runner.result(&ResultRequest { claim, outcome: Outcome::Succeeded, observed_ms: 0, detail: None }).await.expect("result");
+    assert_eq!(verdict.decision, history::Decision::Accepted);
+}
+
+async fn measure(lab: &LocalLab, concurrency: usize, round: usize) -> f64 {
+    let mut tasks = Vec::new();
+    let started = Instant::now();
+    for index in 0..concurrency {
+        let runner_id = format!("c{concurrency}-r{index}");
+        lab.operator.create_project(&runner_id).await.expect("project");
+        let request = RegisterRunner { project: Some(runner_id.clone()), id: runner_id.clone() };
+        let token = lab.operator.register_runner(&request).await.expect("register").token;
+        let runner = lab.operator.with_token(&token);
+        let operator = lab.operator.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            while started.elapsed() < MEASURE {
+                lifecycle(&operator, &runner, &runner_id, &format!("{runner_id}-{round}-{done}")).await;
+                done += 1;
+            }
+            done
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.expect("a bench task");
+    }
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+#[tokio::main]
+async fn main() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut options = LabOptions::new(Path::new(env!("CARGO_BIN_EXE_fencelab-lab")), dir.path());
+    options.lease_ms = 30_000;
+    let lab = LocalLab::start(options).await.expect("lab starts");
+    println!("{:>12} {:>16}", "concurrency", "lifecycles/s");
+    for (round, concurrency) in [1, 4, 16].into_iter().enumerate() {
+        let rate = measure(&lab, concurrency, round).await;
+        println!("{concurrency:>12} {rate:>16.0}");
+    }
+    lab.shutdown().await;
+}
