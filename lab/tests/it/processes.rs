@@ -193,3 +193,29 @@ async fn target_refuses_a_forged_capability() {
     assert_eq!((record.applied, record.reason.as_deref()), (false, Some("bad_signature")));
     lab.shutdown().await;
 }
+
+/// The answers a runner sees over HTTP: 200 for accepted and duplicate, 409 with the
+/// reason for a refusal or a conflict, and nothing renewed by either.
+#[tokio::test(flavor = "multi_thread")]
+async fn verdicts_over_http_carry_status_and_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = LocalLab::start(options(dir.path(), 2_000, &[])).await.unwrap();
+    let runner = lab.register("r1").await.unwrap();
+    lab.submit("j", "k", JobSpec { steps: 1, step_ms: 1 }).await.unwrap();
+    let claim = run_directly(&lab, &runner, "r1").await;
+    let post = |path: &'static str, body: serde_json::Value| {
+        let runner = runner.clone();
+        async move { runner.raw(reqwest::Method::POST, path, Some(&body)).await.unwrap() }
+    };
+    let result = |outcome: &str| serde_json::json!({"job": claim.job, "attempt": claim.attempt, "runner": "r1", "fence": claim.fence, "outcome": outcome, "observed_ms": 0});
+    let (status, duplicate) = post("/v1/result", result("succeeded")).await;
+    assert_eq!((status, duplicate["decision"].as_str()), (200, Some("duplicate")));
+    let (status, conflict) = post("/v1/result", result("failed")).await;
+    assert_eq!((status, conflict["decision"].as_str(), conflict["reason"].as_str()), (409, Some("conflict"), Some("conflict")));
+    let heartbeat = serde_json::json!({"job": claim.job, "attempt": claim.attempt, "runner": "r1", "fence": claim.fence, "observed_ms": 0});
+    let (status, refused) = post("/v1/heartbeat", heartbeat).await;
+    assert_eq!((status, refused["decision"].as_str(), refused["reason"].as_str()), (409, Some("rejected"), Some("not_current")));
+    let view = lab.operator.job("j").await.unwrap();
+    assert_eq!((view.state, view.outcome), (JobState::Succeeded, Some(Outcome::Succeeded)));
+    lab.shutdown().await;
+}
