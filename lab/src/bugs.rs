@@ -92,6 +92,11 @@ impl FromStr for Bug {
     }
 }
 
+/// Every bug, one a line: its name, then the protection it removes.
+pub fn listing() -> String {
+    Bug::ALL.iter().map(|bug| format!("{:<28} {}\n", bug.name(), bug.removes())).collect()
+}
+
 /// The set of bugs switched on in one process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Bugs(BTreeSet<Bug>);
@@ -117,6 +122,16 @@ impl Bugs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listing_has_one_line_per_bug_naming_it_first() {
+        let listing = listing();
+        let lines: Vec<&str> = listing.lines().collect();
+        assert_eq!(lines.len(), Bug::ALL.len());
+        for (line, bug) in lines.iter().zip(Bug::ALL) {
+            assert!(line.starts_with(bug.name()) && line.ends_with(bug.removes()), "{line}");
+        }
+    }
 
     #[test]
     fn every_name_parses_back() {

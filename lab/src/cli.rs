@@ -139,9 +139,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Target(args) => target(args).await,
         Command::Runner(args) => runner(args).await,
         Command::Bugs => {
-            for bug in Bug::ALL {
-                println!("{:<28} {}", bug.name(), bug.removes());
-            }
+            print!("{}", crate::bugs::listing());
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo(args) => crate::demo::run(args).await,
