@@ -1,1 +1,5 @@
-fn main(){}
+//! The `fencelab` binary: a thin shell over `harness::cli`.
+
+fn main() -> std::process::ExitCode {
+    harness::cli::main()
+}

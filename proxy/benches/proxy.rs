@@ -1,0 +1,168 @@
+//! Benchmark: a proxied connection with no toxics against a direct loopback
+//! connection. Measures request/response round trips (p50, p99) and bulk
+//! one-way throughput, and prints a table. Run in release:
+//! `cargo bench -p proxy --bench proxy`.
+//!
+//! Targets from the issue: proxied p50 round trip at most 2x direct; proxied
+//! bulk throughput at least 1 GB/s.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const RTT_WARMUP: usize = 2_000;
+const RTT_SAMPLES: usize = 20_000;
+const RTT_MESSAGE_BYTES: usize = 64;
+const BULK_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+const BULK_WRITE_BYTES: usize = 256 * 1024;
+const BULK_RUNS: usize = 3;
+const BOUND: Duration = Duration::from_secs(120);
+
+/// Echoes every byte back, one task per connection.
+async fn echo_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            sock.set_nodelay(true).unwrap();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            if sock.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Reads until EOF, then answers one byte so the sender knows all arrived.
+async fn sink_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 256 * 1024];
+                while let Ok(n) = sock.read(&mut buf).await {
+                    if n == 0 {
+                        let _ = sock.write_all(b"k").await;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Round-trip times in microseconds: (p50, p99).
+async fn rtt(addr: SocketAddr) -> (f64, f64) {
+    let mut sock = TcpStream::connect(addr).await.unwrap();
+    sock.set_nodelay(true).unwrap();
+    let msg = vec![42u8; RTT_MESSAGE_BYTES];
+    let mut back = vec![0u8; RTT_MESSAGE_BYTES];
+    let mut samples = Vec::with_capacity(RTT_SAMPLES);
+    for i in 0..RTT_WARMUP + RTT_SAMPLES {
+        let start = Instant::now();
+        sock.write_all(&msg).await.unwrap();
+        sock.read_exact(&mut back).await.unwrap();
+        if i >= RTT_WARMUP {
+            samples.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    samples.sort_by(|a, b| a.total_cmp(b));
+    let pct = |p: f64| samples[((samples.len() - 1) as f64 * p) as usize];
+    (pct(0.50), pct(0.99))
+}
+
+/// One-way bulk throughput in GB/s (median of runs).
+async fn bulk(addr: SocketAddr) -> f64 {
+    let mut rates = Vec::with_capacity(BULK_RUNS);
+    let chunk = vec![7u8; BULK_WRITE_BYTES];
+    for _ in 0..BULK_RUNS {
+        let mut sock = TcpStream::connect(addr).await.unwrap();
+        let start = Instant::now();
+        let mut sent = 0u64;
+        while sent < BULK_BYTES {
+            sock.write_all(&chunk).await.unwrap();
+            sent += chunk.len() as u64;
+        }
+        sock.shutdown().await.unwrap();
+        let mut ack = [0u8; 1];
+        sock.read_exact(&mut ack).await.unwrap();
+        rates.push(sent as f64 / start.elapsed().as_secs_f64() / 1e9);
+    }
+    rates.sort_by(|a, b| a.total_cmp(b));
+    rates[rates.len() / 2]
+}
+
+async fn run() {
+    let server = proxy::start("127.0.0.1:0".parse().unwrap(), 1)
+        .await
+        .unwrap();
+    let client = proxy::Client::new(&server.url()).unwrap();
+    let echo = echo_server().await;
+    let sink = sink_server().await;
+    let echo_proxy = client
+        .create_proxy("echo", "127.0.0.1:0", &echo.to_string())
+        .await
+        .unwrap();
+    let sink_proxy = client
+        .create_proxy("sink", "127.0.0.1:0", &sink.to_string())
+        .await
+        .unwrap();
+    let (echo_via, sink_via) = (
+        echo_proxy.listen_addr().unwrap(),
+        sink_proxy.listen_addr().unwrap(),
+    );
+
+    let (d50, d99) = rtt(echo).await;
+    let (p50, p99) = rtt(echo_via).await;
+    let d_bulk = bulk(sink).await;
+    let p_bulk = bulk(sink_via).await;
+
+    println!(
+        "{:<10} {:>14} {:>14} {:>14}",
+        "path", "rtt p50 (us)", "rtt p99 (us)", "bulk (GB/s)"
+    );
+    println!(
+        "{:<10} {:>14.1} {:>14.1} {:>14.2}",
+        "direct", d50, d99, d_bulk
+    );
+    println!(
+        "{:<10} {:>14.1} {:>14.1} {:>14.2}",
+        "proxied", p50, p99, p_bulk
+    );
+    println!(
+        "ratio p50 proxied/direct = {:.2} (target <= 2.0); proxied bulk = {:.2} GB/s (target >= 1.0)",
+        p50 / d50,
+        p_bulk
+    );
+    server.shutdown().await;
+}
+
+fn main() {
+    // `cargo test --benches` passes --bench-less flags; only run when benchmarking.
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(BOUND, run())
+            .await
+            .expect("benchmark exceeded its bound");
+    });
+}

@@ -1,0 +1,624 @@
+//! The data path of one proxied connection: two pumps (client → server and
+//! server → client) that apply the toxics configured for their stream.
+//!
+//! A pump with no active toxic copies with a large buffer and no extra hop, so
+//! a clean proxy costs little. When toxics appear (the proxy's toxic set is
+//! watched, so changes reach live connections) the pump switches to a reader
+//! that timestamps chunks into a bounded queue and a writer that runs each chunk
+//! through the toxic chain. Every random choice comes from a ChaCha RNG derived
+//! from the server seed, the proxy, the connection index and the toxic name.
+
+use crate::toxic::{Stream, Toxic, ToxicKind};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{sleep_until, Instant};
+
+/// Copy buffer of the clean path.
+const FAST_BUF_BYTES: usize = 256 * 1024;
+/// Largest chunk read on the toxic path.
+const CHUNK_BYTES: usize = 32 * 1024;
+/// Chunks queued between reader and writer on the toxic path (bounds memory).
+const CHUNK_QUEUE: usize = 64;
+/// Longest wait for the upstream connect.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How far a paced stream may fall behind before its schedule restarts.
+const PACE_SLACK: Duration = Duration::from_millis(5);
+
+/// A toxic installed on a proxy, with an id that changes on every update so
+/// per-connection state (toxicity roll, counters) restarts with new settings.
+#[derive(Debug)]
+pub(crate) struct Installed {
+    pub uid: u64,
+    pub toxic: Toxic,
+}
+
+/// The toxics of one proxy, split by stream, in insertion order.
+#[derive(Debug, Default)]
+pub(crate) struct ToxicSet {
+    pub upstream: Vec<Arc<Installed>>,
+    pub downstream: Vec<Arc<Installed>>,
+}
+
+impl ToxicSet {
+    fn for_stream(&self, stream: Stream) -> &[Arc<Installed>] {
+        match stream {
+            Stream::Upstream => &self.upstream,
+            Stream::Downstream => &self.downstream,
+        }
+    }
+}
+
+/// What a connection needs to know about its proxy.
+#[derive(Clone)]
+pub(crate) struct ConnCtx {
+    pub seed: u64,
+    pub proxy: Arc<str>,
+    pub conn_index: u64,
+    pub upstream: Arc<str>,
+    pub toxics: watch::Receiver<Arc<ToxicSet>>,
+}
+
+/// How a pump ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Source reached EOF; the FIN was forwarded.
+    Eof,
+    /// A toxic closed the connection.
+    Close,
+    /// A toxic reset the connection (RST).
+    Reset,
+}
+
+/// Serves one accepted client connection until both directions end.
+pub(crate) async fn run_connection(client: TcpStream, ctx: ConnCtx) {
+    let connect = TcpStream::connect(&*ctx.upstream);
+    let server = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Ok(Ok(s)) => s,
+        _ => return, // dropping the client closes it, as Toxiproxy does
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (mut client_rd, mut client_wr) = client.into_split();
+    let (mut server_rd, mut server_wr) = server.into_split();
+    let outcome = {
+        let up = pump(&mut client_rd, &mut server_wr, Stream::Upstream, &ctx);
+        let down = pump(&mut server_rd, &mut client_wr, Stream::Downstream, &ctx);
+        both_directions(up, down).await
+    };
+    if outcome == Some(End::Reset) {
+        // Reunited streams close without the write half's FIN; linger 0 makes it an RST.
+        for (rd, wr) in [(client_rd, client_wr), (server_rd, server_wr)] {
+            if let Ok(sock) = rd.reunite(wr) {
+                let _ = sock.set_zero_linger();
+            }
+        }
+    }
+}
+
+/// Drives both pumps until both reach EOF (None) or one ends otherwise.
+async fn both_directions(
+    up: impl std::future::Future<Output = io::Result<End>>,
+    down: impl std::future::Future<Output = io::Result<End>>,
+) -> Option<End> {
+    tokio::pin!(up, down);
+    let (mut up_done, mut down_done) = (false, false);
+    while !(up_done && down_done) {
+        let result = tokio::select! {
+            r = &mut up, if !up_done => { up_done = true; r }
+            r = &mut down, if !down_done => { down_done = true; r }
+        };
+        match result {
+            Ok(End::Eof) => {}
+            Ok(end) => return Some(end),
+            Err(_) => return Some(End::Close),
+        }
+    }
+    None
+}
+
+/// Waits for a change of the toxic set; never resolves if the proxy is gone.
+async fn toxics_changed(rx: &mut watch::Receiver<Arc<ToxicSet>>) {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// One direction of a connection.
+async fn pump(
+    rd: &mut OwnedReadHalf,
+    wr: &mut OwnedWriteHalf,
+    stream: Stream,
+    ctx: &ConnCtx,
+) -> io::Result<End> {
+    let mut toxics = ctx.toxics.clone();
+    let mut state = DirState::new(ctx, stream);
+    let mut buf = vec![0u8; FAST_BUF_BYTES];
+    loop {
+        let set = toxics.borrow_and_update().clone();
+        let chain = state.active(set.for_stream(stream));
+        let end = if chain.is_empty() {
+            clean_copy(rd, wr, &mut buf, &mut toxics).await?
+        } else {
+            toxic_copy(rd, wr, &mut toxics, &mut state).await?
+        };
+        match end {
+            Step::Again => continue,
+            Step::Done(End::Eof) => {
+                let _ = wr.shutdown().await;
+                return Ok(End::Eof);
+            }
+            Step::Done(end) => return Ok(end),
+        }
+    }
+}
+
+/// Result of one mode of a pump.
+enum Step {
+    /// The toxic set changed (or drained): choose the mode again.
+    Again,
+    Done(End),
+}
+
+/// The clean path: plain copy until EOF or a toxic change.
+async fn clean_copy(
+    rd: &mut OwnedReadHalf,
+    wr: &mut OwnedWriteHalf,
+    buf: &mut [u8],
+    toxics: &mut watch::Receiver<Arc<ToxicSet>>,
+) -> io::Result<Step> {
+    loop {
+        let n = tokio::select! {
+            biased;
+            r = rd.read(buf) => r?,
+            _ = toxics_changed(toxics) => return Ok(Step::Again),
+        };
+        if n == 0 {
+            return Ok(Step::Done(End::Eof));
+        }
+        wr.write_all(&buf[..n]).await?;
+    }
+}
+
+/// A chunk read from the source, stamped with its arrival time.
+struct Chunk {
+    data: Vec<u8>,
+    arrived: Instant,
+}
+
+/// The toxic path: a reader feeding a bounded queue and a writer applying toxics.
+async fn toxic_copy(
+    rd: &mut OwnedReadHalf,
+    wr: &mut OwnedWriteHalf,
+    toxics: &mut watch::Receiver<Arc<ToxicSet>>,
+    state: &mut DirState,
+) -> io::Result<Step> {
+    let (tx, mut rx) = mpsc::channel::<Chunk>(CHUNK_QUEUE);
+    let reader = read_chunks(rd, tx);
+    let writer = write_chunks(wr, &mut rx, toxics, state);
+    tokio::pin!(reader, writer);
+    let mut reader_done = false;
+    loop {
+        tokio::select! {
+            r = &mut reader, if !reader_done => { r?; reader_done = true; }
+            w = &mut writer => return w,
+        }
+    }
+}
+
+/// Reads chunks into the queue until EOF. Takes a queue slot before reading so
+/// that cancelling it (on a switch back to the clean path) never loses data.
+async fn read_chunks(rd: &mut OwnedReadHalf, tx: mpsc::Sender<Chunk>) -> io::Result<()> {
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    loop {
+        let Ok(permit) = tx.reserve().await else {
+            return Ok(());
+        };
+        let n = rd.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(()); // dropping `tx` tells the writer about EOF
+        }
+        permit.send(Chunk {
+            data: buf[..n].to_vec(),
+            arrived: Instant::now(),
+        });
+    }
+}
+
+/// Applies the chain to queued chunks; reacts to toxic changes and deadlines.
+async fn write_chunks(
+    wr: &mut OwnedWriteHalf,
+    rx: &mut mpsc::Receiver<Chunk>,
+    toxics: &mut watch::Receiver<Arc<ToxicSet>>,
+    state: &mut DirState,
+) -> io::Result<Step> {
+    loop {
+        let set = toxics.borrow_and_update().clone();
+        let chain = state.active(set.for_stream(state.stream));
+        if chain.is_empty() && rx.is_empty() {
+            return Ok(Step::Again);
+        }
+        let deadline = state.deadline(&chain);
+        let far = Instant::now() + Duration::from_secs(86_400);
+        tokio::select! {
+            biased;
+            _ = sleep_until(deadline.map_or(far, |d| d.0)), if deadline.is_some() => {
+                return Ok(Step::Done(deadline.map_or(End::Close, |d| d.1)));
+            }
+            _ = toxics_changed(toxics) => continue,
+            chunk = rx.recv() => match chunk {
+                Some(chunk) => {
+                    if let Some(end) = state.apply(&chain, chunk, wr).await? {
+                        return Ok(Step::Done(end));
+                    }
+                }
+                None => return state.finish(&chain).await.map(Step::Done),
+            },
+        }
+    }
+}
+
+/// Per-connection state of one toxic.
+struct ToxicState {
+    active: bool,
+    rng: ChaCha8Rng,
+    /// When the toxic started on this connection, or last dropped data (timeout).
+    timer_from: Instant,
+    /// Bytes passed so far (limit_data).
+    passed_bytes: u64,
+    /// When a reset_peer toxic fires, once triggered by data.
+    reset_at: Option<Instant>,
+}
+
+/// Per-direction state of a connection: toxic states and the pacing clock.
+struct DirState {
+    stream: Stream,
+    seed: u64,
+    proxy: Arc<str>,
+    conn_index: u64,
+    toxics: HashMap<u64, ToxicState>,
+    paced_until: Instant,
+}
+
+/// A piece of a chunk and the pause to take before writing it.
+struct Piece {
+    data: Vec<u8>,
+    gap: Duration,
+}
+
+impl DirState {
+    fn new(ctx: &ConnCtx, stream: Stream) -> Self {
+        DirState {
+            stream,
+            seed: ctx.seed,
+            proxy: ctx.proxy.clone(),
+            conn_index: ctx.conn_index,
+            toxics: HashMap::new(),
+            paced_until: Instant::now(),
+        }
+    }
+
+    /// The toxics of `chain` that apply to this connection (toxicity is rolled
+    /// once per connection and toxic), creating state for new ones.
+    fn active(&mut self, chain: &[Arc<Installed>]) -> Vec<Arc<Installed>> {
+        self.toxics
+            .retain(|uid, _| chain.iter().any(|t| t.uid == *uid));
+        let mut out = Vec::with_capacity(chain.len());
+        for t in chain {
+            let seed = derive_seed(
+                self.seed,
+                &self.proxy,
+                self.conn_index,
+                self.stream,
+                &t.toxic.name,
+            );
+            let st = self.toxics.entry(t.uid).or_insert_with(|| {
+                let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                let roll: f32 = rng.gen();
+                ToxicState {
+                    active: t.toxic.toxicity >= 1.0 || roll < t.toxic.toxicity,
+                    rng,
+                    timer_from: Instant::now(),
+                    passed_bytes: 0,
+                    reset_at: None,
+                }
+            });
+            if st.active {
+                out.push(t.clone());
+            }
+        }
+        out
+    }
+
+    /// The earliest time-driven event of the chain: a timeout close or a reset.
+    fn deadline(&self, chain: &[Arc<Installed>]) -> Option<(Instant, End)> {
+        let mut best: Option<(Instant, End)> = None;
+        for t in chain {
+            let Some(st) = self.toxics.get(&t.uid) else {
+                continue;
+            };
+            let event = match t.toxic.kind {
+                ToxicKind::Timeout { timeout_ms } if timeout_ms > 0 => Some((
+                    st.timer_from + Duration::from_millis(timeout_ms),
+                    End::Close,
+                )),
+                ToxicKind::ResetPeer { .. } => st.reset_at.map(|at| (at, End::Reset)),
+                _ => None,
+            };
+            if let Some(ev) = event {
+                if !matches!(best, Some(b) if b.0 <= ev.0) {
+                    best = Some(ev);
+                }
+            }
+        }
+        best
+    }
+
+    /// Runs one chunk through the chain and writes what survives.
+    async fn apply(
+        &mut self,
+        chain: &[Arc<Installed>],
+        chunk: Chunk,
+        wr: &mut OwnedWriteHalf,
+    ) -> io::Result<Option<End>> {
+        let mut pieces = vec![Piece {
+            data: chunk.data,
+            gap: Duration::ZERO,
+        }];
+        let mut close_after = false;
+        for t in chain {
+            let Some(st) = self.toxics.get_mut(&t.uid) else {
+                continue;
+            };
+            match t.toxic.kind {
+                ToxicKind::Noop | ToxicKind::SlowClose { .. } => {}
+                ToxicKind::Latency {
+                    latency_ms,
+                    jitter_ms,
+                } => {
+                    let delay_ms = jittered_ms(&mut st.rng, latency_ms, jitter_ms);
+                    sleep_until(chunk.arrived + Duration::from_millis(delay_ms)).await;
+                }
+                ToxicKind::Timeout { .. } => {
+                    st.timer_from = Instant::now();
+                    return Ok(None); // data is dropped on the floor
+                }
+                ToxicKind::ResetPeer { timeout_ms } => {
+                    if st.reset_at.is_none() {
+                        st.reset_at = Some(Instant::now() + Duration::from_millis(timeout_ms));
+                    }
+                    return Ok(None);
+                }
+                ToxicKind::LimitData { bytes } => {
+                    close_after |= limit(&mut pieces, &mut st.passed_bytes, bytes);
+                }
+                ToxicKind::Bandwidth { rate_kbps } => pieces = pace(pieces, rate_kbps),
+                ToxicKind::Slicer {
+                    average_size_bytes,
+                    size_variation_bytes,
+                    delay_us,
+                } => {
+                    let sizes = (average_size_bytes, size_variation_bytes);
+                    pieces = slice(pieces, sizes, delay_us, &mut st.rng);
+                }
+            }
+        }
+        self.write_pieces(pieces, wr).await?;
+        Ok(close_after.then_some(End::Close))
+    }
+
+    /// Writes pieces, pausing before each by its gap on a schedule that does
+    /// not accumulate timer overshoot.
+    async fn write_pieces(
+        &mut self,
+        pieces: Vec<Piece>,
+        wr: &mut OwnedWriteHalf,
+    ) -> io::Result<()> {
+        for piece in pieces {
+            if !piece.gap.is_zero() {
+                let now = Instant::now();
+                let base = self
+                    .paced_until
+                    .max(now.checked_sub(PACE_SLACK).unwrap_or(now));
+                self.paced_until = base + piece.gap;
+                sleep_until(self.paced_until).await;
+            }
+            if !piece.data.is_empty() {
+                wr.write_all(&piece.data).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Handles EOF of the source: a reset_peer toxic triggers on it (as on data),
+    /// a timeout toxic swallows it, slow_close delays the FIN.
+    async fn finish(&mut self, chain: &[Arc<Installed>]) -> io::Result<End> {
+        for t in chain {
+            match t.toxic.kind {
+                ToxicKind::ResetPeer { timeout_ms } => {
+                    let at = self.toxics.get(&t.uid).and_then(|s| s.reset_at);
+                    let at =
+                        at.unwrap_or_else(|| Instant::now() + Duration::from_millis(timeout_ms));
+                    sleep_until(at).await;
+                    return Ok(End::Reset);
+                }
+                ToxicKind::Timeout { timeout_ms } => {
+                    if timeout_ms == 0 {
+                        std::future::pending::<()>().await;
+                    }
+                    let from = self
+                        .toxics
+                        .get(&t.uid)
+                        .map_or(Instant::now(), |s| s.timer_from);
+                    sleep_until(from + Duration::from_millis(timeout_ms)).await;
+                    return Ok(End::Close);
+                }
+                ToxicKind::SlowClose { delay_ms } => {
+                    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                }
+                _ => {}
+            }
+        }
+        Ok(End::Eof)
+    }
+}
+
+/// latency ± jitter, uniformly, never below zero.
+fn jittered_ms(rng: &mut ChaCha8Rng, latency_ms: u64, jitter_ms: u64) -> u64 {
+    if jitter_ms == 0 {
+        return latency_ms;
+    }
+    let offset = rng.gen_range(0..=2 * jitter_ms) as i128 - jitter_ms as i128;
+    (latency_ms as i128 + offset).max(0) as u64
+}
+
+/// Keeps at most `limit_bytes - passed` bytes; true once the limit is reached.
+fn limit(pieces: &mut Vec<Piece>, passed: &mut u64, limit_bytes: u64) -> bool {
+    let mut kept = Vec::with_capacity(pieces.len());
+    for mut piece in pieces.drain(..) {
+        let room = limit_bytes.saturating_sub(*passed);
+        if room == 0 {
+            break;
+        }
+        let take = (piece.data.len() as u64).min(room) as usize;
+        piece.data.truncate(take);
+        *passed += take as u64;
+        kept.push(piece);
+    }
+    *pieces = kept;
+    *passed >= limit_bytes
+}
+
+/// Splits pieces into ≤100 ms portions and gives each its transmission time.
+fn pace(pieces: Vec<Piece>, rate_kbps: u64) -> Vec<Piece> {
+    if rate_kbps == 0 {
+        return pieces;
+    }
+    let bytes_per_sec = rate_kbps.saturating_mul(1000);
+    let portion = (bytes_per_sec / 10).max(1) as usize;
+    let mut out = Vec::new();
+    for piece in pieces {
+        let mut first = true;
+        for part in piece.data.chunks(portion) {
+            let secs = part.len() as f64 / bytes_per_sec as f64;
+            let extra = if first { piece.gap } else { Duration::ZERO };
+            first = false;
+            out.push(Piece {
+                data: part.to_vec(),
+                gap: extra + Duration::from_secs_f64(secs),
+            });
+        }
+    }
+    out
+}
+
+/// Splits pieces into slices of average ± variation bytes, `delay_us` apart.
+fn slice(pieces: Vec<Piece>, sizes: (u64, u64), delay_us: u64, rng: &mut ChaCha8Rng) -> Vec<Piece> {
+    let (average, variation) = sizes;
+    let variation = variation.min(average.saturating_sub(1));
+    let mut out = Vec::new();
+    for piece in pieces {
+        let mut rest = &piece.data[..];
+        let mut gap = piece.gap;
+        while !rest.is_empty() {
+            let size = if variation == 0 {
+                average
+            } else {
+                average - variation + rng.gen_range(0..=2 * variation)
+            };
+            let take = (size.max(1) as usize).min(rest.len());
+            out.push(Piece {
+                data: rest[..take].to_vec(),
+                gap,
+            });
+            rest = &rest[take..];
+            gap = Duration::from_micros(delay_us);
+        }
+    }
+    out
+}
+
+/// A stable 64-bit seed for one toxic on one connection direction (FNV-1a over
+/// the identifying parts, then the run seed mixed in).
+fn derive_seed(seed: u64, proxy: &str, conn_index: u64, stream: Stream, toxic: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    };
+    eat(&seed.to_le_bytes());
+    eat(proxy.as_bytes());
+    eat(&conn_index.to_le_bytes());
+    eat(stream.as_str().as_bytes());
+    eat(toxic.as_bytes());
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(n: usize) -> Piece {
+        Piece {
+            data: vec![7; n],
+            gap: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn limit_keeps_exactly_the_budget() {
+        let mut passed = 0;
+        let mut pieces = vec![piece(6), piece(6)];
+        assert!(!limit(&mut pieces, &mut passed, 20));
+        assert_eq!(passed, 12);
+        let mut pieces = vec![piece(6), piece(6)];
+        assert!(limit(&mut pieces, &mut passed, 20));
+        let kept: usize = pieces.iter().map(|p| p.data.len()).sum();
+        assert_eq!(kept, 8);
+    }
+
+    #[test]
+    fn slicer_covers_the_input_in_bounded_slices() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let out = slice(vec![piece(1000)], (10, 4), 3, &mut rng);
+        assert_eq!(out.iter().map(|p| p.data.len()).sum::<usize>(), 1000);
+        assert!(out.iter().all(|p| p.data.len() <= 14));
+        assert!(out[..out.len() - 1].iter().all(|p| p.data.len() >= 6));
+        assert!(out.len() > 60);
+        assert_eq!(out[1].gap, Duration::from_micros(3));
+    }
+
+    #[test]
+    fn pacing_sums_to_rate() {
+        let out = pace(vec![piece(250_000)], 100);
+        let total: Duration = out.iter().map(|p| p.gap).sum();
+        assert!((total.as_secs_f64() - 2.5).abs() < 0.01, "{total:?}");
+        assert!(out.iter().all(|p| p.data.len() <= 10_000));
+    }
+
+    #[test]
+    fn jitter_stays_in_range_and_is_seeded() {
+        let mut a = ChaCha8Rng::seed_from_u64(derive_seed(9, "p", 0, Stream::Upstream, "l"));
+        let mut b = ChaCha8Rng::seed_from_u64(derive_seed(9, "p", 0, Stream::Upstream, "l"));
+        for _ in 0..100 {
+            let x = jittered_ms(&mut a, 100, 20);
+            assert!((80..=120).contains(&x));
+            assert_eq!(x, jittered_ms(&mut b, 100, 20));
+        }
+        assert_ne!(
+            derive_seed(9, "p", 0, Stream::Upstream, "l"),
+            derive_seed(10, "p", 0, Stream::Upstream, "l")
+        );
+    }
+}

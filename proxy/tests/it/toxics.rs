@@ -1,0 +1,383 @@
+//! Toxics over real loopback TCP: each toxic's observable effect, measured
+//! with generous tolerances, and the clean path's integrity.
+
+use crate::support::*;
+use rand::{Rng, SeedableRng};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn connect(addr: std::net::SocketAddr) -> TcpStream {
+    let sock = step("connect", TcpStream::connect(addr)).await.unwrap();
+    sock.set_nodelay(true).unwrap();
+    sock
+}
+
+/// Median of a few round trips.
+async fn median_rtt(sock: &mut TcpStream, samples: usize) -> Duration {
+    let mut v = Vec::with_capacity(samples);
+    for i in 0..samples {
+        v.push(round_trip(sock, format!("ping {i}").as_bytes()).await);
+    }
+    v.sort();
+    v[samples / 2]
+}
+
+#[tokio::test]
+async fn clean_proxy_loses_duplicates_and_reorders_nothing() {
+    bounded(async {
+        let s = server().await;
+        let listen = make_proxy(&s.url(), "clean", echo_upstream().await).await;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        let payload: Vec<u8> = (0..8 * 1024 * 1024).map(|_| rng.gen()).collect();
+        let sock = connect(listen).await;
+        let (mut rd, mut wr) = sock.into_split();
+        let sent = payload.clone();
+        let writer = tokio::spawn(async move {
+            for piece in sent.chunks(10_007) {
+                wr.write_all(piece).await.unwrap();
+            }
+            wr.shutdown().await.unwrap();
+        });
+        let mut back = Vec::with_capacity(payload.len());
+        step("echo all", rd.read_to_end(&mut back)).await.unwrap();
+        writer.await.unwrap();
+        assert_eq!(back.len(), payload.len());
+        assert!(back == payload, "payload corrupted through the proxy");
+        s.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn latency_delays_each_round_trip() {
+    bounded(async {
+        let s = server().await;
+        let listen = make_proxy(&s.url(), "lat", echo_upstream().await).await;
+        let mut sock = connect(listen).await;
+        let base = median_rtt(&mut sock, 5).await;
+        assert!(base < Duration::from_millis(50), "clean rtt {base:?}");
+        // Added to a live connection: toxics reach existing connections.
+        add_toxic(
+            &s.url(),
+            "lat",
+            r#"{"type":"latency","attributes":{"latency":100,"jitter":10}}"#,
+        )
+        .await;
+        add_toxic(
+            &s.url(),
+            "lat",
+            r#"{"type":"latency","stream":"upstream","attributes":{"latency":50}}"#,
+        )
+        .await;
+        let slow = median_rtt(&mut sock, 5).await;
+        assert!(slow >= Duration::from_millis(140), "rtt {slow:?}");
+        assert!(slow < Duration::from_millis(400), "rtt {slow:?}");
+        call(
+            &s.url(),
+            "DELETE",
+            "/proxies/lat/toxics/latency_downstream",
+            None,
+        )
+        .await;
+        call(
+            &s.url(),
+            "DELETE",
+            "/proxies/lat/toxics/latency_upstream",
+            None,
+        )
+        .await;
+        let again = median_rtt(&mut sock, 5).await;
+        assert!(
+            again < Duration::from_millis(50),
+            "rtt after removal {again:?}"
+        );
+        s.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn latency_does_not_accumulate_over_a_stream() {
+    bounded(async {
+        let s = server().await;
+        let payload = vec![5u8; 2 * 1024 * 1024];
+        let up = sending_upstream(payload.clone()).await;
+        let listen = make_proxy(&s.url(), "stream", up).await;
+        add_toxic(
+            &s.url(),
+            "stream",
+            r#"{"type":"latency","attributes":{"latency":100}}"#,
+        )
+        .await;
+        let mut sock = connect(listen).await;
+        let start = Instant::now();
+        let (data, err) = step("read stream", read_to_end(&mut sock)).await;
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(data, payload);
+        let took = start.elapsed();
+        // Every chunk is delayed 100ms from its arrival, not 100ms after the previous one.
+        assert!(
+            took >= Duration::from_millis(90) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        s.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn toxicity_zero_never_applies() {
+    bounded(async {
+        let s = server().await;
+        let listen = make_proxy(&s.url(), "tox0", echo_upstream().await).await;
+        add_toxic(
+            &s.url(),
+            "tox0",
+            r#"{"type":"latency","toxicity":0,"attributes":{"latency":500}}"#,
+        )
+        .await;
+        let mut sock = connect(listen).await;
+        let rtt = median_rtt(&mut sock, 3).await;
+        assert!(rtt < Duration::from_millis(200), "{rtt:?}");
+        s.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn timeout_zero_blackholes_and_holds_the_connection() {
+    bounded(async {
+        let s = server().await;
+        let listen = make_proxy(&s.url(), "hole", echo_upstream().await).await;
+        add_toxic(
+            &s.url(),
+            "hole",
+            r#"{"type":"timeout","stream":"upstream","attributes":{"timeout":0}}"#,
+        )
+        .await;
+        let mut sock = connect(listen).await;
+        sock.write_all(b"anyone there?").await.unwrap();
+        let mut buf = [0u8; 64];
+        let waited = tokio::time::timeout(Duration::from_millis(700), sock.read(&mut buf)).await;
+        assert!(waited.is_err(), "expected silence, got {waited:?}");
+        // Removing it restores the path for new data; the dropped bytes stay lost.
+        call(
+            &s.url(),
+            "DELETE",
+            "/proxies/hole/toxics/timeout_upstream",
+            None,
+        )
+        .await;
+        round_trip(&mut sock, b"back").await;
+        s.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn timeout_closes_after_its_delay() {
+    bounded(async {
+        let s = server().await;
+        let listen = make_proxy(&s.url(), "to", echo_upstream().await).await;
+        let mut sock = connect(listen).await;
+        round_trip(&mut sock, b"before").await;
+        let start = Instant::now();
+        add_toxic(
+            &s.url(),
+            "to",
+            r#"{"type":"timeout","attributes":{"timeout":300}}"#,
+        )
+        .await;
+        sock.write_all(b"dropped").await.unwrap();
+        let (data, _) = step("closed by timeout", read_to_end(&mut sock)).await;
+        let took = start.elapsed();
+        assert!(data.is_empty(), "data passed a timeout toxic: {data:?}");
+        assert!(
+            took >= Duration::from_millis(250) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        s.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn reset_peer_resets_the_connection() {
+    bounded(async {
+        let s = server().await;
+        let listen = make_proxy(&s.url(), "rst", echo_upstream().await).await;
+        add_toxic(
+            &s.url(),
+            "rst",
+            r#"{"type":"reset_peer","stream":"upstream","attributes":{"timeout":200}}"#,
+        )
+        .await;
+        let mut sock = connect(listen).await;
+        let start = Instant::now();
+        sock.write_all(b"trigger").await.unwrap();
+        let (data, err) = step("reset", read_to_end(&mut sock)).await;
+        let took = start.elapsed();
+        assert!(data.is_empty(), "{data:?}");
+        let kind = err.expect("a reset, not a clean close").kind();
+        assert_eq!(kind, std::io::ErrorKind::ConnectionReset);
+        assert!(
+            took >= Duration::from_millis(150) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        s.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn disabling_closes_connections_and_refuses_new_ones() {
+    bounded(async {
+        let s = server().await;
+        let listen = make_proxy(&s.url(), "off", echo_upstream().await).await;
+        let mut sock = connect(listen).await;
+        round_trip(&mut sock, b"up").await;
+        call(
+            &s.url(),
+            "POST",
+            "/proxies/off",
+            Some(r#"{"enabled":false}"#),
+        )
+        .await;
+        let (data, _) = step("closed on disable", read_to_end(&mut sock)).await;
+        assert!(data.is_empty());
+        assert!(!accepts(listen).await);
+        call(
+            &s.url(),
+            "POST",
+            "/proxies/off",
+            Some(r#"{"enabled":true}"#),
+        )
+        .await;
+        let mut sock = connect(listen).await;
+        round_trip(&mut sock, b"again").await;
+        s.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn limit_data_closes_after_n_bytes() {
+    bounded(async {
+        let s = server().await;
+        let payload: Vec<u8> = (0..50_000u32).map(|i| i as u8).collect();
+        let listen = make_proxy(&s.url(), "lim", sending_upstream(payload.clone()).await).await;
+        add_toxic(
+            &s.url(),
+            "lim",
+            r#"{"type":"limit_data","attributes":{"bytes":1000}}"#,
+        )
+        .await;
+        let mut sock = connect(listen).await;
+        let (data, _) = step("limited read", read_to_end(&mut sock)).await;
+        assert_eq!(data.len(), 1000);
+        assert_eq!(&data[..], &payload[..1000]);
+        s.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bandwidth_is_near_its_rate() {
+    bounded(async {
+        let s = server().await;
+        let payload = vec![1u8; 200_000];
+        let listen = make_proxy(&s.url(), "bw", sending_upstream(payload.clone()).await).await;
+        add_toxic(
+            &s.url(),
+            "bw",
+            r#"{"type":"bandwidth","attributes":{"rate":200}}"#,
+        )
+        .await;
+        let mut sock = connect(listen).await;
+        let start = Instant::now();
+        let (data, err) = step("throttled read", read_to_end(&mut sock)).await;
+        let took = start.elapsed();
+        assert!(err.is_none());
+        assert_eq!(data.len(), payload.len());
+        // 200 KB at 200 KB/s: about one second.
+        assert!(
+            took >= Duration::from_millis(800) && took < Duration::from_millis(2500),
+            "{took:?}"
+        );
+        s.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn slicer_splits_writes_into_small_slices() {
+    bounded(async {
+        let s = server().await;
+        let payload: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+        let listen = make_proxy(&s.url(), "sl", sending_upstream(payload.clone()).await).await;
+        let toxic =
+            r#"{"type":"slicer","attributes":{"average_size":10,"size_variation":5,"delay":2000}}"#;
+        add_toxic(&s.url(), "sl", toxic).await;
+        let mut sock = connect(listen).await;
+        let mut reads = 0;
+        let mut data = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = step("slice", sock.read(&mut buf)).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            reads += 1;
+            data.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(data, payload);
+        assert!(
+            reads >= 20,
+            "only {reads} reads for 1000 bytes in ~10-byte slices"
+        );
+        s.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn slow_close_delays_the_fin() {
+    bounded(async {
+        let s = server().await;
+        let listen = make_proxy(&s.url(), "sc", sending_upstream(b"bye".to_vec()).await).await;
+        add_toxic(
+            &s.url(),
+            "sc",
+            r#"{"type":"slow_close","attributes":{"delay":400}}"#,
+        )
+        .await;
+        let mut sock = connect(listen).await;
+        let start = Instant::now();
+        let (data, _) = step("slow close", read_to_end(&mut sock)).await;
+        let took = start.elapsed();
+        assert_eq!(data, b"bye");
+        assert!(
+            took >= Duration::from_millis(350) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        s.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn noop_passes_data() {
+    bounded(async {
+        let s = server().await;
+        let listen = make_proxy(&s.url(), "nop", echo_upstream().await).await;
+        add_toxic(&s.url(), "nop", r#"{"type":"noop","stream":"upstream"}"#).await;
+        add_toxic(&s.url(), "nop", r#"{"type":"noop"}"#).await;
+        let mut sock = connect(listen).await;
+        for i in 0..50 {
+            round_trip(&mut sock, format!("message {i}").as_bytes()).await;
+        }
+        s.shutdown().await;
+    })
+    .await;
+}
