@@ -98,10 +98,17 @@ impl LocalLab {
 
     /// Registers and starts a runner process with extra flags.
     pub async fn spawn_runner(&mut self, id: &str, extra: &[String]) -> anyhow::Result<()> {
+        let (control, target) = (self.control_url(), self.target_url());
+        self.spawn_runner_at(id, &control, &target, extra).await
+    }
+
+    /// Registers and starts a runner that reaches the control plane and the target at the
+    /// given URLs (for instance through fault proxies).
+    pub async fn spawn_runner_at(&mut self, id: &str, control_url: &str, target_url: &str, extra: &[String]) -> anyhow::Result<()> {
         let request = RegisterRunner { project: Some(PROJECT.to_string()), id: id.to_string() };
         let token = self.operator.register_runner(&request).await?.token;
         let mut args = vec!["runner".to_string(), format!("--id={id}"), format!("--token={token}")];
-        args.extend([format!("--control-url={}", self.control_url()), format!("--target-url={}", self.target_url())]);
+        args.extend([format!("--control-url={control_url}"), format!("--target-url={target_url}")]);
         args.push(format!("--log={}", self.options.dir.join(format!("runner-{id}.jsonl")).display()));
         args.extend(extra.iter().cloned());
         let command = launch::command(&self.options.program, &args, Some(&self.options.dir.join(format!("runner-{id}.log"))))?;

@@ -195,6 +195,7 @@ async fn steps(State(target): State<Shared>, query: Result<Query<StepsQuery>, ax
     Ok(Json(target.steps_after(query.after, query.limit.clamp(1, 100_000))))
 }
 
-async fn deployment(State(target): State<Shared>, Path(key): Path<String>) -> Result<Json<Deployment>, ApiError> {
+async fn deployment(State(target): State<Shared>, key: Result<Path<String>, axum::extract::rejection::PathRejection>) -> Result<Json<Deployment>, ApiError> {
+    let Path(key) = key.map_err(|error| ApiError::new(400, "invalid_path", error.body_text()))?;
     target.deployment(&key).map(Json).ok_or_else(|| ApiError::new(404, "unknown_deployment", format!("no step has touched `{key}`")))
 }

@@ -46,10 +46,15 @@ pub async fn read_json<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> 
     let bytes = axum::body::to_bytes(body, BODY_LIMIT_BYTES).await.map_err(|_| {
         ApiError::new(413, "body_too_large", format!("the body exceeds {BODY_LIMIT_BYTES} bytes or could not be read"))
     })?;
-    serde_json::from_slice(&bytes).map_err(|error| {
+    let request = serde_json::from_slice(&bytes).map_err(|error| {
         let code = if error.is_syntax() || error.is_eof() { "malformed_json" } else { "invalid_body" };
         ApiError::new(400, code, format!("request body: {error}"))
-    })
+    })?;
+    // serde also reads a struct from a JSON array of its fields in order; every body is an object.
+    if bytes.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::new(400, "invalid_body", "request body: must be a JSON object"));
+    }
+    Ok(request)
 }
 
 /// The bearer token of a request, or a 401.
@@ -57,7 +62,9 @@ pub fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
     headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
+        .and_then(|value| value.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
         .filter(|token| !token.is_empty())
         .ok_or_else(|| ApiError::new(401, "unauthorized", "send `Authorization: Bearer <token>`"))
 }

@@ -108,7 +108,8 @@ async fn jobs(State(app): State<Shared>, headers: HeaderMap) -> Result<Json<Vec<
     Ok(Json(blocking(&app, move |rules| rules.jobs(&principal)).await?))
 }
 
-async fn job(State(app): State<Shared>, headers: HeaderMap, Path(id): Path<String>) -> Result<Json<JobView>, ApiError> {
+async fn job(State(app): State<Shared>, headers: HeaderMap, id: Result<Path<String>, axum::extract::rejection::PathRejection>) -> Result<Json<JobView>, ApiError> {
+    let Path(id) = id.map_err(|error| ApiError::new(400, "invalid_path", error.body_text()))?;
     let principal = principal(&app, &headers).await?;
     Ok(Json(blocking(&app, move |rules| rules.job_view(&principal, &id)).await?))
 }

@@ -95,6 +95,20 @@ fn check_id(field: &str, value: &str) -> RuleResult<()> {
     refuse(400, "invalid_field", format!("`{field}` must be 1 to 128 characters of [A-Za-z0-9-_.:]"))
 }
 
+/// Most generated ids tried past ids that callers chose themselves.
+const JOB_ID_TRIES_MAX: u32 = 10_000;
+
+/// The next generated job id (`j<n>`) that no caller-chosen id has taken.
+fn free_job_id(tx: &mut dyn Tx) -> RuleResult<String> {
+    for _ in 0..JOB_ID_TRIES_MAX {
+        let id = format!("j{}", tx.next_counter("job-id")?);
+        if tx.job(&id)?.is_none() {
+            return Ok(id);
+        }
+    }
+    refuse(409, "exists", "no free generated job id; give the job an `id`")
+}
+
 fn new_token() -> String {
     let bytes: [u8; 24] = rand::random();
     hex::encode(bytes)
@@ -192,7 +206,7 @@ impl<S: Store> Rules<S> {
             }
             let id = match &request.id {
                 Some(id) => id.clone(),
-                None => format!("j{}", tx.next_counter("job-id")?),
+                None => free_job_id(tx)?,
             };
             let job = JobRow {
                 id: id.clone(),
@@ -365,6 +379,9 @@ impl<S: Store> Rules<S> {
 
     /// The job a report names, which must belong to the reporting runner's project.
     fn reported_job(&self, tx: &mut dyn Tx, report: &Report) -> RuleResult<JobRow> {
+        if report.claim.fence > i64::MAX as u64 {
+            return refuse(400, "invalid_field", format!("`fence` must be at most {}", i64::MAX));
+        }
         match tx.job(&report.claim.job)? {
             Some(job) if job.project == report.project || self.bugs.has(Bug::UnscopedFence) => Ok(job),
             _ => refuse(404, "unknown_job", format!("job `{}` does not exist in this runner's project", report.claim.job)),
@@ -566,6 +583,8 @@ impl<S: Store> Rules<S> {
     /// The ledger after `after_seq`, at most `limit` entries, in order.
     pub fn ledger(&self, principal: &Principal, after_seq: u64, limit: u32) -> RuleResult<Vec<LedgerEntry>> {
         operator_only(principal)?;
+        // No sequence number exceeds i64::MAX (SQLite's INTEGER): a larger `after` reads nothing.
+        let after_seq = after_seq.min(i64::MAX as u64);
         self.store.transact(|tx| tx.ledger_after(after_seq, limit.clamp(1, 10_000)).map_err(RuleError::from))
     }
 }

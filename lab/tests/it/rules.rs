@@ -207,3 +207,13 @@ fn the_store_survives_reopening() {
     let code = refused_code(open().create_project(&crate::world::OPERATOR, &CreateProject { id: "p".into() }).unwrap_err());
     assert_eq!(code, "exists");
 }
+
+#[test]
+fn generated_job_ids_skip_ids_that_callers_chose() {
+    let world = World::new(&[]);
+    world.submit("j1", "k", 0);
+    let request = SubmitJob { project: "p".into(), id: None, deployment_key: "k".into(), spec: JobSpec { steps: 1, step_ms: 1 } };
+    let first = world.rules.submit(&crate::world::OPERATOR, &request, at(1)).unwrap().id;
+    let second = world.rules.submit(&crate::world::OPERATOR, &request, at(2)).unwrap().id;
+    assert_eq!((first.as_str(), second.as_str()), ("j2", "j3"));
+}
