@@ -32,10 +32,7 @@ impl<W: Write> Writer<W> {
         if event.time_ns < self.last_time_ns {
             return Err(Error::Invalid {
                 line: self.next_index as usize + 1,
-                message: format!(
-                    "time_ns {} is before the previous event's {}",
-                    event.time_ns, self.last_time_ns
-                ),
+                message: format!("time_ns {} is before the previous event's {}", event.time_ns, self.last_time_ns),
             });
         }
         event.index = self.next_index;

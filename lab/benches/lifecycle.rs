@@ -14,15 +14,28 @@ const MEASURE: Duration = Duration::from_secs(4);
 
 /// Each runner has a project of its own, so that its claims find exactly its jobs.
 async fn lifecycle(operator: &Client, runner: &Client, runner_id: &str, job: &str) {
-    let submit = SubmitJob { project: runner_id.into(), id: Some(job.into()), deployment_key: format!("key-{runner_id}"), spec: JobSpec { steps: 1, step_ms: 1 } };
+    let submit = SubmitJob {
+        project: runner_id.into(),
+        id: Some(job.into()),
+        deployment_key: format!("key-{runner_id}"),
+        spec: JobSpec { steps: 1, step_ms: 1 },
+    };
     operator.submit(&submit).await.expect("submit");
-    let grant = runner.claim(&ClaimRequest { runner: runner_id.into(), observed_ms: 0 }).await.expect("claim").grant.expect("a grant");
+    let grant = runner
+        .claim(&ClaimRequest { runner: runner_id.into(), observed_ms: 0 })
+        .await
+        .expect("claim")
+        .grant
+        .expect("a grant");
     let claim = grant.claim;
     runner.capability(&CapabilityRequest { claim: claim.clone(), observed_ms: 0 }).await.expect("capability");
     for _ in 0..2 {
         runner.heartbeat(&HeartbeatRequest { claim: claim.clone(), observed_ms: 0 }).await.expect("heartbeat");
     }
-    let verdict = runner.result(&ResultRequest { claim, outcome: Outcome::Succeeded, observed_ms: 0, detail: None }).await.expect("result");
+    let verdict = runner
+        .result(&ResultRequest { claim, outcome: Outcome::Succeeded, observed_ms: 0, detail: None })
+        .await
+        .expect("result");
     assert_eq!(verdict.decision, history::Decision::Accepted);
 }
 

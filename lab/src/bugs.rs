@@ -55,9 +55,13 @@ impl Bug {
     /// The protection the bug removes, in one line.
     pub fn removes(self) -> &'static str {
         match self {
-            Bug::AcceptStaleResult => "result acceptance no longer checks that the attempt is current, running and unexpired",
+            Bug::AcceptStaleResult => {
+                "result acceptance no longer checks that the attempt is current, running and unexpired"
+            }
             Bug::HeartbeatRevivesExpired => "a heartbeat after lease expiry revives the attempt and extends its lease",
-            Bug::RequeueOnExpiry => "lease expiry silently returns the job to the queue instead of marking it uncertain",
+            Bug::RequeueOnExpiry => {
+                "lease expiry silently returns the job to the queue instead of marking it uncertain"
+            }
             Bug::TrustRunnerClock => "lease validity is judged on the runner's reported clock instead of the server's",
             Bug::OverwriteTerminalResult => "a conflicting terminal result replaces the committed outcome",
             Bug::UnscopedFence => "reports are matched by bare fence number, not by job, attempt, runner and project",

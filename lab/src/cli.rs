@@ -155,7 +155,9 @@ fn bugs_for(home: Home, bugs: Vec<Bug>) -> anyhow::Result<Bugs> {
 
 /// Binds and announces the address on stdout as one JSON line, for whoever started us.
 async fn bind(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
-    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|error| anyhow::anyhow!("cannot listen on {listen}: {error}"))?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|error| anyhow::anyhow!("cannot listen on {listen}: {error}"))?;
     println!("{}", serde_json::json!({"listening": listener.local_addr()?.to_string()}));
     Ok(listener)
 }
@@ -191,7 +193,11 @@ async fn runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
     let token = match (args.token, &args.registration_token) {
         (Some(token), _) => token,
         (None, Some(registration)) => {
-            let client = crate::client::Client::new(&args.control_url, Some(registration), Duration::from_millis(args.request_timeout_ms));
+            let client = crate::client::Client::new(
+                &args.control_url,
+                Some(registration),
+                Duration::from_millis(args.request_timeout_ms),
+            );
             let request = crate::protocol::RegisterRunner { project: None, id: args.id.clone() };
             client.register_runner(&request).await?.token
         }

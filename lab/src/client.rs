@@ -56,7 +56,12 @@ impl Client {
     }
 
     /// Sends a request and returns the status and the raw JSON of any answer.
-    pub async fn raw(&self, method: reqwest::Method, path: &str, body: Option<&impl Serialize>) -> Result<(u16, serde_json::Value), ClientError> {
+    pub async fn raw(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&impl Serialize>,
+    ) -> Result<(u16, serde_json::Value), ClientError> {
         let url = format!("{}{}", self.base, path);
         let mut request = self.http.request(method, &url);
         if let Some(token) = &self.token {
@@ -69,12 +74,22 @@ impl Client {
         let response = request.send().await.map_err(transport)?;
         let status = response.status().as_u16();
         let bytes = response.bytes().await.map_err(transport)?;
-        let value = serde_json::from_slice(&bytes).map_err(|_| ClientError::Unexpected { url: url.clone(), status, body: String::from_utf8_lossy(&bytes).into_owned() })?;
+        let value = serde_json::from_slice(&bytes).map_err(|_| ClientError::Unexpected {
+            url: url.clone(),
+            status,
+            body: String::from_utf8_lossy(&bytes).into_owned(),
+        })?;
         Ok((status, value))
     }
 
     /// Expects a 2xx answer of type `T` (or, for `also_ok` statuses, also a `T`).
-    async fn call<T: DeserializeOwned>(&self, method: reqwest::Method, path: &str, body: Option<&impl Serialize>, also_ok: &[u16]) -> Result<T, ClientError> {
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&impl Serialize>,
+        also_ok: &[u16],
+    ) -> Result<T, ClientError> {
         let (status, value) = self.raw(method, path, body).await?;
         let expected = (200..300).contains(&status) || also_ok.contains(&status);
         if expected {
@@ -84,7 +99,9 @@ impl Client {
         }
         match serde_json::from_value::<ErrorBody>(value.clone()) {
             Ok(error) => Err(ClientError::Refused(error)),
-            Err(_) => Err(ClientError::Unexpected { url: format!("{}{}", self.base, path), status, body: value.to_string() }),
+            Err(_) => {
+                Err(ClientError::Unexpected { url: format!("{}{}", self.base, path), status, body: value.to_string() })
+            }
         }
     }
 
@@ -138,7 +155,9 @@ impl Client {
         let mut all: Vec<LedgerEntry> = Vec::new();
         while all.len() < entries_max {
             let after = all.last().map_or(0, |entry| entry.seq);
-            let page: Vec<LedgerEntry> = self.call(reqwest::Method::GET, &format!("/v1/ledger?after={after}&limit=5000"), None::<&()>, &[]).await?;
+            let page: Vec<LedgerEntry> = self
+                .call(reqwest::Method::GET, &format!("/v1/ledger?after={after}&limit=5000"), None::<&()>, &[])
+                .await?;
             if page.is_empty() {
                 break;
             }
@@ -156,7 +175,9 @@ impl Client {
     pub async fn steps(&self, entries_max: usize) -> Result<Vec<StepRecord>, ClientError> {
         let mut all: Vec<StepRecord> = Vec::new();
         while all.len() < entries_max {
-            let page: Vec<StepRecord> = self.call(reqwest::Method::GET, &format!("/v1/steps?after={}&limit=10000", all.len()), None::<&()>, &[]).await?;
+            let page: Vec<StepRecord> = self
+                .call(reqwest::Method::GET, &format!("/v1/steps?after={}&limit=10000", all.len()), None::<&()>, &[])
+                .await?;
             if page.is_empty() {
                 break;
             }

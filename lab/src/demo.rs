@@ -29,11 +29,21 @@ pub struct LabOptions {
 
 impl LabOptions {
     pub fn new(program: &Path, dir: &Path) -> LabOptions {
-        LabOptions { program: program.to_path_buf(), dir: dir.to_path_buf(), lease_ms: 2_000, mode: Mode::Fenced, bugs: vec![] }
+        LabOptions {
+            program: program.to_path_buf(),
+            dir: dir.to_path_buf(),
+            lease_ms: 2_000,
+            mode: Mode::Fenced,
+            bugs: vec![],
+        }
     }
 
     fn bug_args(&self, home: crate::bugs::Home) -> Vec<String> {
-        self.bugs.iter().filter(|bug| bug.home() == home).flat_map(|bug| ["--bug".to_string(), bug.name().to_string()]).collect()
+        self.bugs
+            .iter()
+            .filter(|bug| bug.home() == home)
+            .flat_map(|bug| ["--bug".to_string(), bug.name().to_string()])
+            .collect()
     }
 }
 
@@ -50,7 +60,8 @@ impl LocalLab {
     pub async fn start(options: LabOptions) -> anyhow::Result<LocalLab> {
         std::fs::create_dir_all(&options.dir)?;
         let control = Self::start_control(&options, 0).await?;
-        let mut target_args = vec!["target".to_string(), "--listen=127.0.0.1:0".into(), format!("--secret={CAPABILITY_SECRET}")];
+        let mut target_args =
+            vec!["target".to_string(), "--listen=127.0.0.1:0".into(), format!("--secret={CAPABILITY_SECRET}")];
         target_args.push(format!("--mode={}", serde_json::to_value(options.mode)?.as_str().unwrap_or("fenced")));
         target_args.push(format!("--step-log={}", options.dir.join("steps.jsonl").display()));
         target_args.extend(options.bug_args(crate::bugs::Home::Target));
@@ -104,25 +115,38 @@ impl LocalLab {
 
     /// Registers and starts a runner that reaches the control plane and the target at the
     /// given URLs (for instance through fault proxies).
-    pub async fn spawn_runner_at(&mut self, id: &str, control_url: &str, target_url: &str, extra: &[String]) -> anyhow::Result<()> {
+    pub async fn spawn_runner_at(
+        &mut self,
+        id: &str,
+        control_url: &str,
+        target_url: &str,
+        extra: &[String],
+    ) -> anyhow::Result<()> {
         let request = RegisterRunner { project: Some(PROJECT.to_string()), id: id.to_string() };
         let token = self.operator.register_runner(&request).await?.token;
         let mut args = vec!["runner".to_string(), format!("--id={id}"), format!("--token={token}")];
         args.extend([format!("--control-url={control_url}"), format!("--target-url={target_url}")]);
         args.push(format!("--log={}", self.options.dir.join(format!("runner-{id}.jsonl")).display()));
         args.extend(extra.iter().cloned());
-        let command = launch::command(&self.options.program, &args, Some(&self.options.dir.join(format!("runner-{id}.log"))))?;
+        let command =
+            launch::command(&self.options.program, &args, Some(&self.options.dir.join(format!("runner-{id}.log"))))?;
         self.runners.push(launch::plain(command, id)?);
         Ok(())
     }
 
     pub async fn submit(&self, id: &str, key: &str, spec: JobSpec) -> anyhow::Result<String> {
-        let request = SubmitJob { project: PROJECT.to_string(), id: Some(id.to_string()), deployment_key: key.to_string(), spec };
+        let request =
+            SubmitJob { project: PROJECT.to_string(), id: Some(id.to_string()), deployment_key: key.to_string(), spec };
         Ok(self.operator.submit(&request).await?.id)
     }
 
     /// Polls until `done` holds for the job, within `wait_max`; returns its last view.
-    pub async fn wait_job(&self, id: &str, wait_max: Duration, done: impl Fn(&JobView) -> bool) -> anyhow::Result<JobView> {
+    pub async fn wait_job(
+        &self,
+        id: &str,
+        wait_max: Duration,
+        done: impl Fn(&JobView) -> bool,
+    ) -> anyhow::Result<JobView> {
         let deadline = tokio::time::Instant::now() + wait_max;
         loop {
             let view = self.operator.job(id).await?;
@@ -174,7 +198,8 @@ pub struct DemoArgs {
 }
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let dir = args.dir.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("fencelab-demo-{}", std::process::id())));
+    let dir =
+        args.dir.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("fencelab-demo-{}", std::process::id())));
     let mut options = LabOptions::new(&std::env::current_exe()?, &dir);
     options.lease_ms = args.lease_ms;
     let mut lab = LocalLab::start(options).await?;
@@ -191,8 +216,16 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     }
     println!("{:<6} {:<8} {:<10} {:>8}  attempts (fence, runner, state)", "job", "key", "state", "fences");
     for view in &views {
-        let attempts: Vec<String> = view.attempts.iter().map(|a| format!("{}({}, {}, {:?})", a.id, a.fence, a.runner, a.state)).collect();
-        println!("{:<6} {:<8} {:<10} {:>8}  {}", view.id, view.deployment_key, format!("{:?}", view.state), view.attempts.len(), attempts.join(" "));
+        let attempts: Vec<String> =
+            view.attempts.iter().map(|a| format!("{}({}, {}, {:?})", a.id, a.fence, a.runner, a.state)).collect();
+        println!(
+            "{:<6} {:<8} {:<10} {:>8}  {}",
+            view.id,
+            view.deployment_key,
+            format!("{:?}", view.state),
+            view.attempts.len(),
+            attempts.join(" ")
+        );
     }
     let succeeded = views.iter().filter(|view| view.state == JobState::Succeeded).count();
     println!("{succeeded}/{} jobs succeeded; store and logs in {}", views.len(), dir.display());

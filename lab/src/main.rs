@@ -1,1 +1,3 @@
-fn main() -> std::process::ExitCode { lab::cli::main() }
+fn main() -> std::process::ExitCode {
+    lab::cli::main()
+}

@@ -123,7 +123,10 @@ impl Runner {
 
     /// The runner's clock: wall time plus the configured offset. Diagnostic only.
     fn observed_ms(&self) -> i64 {
-        let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
         wall + self.config.clock_offset_ms
     }
 
@@ -137,7 +140,9 @@ impl Runner {
                     done += 1;
                 }
                 Ok(None) => tokio::time::sleep(Duration::from_millis(self.config.poll_ms)).await,
-                Err(error) if error.is_transport() => tokio::time::sleep(Duration::from_millis(self.config.poll_ms)).await,
+                Err(error) if error.is_transport() => {
+                    tokio::time::sleep(Duration::from_millis(self.config.poll_ms)).await
+                }
                 Err(error) => return Err(error),
             }
         }
@@ -187,7 +192,13 @@ impl Runner {
     }
 
     /// Heartbeats every interval until stopped or definitely refused.
-    async fn heartbeats(&self, claim: ClaimRef, lease: Duration, authority: Arc<Authority>, stopped: tokio::sync::watch::Receiver<bool>) {
+    async fn heartbeats(
+        &self,
+        claim: ClaimRef,
+        lease: Duration,
+        authority: Arc<Authority>,
+        stopped: tokio::sync::watch::Receiver<bool>,
+    ) {
         let interval = Duration::from_millis(self.config.heartbeat_interval_ms);
         loop {
             tokio::time::sleep(interval).await;
@@ -196,7 +207,8 @@ impl Runner {
             }
             let sent = Instant::now();
             let request = HeartbeatRequest { claim: claim.clone(), observed_ms: self.observed_ms() };
-            let answer = self.logged("heartbeat", &claim, request.observed_ms, None, self.control.heartbeat(&request)).await;
+            let answer =
+                self.logged("heartbeat", &claim, request.observed_ms, None, self.control.heartbeat(&request)).await;
             match answer {
                 Ok(verdict) if verdict.decision == Decision::Accepted => authority.renew(sent + lease),
                 Ok(verdict) => authority.lose(format!("heartbeat refused: {}", verdict.reason.unwrap_or_default())),
@@ -207,7 +219,14 @@ impl Runner {
     }
 
     /// Sends a verdict request, logging the request and its answer (or its absence).
-    async fn logged(&self, f: &str, claim: &ClaimRef, observed_ms: i64, outcome: Option<Outcome>, send: impl std::future::Future<Output = Result<Verdict, ClientError>>) -> Result<Verdict, ClientError> {
+    async fn logged(
+        &self,
+        f: &str,
+        claim: &ClaimRef,
+        observed_ms: i64,
+        outcome: Option<Outcome>,
+        send: impl std::future::Future<Output = Result<Verdict, ClientError>>,
+    ) -> Result<Verdict, ClientError> {
         let fill = |event: &mut Event| {
             set_claim(event, claim);
             event.observed_ms = Some(observed_ms);
@@ -248,7 +267,12 @@ impl Runner {
             };
             match answer {
                 Ok(response) if response.record.applied => {}
-                Ok(response) => return (Outcome::Failed, Some(format!("target refused step {step}: {}", response.record.reason.unwrap_or_default()))),
+                Ok(response) => {
+                    return (
+                        Outcome::Failed,
+                        Some(format!("target refused step {step}: {}", response.record.reason.unwrap_or_default())),
+                    )
+                }
                 Err(error) => return (Outcome::Failed, Some(format!("step {step} has no answer: {error}"))),
             }
         }
@@ -302,8 +326,14 @@ impl Runner {
     async fn report(&self, claim: &ClaimRef, outcome: Outcome, detail: Option<String>) {
         let mut backoff = Duration::from_millis(100);
         for _ in 0..self.config.result_tries_max {
-            let request = ResultRequest { claim: claim.clone(), outcome, observed_ms: self.observed_ms(), detail: detail.clone() };
-            let answer = self.logged("result", claim, request.observed_ms, Some(outcome), self.control.result(&request)).await;
+            let request = ResultRequest {
+                claim: claim.clone(),
+                outcome,
+                observed_ms: self.observed_ms(),
+                detail: detail.clone(),
+            };
+            let answer =
+                self.logged("result", claim, request.observed_ms, Some(outcome), self.control.result(&request)).await;
             match answer {
                 Err(error) if error.is_transport() => {
                     tokio::time::sleep(backoff).await;

@@ -82,7 +82,11 @@ impl Target {
         }
         if self.mode == Mode::Idempotent {
             let identity = (capability.job.clone(), request.step);
-            return if deployment.applied.contains(&identity) { refuse("duplicate") } else { Judgement { applied: true, reason: None } };
+            return if deployment.applied.contains(&identity) {
+                refuse("duplicate")
+            } else {
+                Judgement { applied: true, reason: None }
+            };
         }
         if capability.expires_ms <= now_ms {
             return refuse("expired");
@@ -98,7 +102,10 @@ impl Target {
         let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let capability = &request.capability;
         let key = capability.deployment_key.clone();
-        let deployment = state.deployments.entry(key.clone()).or_insert_with(|| Deployment { key: key.clone(), ..Deployment::default() });
+        let deployment = state
+            .deployments
+            .entry(key.clone())
+            .or_insert_with(|| Deployment { key: key.clone(), ..Deployment::default() });
         let judgement = self.judge(request, deployment, now_ms);
         let highest_fence_before = deployment.highest_fence;
         if judgement.applied {
@@ -166,7 +173,11 @@ pub fn router(target: Shared) -> Router {
 async fn step(State(target): State<Shared>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let request: StepRequest = read_json(&headers, body).await?;
     if request.steps == 0 || request.step >= request.steps || request.duration_ms > STEP_DURATION_MS_MAX {
-        return Err(ApiError::new(400, "invalid_field", format!("need `step` < `steps` and `duration_ms` at most {STEP_DURATION_MS_MAX}")));
+        return Err(ApiError::new(
+            400,
+            "invalid_field",
+            format!("need `step` < `steps` and `duration_ms` at most {STEP_DURATION_MS_MAX}"),
+        ));
     }
     let now = crate::control::Now::read();
     let record = target.step(&request, now.ms, now.mono_ns);
@@ -190,12 +201,21 @@ fn default_limit() -> usize {
     10_000
 }
 
-async fn steps(State(target): State<Shared>, query: Result<Query<StepsQuery>, axum::extract::rejection::QueryRejection>) -> Result<Json<Vec<StepRecord>>, ApiError> {
+async fn steps(
+    State(target): State<Shared>,
+    query: Result<Query<StepsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Vec<StepRecord>>, ApiError> {
     let Query(query) = query.map_err(|error| ApiError::new(400, "invalid_query", error.body_text()))?;
     Ok(Json(target.steps_after(query.after, query.limit.clamp(1, 100_000))))
 }
 
-async fn deployment(State(target): State<Shared>, key: Result<Path<String>, axum::extract::rejection::PathRejection>) -> Result<Json<Deployment>, ApiError> {
+async fn deployment(
+    State(target): State<Shared>,
+    key: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<Deployment>, ApiError> {
     let Path(key) = key.map_err(|error| ApiError::new(400, "invalid_path", error.body_text()))?;
-    target.deployment(&key).map(Json).ok_or_else(|| ApiError::new(404, "unknown_deployment", format!("no step has touched `{key}`")))
+    target
+        .deployment(&key)
+        .map(Json)
+        .ok_or_else(|| ApiError::new(404, "unknown_deployment", format!("no step has touched `{key}`")))
 }

@@ -106,42 +106,22 @@ async fn bulk(addr: SocketAddr) -> f64 {
 }
 
 async fn run() {
-    let server = proxy::start("127.0.0.1:0".parse().unwrap(), 1)
-        .await
-        .unwrap();
+    let server = proxy::start("127.0.0.1:0".parse().unwrap(), 1).await.unwrap();
     let client = proxy::Client::new(&server.url()).unwrap();
     let echo = echo_server().await;
     let sink = sink_server().await;
-    let echo_proxy = client
-        .create_proxy("echo", "127.0.0.1:0", &echo.to_string())
-        .await
-        .unwrap();
-    let sink_proxy = client
-        .create_proxy("sink", "127.0.0.1:0", &sink.to_string())
-        .await
-        .unwrap();
-    let (echo_via, sink_via) = (
-        echo_proxy.listen_addr().unwrap(),
-        sink_proxy.listen_addr().unwrap(),
-    );
+    let echo_proxy = client.create_proxy("echo", "127.0.0.1:0", &echo.to_string()).await.unwrap();
+    let sink_proxy = client.create_proxy("sink", "127.0.0.1:0", &sink.to_string()).await.unwrap();
+    let (echo_via, sink_via) = (echo_proxy.listen_addr().unwrap(), sink_proxy.listen_addr().unwrap());
 
     let (d50, d99) = rtt(echo).await;
     let (p50, p99) = rtt(echo_via).await;
     let d_bulk = bulk(sink).await;
     let p_bulk = bulk(sink_via).await;
 
-    println!(
-        "{:<10} {:>14} {:>14} {:>14}",
-        "path", "rtt p50 (us)", "rtt p99 (us)", "bulk (GB/s)"
-    );
-    println!(
-        "{:<10} {:>14.1} {:>14.1} {:>14.2}",
-        "direct", d50, d99, d_bulk
-    );
-    println!(
-        "{:<10} {:>14.1} {:>14.1} {:>14.2}",
-        "proxied", p50, p99, p_bulk
-    );
+    println!("{:<10} {:>14} {:>14} {:>14}", "path", "rtt p50 (us)", "rtt p99 (us)", "bulk (GB/s)");
+    println!("{:<10} {:>14.1} {:>14.1} {:>14.2}", "direct", d50, d99, d_bulk);
+    println!("{:<10} {:>14.1} {:>14.1} {:>14.2}", "proxied", p50, p99, p_bulk);
     println!(
         "ratio p50 proxied/direct = {:.2} (target <= 2.0); proxied bulk = {:.2} GB/s (target >= 1.0)",
         p50 / d50,
@@ -155,14 +135,8 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
-        tokio::time::timeout(BOUND, run())
-            .await
-            .expect("benchmark exceeded its bound");
+        tokio::time::timeout(BOUND, run()).await.expect("benchmark exceeded its bound");
     });
 }

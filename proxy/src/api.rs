@@ -37,23 +37,11 @@ pub(crate) fn router(registry: Arc<Registry>) -> Router {
         .route("/reset", post(reset))
         .route("/populate", post(populate))
         .route("/proxies", get(list_proxies).post(create_proxy))
-        .route(
-            "/proxies/{proxy}",
-            get(show_proxy)
-                .post(update_proxy)
-                .patch(update_proxy)
-                .delete(delete_proxy),
-        )
-        .route(
-            "/proxies/{proxy}/toxics",
-            get(list_toxics).post(create_toxic),
-        )
+        .route("/proxies/{proxy}", get(show_proxy).post(update_proxy).patch(update_proxy).delete(delete_proxy))
+        .route("/proxies/{proxy}/toxics", get(list_toxics).post(create_toxic))
         .route(
             "/proxies/{proxy}/toxics/{toxic}",
-            get(show_toxic)
-                .post(update_toxic)
-                .patch(update_toxic)
-                .delete(delete_toxic),
+            get(show_toxic).post(update_toxic).patch(update_toxic).delete(delete_toxic),
         )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -88,8 +76,7 @@ async fn version() -> Response {
 
 /// Decodes a JSON body; Toxiproxy's "bad request body" on failure.
 fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("bad request body: {e}")))
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("bad request body: {e}")))
 }
 
 /// Reads an optional string field, rejecting other types.
@@ -97,9 +84,7 @@ fn opt_string(obj: &Value, field: &str) -> Result<Option<String>, ApiError> {
     match obj.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(ApiError::bad_request(format!(
-            "bad request body: {field} must be a string"
-        ))),
+        Some(_) => Err(ApiError::bad_request(format!("bad request body: {field} must be a string"))),
     }
 }
 
@@ -107,39 +92,26 @@ fn opt_bool(obj: &Value, field: &str) -> Result<Option<bool>, ApiError> {
     match obj.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(ApiError::bad_request(format!(
-            "bad request body: {field} must be a boolean"
-        ))),
+        Some(_) => Err(ApiError::bad_request(format!("bad request body: {field} must be a boolean"))),
     }
 }
 
 /// Validates one proxy object of a create or populate request.
 fn proxy_input(obj: &Value, at: &str) -> Result<ProxyInput, ApiError> {
     if !obj.is_object() {
-        return Err(ApiError::bad_request(format!(
-            "bad request body: proxy{at} must be a JSON object"
-        )));
+        return Err(ApiError::bad_request(format!("bad request body: proxy{at} must be a JSON object")));
     }
     let required = |field: &str| -> Result<String, ApiError> {
         match opt_string(obj, field)? {
             Some(s) if !s.is_empty() => Ok(s),
-            _ => Err(ApiError::bad_request(format!(
-                "missing required field: {field}{at}"
-            ))),
+            _ => Err(ApiError::bad_request(format!("missing required field: {field}{at}"))),
         }
     };
     let name = required("name")?;
     let upstream = required("upstream")?;
-    let listen = opt_string(obj, "listen")?
-        .filter(|l| !l.is_empty())
-        .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+    let listen = opt_string(obj, "listen")?.filter(|l| !l.is_empty()).unwrap_or_else(|| DEFAULT_LISTEN.to_string());
     let enabled = opt_bool(obj, "enabled")?.unwrap_or(true);
-    Ok(ProxyInput {
-        name,
-        listen,
-        upstream,
-        enabled,
-    })
+    Ok(ProxyInput { name, listen, upstream, enabled })
 }
 
 fn ok_json(status: StatusCode, body: Value) -> ApiResult {
@@ -158,9 +130,7 @@ async fn create_proxy(State(reg): Shared, body: Bytes) -> ApiResult {
 async fn populate(State(reg): Shared, body: Bytes) -> ApiResult {
     let body = parse_body(&body)?;
     let Value::Array(items) = body else {
-        return Err(ApiError::bad_request(
-            "bad request body: expected a JSON array of proxies",
-        ));
+        return Err(ApiError::bad_request("bad request body: expected a JSON array of proxies"));
     };
     let mut inputs = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
@@ -170,8 +140,7 @@ async fn populate(State(reg): Shared, body: Bytes) -> ApiResult {
     match error {
         None => ok_json(StatusCode::CREATED, json!({ "proxies": proxies })),
         Some(e) => {
-            let status =
-                StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let body = json!({"proxies": proxies, "error": e.message, "status": e.status});
             Ok((status, Json(body)).into_response())
         }
@@ -185,9 +154,7 @@ async fn show_proxy(State(reg): Shared, Path(proxy): Path<String>) -> ApiResult 
 async fn update_proxy(State(reg): Shared, Path(proxy): Path<String>, body: Bytes) -> ApiResult {
     let body = parse_body(&body)?;
     if !body.is_object() {
-        return Err(ApiError::bad_request(
-            "bad request body: expected a JSON object",
-        ));
+        return Err(ApiError::bad_request("bad request body: expected a JSON object"));
     }
     let listen = opt_string(&body, "listen")?.filter(|s| !s.is_empty());
     let upstream = opt_string(&body, "upstream")?.filter(|s| !s.is_empty());
@@ -208,8 +175,7 @@ async fn list_toxics(State(reg): Shared, Path(proxy): Path<String>) -> ApiResult
 async fn create_toxic(State(reg): Shared, Path(proxy): Path<String>, body: Bytes) -> ApiResult {
     // Unknown proxy answers 404 before the body is judged, as Toxiproxy does.
     reg.get(&proxy).await?;
-    let toxic = Toxic::from_create_json(&parse_body(&body)?)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let toxic = Toxic::from_create_json(&parse_body(&body)?).map_err(|e| ApiError::bad_request(e.to_string()))?;
     ok_json(StatusCode::OK, reg.add_toxic(&proxy, toxic).await?)
 }
 
@@ -217,23 +183,13 @@ async fn show_toxic(State(reg): Shared, Path((proxy, toxic)): Path<(String, Stri
     ok_json(StatusCode::OK, reg.get_toxic(&proxy, &toxic).await?)
 }
 
-async fn update_toxic(
-    State(reg): Shared,
-    Path((proxy, toxic)): Path<(String, String)>,
-    body: Bytes,
-) -> ApiResult {
+async fn update_toxic(State(reg): Shared, Path((proxy, toxic)): Path<(String, String)>, body: Bytes) -> ApiResult {
     reg.get_toxic(&proxy, &toxic).await?;
     let body = parse_body(&body)?;
-    ok_json(
-        StatusCode::OK,
-        reg.update_toxic(&proxy, &toxic, &body).await?,
-    )
+    ok_json(StatusCode::OK, reg.update_toxic(&proxy, &toxic, &body).await?)
 }
 
-async fn delete_toxic(
-    State(reg): Shared,
-    Path((proxy, toxic)): Path<(String, String)>,
-) -> ApiResult {
+async fn delete_toxic(State(reg): Shared, Path((proxy, toxic)): Path<(String, String)>) -> ApiResult {
     reg.remove_toxic(&proxy, &toxic).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -33,9 +33,7 @@ pub struct ProxyInfo {
 impl ProxyInfo {
     /// The listen address as a socket address (fails for unresolved host names).
     pub fn listen_addr(&self) -> Result<SocketAddr, ClientError> {
-        self.listen
-            .parse()
-            .map_err(|_| ClientError::Decode(format!("listen address {:?}", self.listen)))
+        self.listen.parse().map_err(|_| ClientError::Decode(format!("listen address {:?}", self.listen)))
     }
 
     fn from_json(value: &Value) -> Result<ProxyInfo, ClientError> {
@@ -49,20 +47,13 @@ impl ProxyInfo {
         let toxics = value
             .get("toxics")
             .and_then(Value::as_array)
-            .map(|list| {
-                list.iter()
-                    .filter_map(|t| Toxic::from_create_json(t).ok())
-                    .collect()
-            })
+            .map(|list| list.iter().filter_map(|t| Toxic::from_create_json(t).ok()).collect())
             .unwrap_or_default();
         Ok(ProxyInfo {
             name: text("name")?,
             listen: text("listen")?,
             upstream: text("upstream")?,
-            enabled: value
-                .get("enabled")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
+            enabled: value.get("enabled").and_then(Value::as_bool).unwrap_or(false),
             toxics,
         })
     }
@@ -79,9 +70,7 @@ impl Client {
     /// A client for `http://HOST:PORT` (a trailing slash is accepted).
     pub fn new(base_url: &str) -> Result<Client, ClientError> {
         let base = base_url.trim_end_matches('/');
-        let host = base
-            .strip_prefix("http://")
-            .ok_or_else(|| ClientError::BadUrl(base_url.to_string()))?;
+        let host = base.strip_prefix("http://").ok_or_else(|| ClientError::BadUrl(base_url.to_string()))?;
         if host.is_empty() || host.contains('/') || !host.contains(':') {
             return Err(ClientError::BadUrl(base_url.to_string()));
         }
@@ -90,10 +79,7 @@ impl Client {
             .no_proxy()
             .user_agent(concat!("fencelab-proxy/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        Ok(Client {
-            base: base.to_string(),
-            http,
-        })
+        Ok(Client { base: base.to_string(), http })
     }
 
     /// The base URL.
@@ -102,12 +88,7 @@ impl Client {
     }
 
     /// Sends a request; answers the JSON body (Null when empty) or the API error.
-    async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> Result<Value, ClientError> {
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value, ClientError> {
         let mut request = self.http.request(method, format!("{}{}", self.base, path));
         if let Some(body) = body {
             request = request.json(&body);
@@ -143,12 +124,8 @@ impl Client {
     /// All proxies by name.
     pub async fn proxies(&self) -> Result<BTreeMap<String, ProxyInfo>, ClientError> {
         let body = self.call(Method::GET, "/proxies", None).await?;
-        let map = body
-            .as_object()
-            .ok_or_else(|| ClientError::Decode(body.to_string()))?;
-        map.iter()
-            .map(|(name, p)| Ok((name.clone(), ProxyInfo::from_json(p)?)))
-            .collect()
+        let map = body.as_object().ok_or_else(|| ClientError::Decode(body.to_string()))?;
+        map.iter().map(|(name, p)| Ok((name.clone(), ProxyInfo::from_json(p)?))).collect()
     }
 
     /// One proxy.
@@ -158,12 +135,7 @@ impl Client {
     }
 
     /// Creates an enabled proxy; `listen` may use port 0, the answer has the bound port.
-    pub async fn create_proxy(
-        &self,
-        name: &str,
-        listen: &str,
-        upstream: &str,
-    ) -> Result<ProxyInfo, ClientError> {
+    pub async fn create_proxy(&self, name: &str, listen: &str, upstream: &str) -> Result<ProxyInfo, ClientError> {
         let body = json!({"name": name, "listen": listen, "upstream": upstream, "enabled": true});
         let body = self.call(Method::POST, "/proxies", Some(body)).await?;
         ProxyInfo::from_json(&body)
@@ -175,58 +147,42 @@ impl Client {
             .iter()
             .map(|p| json!({"name": p.name, "listen": p.listen, "upstream": p.upstream, "enabled": p.enabled}))
             .collect();
-        let body = self
-            .call(Method::POST, "/populate", Some(Value::Array(list)))
-            .await?;
-        let created = body
-            .get("proxies")
-            .and_then(Value::as_array)
-            .ok_or_else(|| ClientError::Decode(body.to_string()))?;
+        let body = self.call(Method::POST, "/populate", Some(Value::Array(list))).await?;
+        let created =
+            body.get("proxies").and_then(Value::as_array).ok_or_else(|| ClientError::Decode(body.to_string()))?;
         created.iter().map(ProxyInfo::from_json).collect()
     }
 
     /// Enables or disables a proxy; disabling closes its connections and listener.
     pub async fn set_enabled(&self, name: &str, enabled: bool) -> Result<ProxyInfo, ClientError> {
         let body = json!({ "enabled": enabled });
-        let body = self
-            .call(Method::POST, &proxy_path(name), Some(body))
-            .await?;
+        let body = self.call(Method::POST, &proxy_path(name), Some(body)).await?;
         ProxyInfo::from_json(&body)
     }
 
     /// Changes a proxy's upstream (Toxiproxy restarts the proxy).
     pub async fn set_upstream(&self, name: &str, upstream: &str) -> Result<ProxyInfo, ClientError> {
         let body = json!({ "upstream": upstream });
-        let body = self
-            .call(Method::POST, &proxy_path(name), Some(body))
-            .await?;
+        let body = self.call(Method::POST, &proxy_path(name), Some(body)).await?;
         ProxyInfo::from_json(&body)
     }
 
     /// Deletes a proxy.
     pub async fn delete_proxy(&self, name: &str) -> Result<(), ClientError> {
-        self.call(Method::DELETE, &proxy_path(name), None)
-            .await
-            .map(drop)
+        self.call(Method::DELETE, &proxy_path(name), None).await.map(drop)
     }
 
     /// A proxy's toxics (of known types).
     pub async fn toxics(&self, proxy: &str) -> Result<Vec<Toxic>, ClientError> {
-        let body = self
-            .call(Method::GET, &format!("{}/toxics", proxy_path(proxy)), None)
-            .await?;
-        let list = body
-            .as_array()
-            .ok_or_else(|| ClientError::Decode(body.to_string()))?;
+        let body = self.call(Method::GET, &format!("{}/toxics", proxy_path(proxy)), None).await?;
+        let list = body.as_array().ok_or_else(|| ClientError::Decode(body.to_string()))?;
         list.iter().map(decode_toxic).collect()
     }
 
     /// Adds a toxic; answers it as the server stored it.
     pub async fn add_toxic(&self, proxy: &str, toxic: &Toxic) -> Result<Toxic, ClientError> {
         let path = format!("{}/toxics", proxy_path(proxy));
-        let body = self
-            .call(Method::POST, &path, Some(toxic.to_json()))
-            .await?;
+        let body = self.call(Method::POST, &path, Some(toxic.to_json())).await?;
         decode_toxic(&body)
     }
 
@@ -240,9 +196,7 @@ impl Client {
 
     /// Removes one toxic.
     pub async fn remove_toxic(&self, proxy: &str, name: &str) -> Result<(), ClientError> {
-        self.call(Method::DELETE, &toxic_path(proxy, name), None)
-            .await
-            .map(drop)
+        self.call(Method::DELETE, &toxic_path(proxy, name), None).await.map(drop)
     }
 
     /// Enables every proxy and removes every toxic.
@@ -286,10 +240,7 @@ fn api_error(status: StatusCode, body: &[u8]) -> ClientError {
         .and_then(Value::as_str)
         .map(str::to_string)
         .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string());
-    ClientError::Api {
-        status: status.as_u16(),
-        message,
-    }
+    ClientError::Api { status: status.as_u16(), message }
 }
 
 #[cfg(test)]
@@ -312,15 +263,9 @@ mod tests {
 
     #[test]
     fn error_message_from_either_shape() {
-        let e = api_error(
-            StatusCode::CONFLICT,
-            br#"{"error":"proxy already exists","status":409}"#,
-        );
+        let e = api_error(StatusCode::CONFLICT, br#"{"error":"proxy already exists","status":409}"#);
         assert!(e.to_string().contains("proxy already exists"));
-        let e = api_error(
-            StatusCode::NOT_FOUND,
-            br#"{"title":"proxy not found","status":404}"#,
-        );
+        let e = api_error(StatusCode::NOT_FOUND, br#"{"title":"proxy not found","status":404}"#);
         assert!(e.to_string().contains("proxy not found"));
     }
 }

@@ -25,10 +25,7 @@ pub struct ApiError {
 
 impl ApiError {
     pub(crate) fn new(status: u16, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            message: message.into(),
-        }
+        ApiError { status, message: message.into() }
     }
 
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {

@@ -132,12 +132,7 @@ async fn toxics_changed(rx: &mut watch::Receiver<Arc<ToxicSet>>) {
 }
 
 /// One direction of a connection.
-async fn pump(
-    rd: &mut OwnedReadHalf,
-    wr: &mut OwnedWriteHalf,
-    stream: Stream,
-    ctx: &ConnCtx,
-) -> io::Result<End> {
+async fn pump(rd: &mut OwnedReadHalf, wr: &mut OwnedWriteHalf, stream: Stream, ctx: &ConnCtx) -> io::Result<End> {
     let mut toxics = ctx.toxics.clone();
     let mut state = DirState::new(ctx, stream);
     let mut buf = vec![0u8; FAST_BUF_BYTES];
@@ -225,10 +220,7 @@ async fn read_chunks(rd: &mut OwnedReadHalf, tx: mpsc::Sender<Chunk>) -> io::Res
         if n == 0 {
             return Ok(()); // dropping `tx` tells the writer about EOF
         }
-        permit.send(Chunk {
-            data: buf[..n].to_vec(),
-            arrived: Instant::now(),
-        });
+        permit.send(Chunk { data: buf[..n].to_vec(), arrived: Instant::now() });
     }
 }
 
@@ -308,17 +300,10 @@ impl DirState {
     /// The toxics of `chain` that apply to this connection (toxicity is rolled
     /// once per connection and toxic), creating state for new ones.
     fn active(&mut self, chain: &[Arc<Installed>]) -> Vec<Arc<Installed>> {
-        self.toxics
-            .retain(|uid, _| chain.iter().any(|t| t.uid == *uid));
+        self.toxics.retain(|uid, _| chain.iter().any(|t| t.uid == *uid));
         let mut out = Vec::with_capacity(chain.len());
         for t in chain {
-            let seed = derive_seed(
-                self.seed,
-                &self.proxy,
-                self.conn_index,
-                self.stream,
-                &t.toxic.name,
-            );
+            let seed = derive_seed(self.seed, &self.proxy, self.conn_index, self.stream, &t.toxic.name);
             let st = self.toxics.entry(t.uid).or_insert_with(|| {
                 let mut rng = ChaCha8Rng::seed_from_u64(seed);
                 let roll: f32 = rng.gen();
@@ -345,10 +330,9 @@ impl DirState {
                 continue;
             };
             let event = match t.toxic.kind {
-                ToxicKind::Timeout { timeout_ms } if timeout_ms > 0 => Some((
-                    st.timer_from + Duration::from_millis(timeout_ms),
-                    End::Close,
-                )),
+                ToxicKind::Timeout { timeout_ms } if timeout_ms > 0 => {
+                    Some((st.timer_from + Duration::from_millis(timeout_ms), End::Close))
+                }
                 ToxicKind::ResetPeer { .. } => st.reset_at.map(|at| (at, End::Reset)),
                 _ => None,
             };
@@ -368,10 +352,7 @@ impl DirState {
         chunk: Chunk,
         wr: &mut OwnedWriteHalf,
     ) -> io::Result<Option<End>> {
-        let mut pieces = vec![Piece {
-            data: chunk.data,
-            gap: Duration::ZERO,
-        }];
+        let mut pieces = vec![Piece { data: chunk.data, gap: Duration::ZERO }];
         let mut close_after = false;
         for t in chain {
             let Some(st) = self.toxics.get_mut(&t.uid) else {
@@ -379,10 +360,7 @@ impl DirState {
             };
             match t.toxic.kind {
                 ToxicKind::Noop | ToxicKind::SlowClose { .. } => {}
-                ToxicKind::Latency {
-                    latency_ms,
-                    jitter_ms,
-                } => {
+                ToxicKind::Latency { latency_ms, jitter_ms } => {
                     let delay_ms = jittered_ms(&mut st.rng, latency_ms, jitter_ms);
                     sleep_until(chunk.arrived + Duration::from_millis(delay_ms)).await;
                 }
@@ -400,11 +378,7 @@ impl DirState {
                     close_after |= limit(&mut pieces, &mut st.passed_bytes, bytes);
                 }
                 ToxicKind::Bandwidth { rate_kbps } => pieces = pace(pieces, rate_kbps),
-                ToxicKind::Slicer {
-                    average_size_bytes,
-                    size_variation_bytes,
-                    delay_us,
-                } => {
+                ToxicKind::Slicer { average_size_bytes, size_variation_bytes, delay_us } => {
                     let sizes = (average_size_bytes, size_variation_bytes);
                     pieces = slice(pieces, sizes, delay_us, &mut st.rng);
                 }
@@ -416,17 +390,11 @@ impl DirState {
 
     /// Writes pieces, pausing before each by its gap on a schedule that does
     /// not accumulate timer overshoot.
-    async fn write_pieces(
-        &mut self,
-        pieces: Vec<Piece>,
-        wr: &mut OwnedWriteHalf,
-    ) -> io::Result<()> {
+    async fn write_pieces(&mut self, pieces: Vec<Piece>, wr: &mut OwnedWriteHalf) -> io::Result<()> {
         for piece in pieces {
             if !piece.gap.is_zero() {
                 let now = Instant::now();
-                let base = self
-                    .paced_until
-                    .max(now.checked_sub(PACE_SLACK).unwrap_or(now));
+                let base = self.paced_until.max(now.checked_sub(PACE_SLACK).unwrap_or(now));
                 self.paced_until = base + piece.gap;
                 sleep_until(self.paced_until).await;
             }
@@ -444,8 +412,7 @@ impl DirState {
             match t.toxic.kind {
                 ToxicKind::ResetPeer { timeout_ms } => {
                     let at = self.toxics.get(&t.uid).and_then(|s| s.reset_at);
-                    let at =
-                        at.unwrap_or_else(|| Instant::now() + Duration::from_millis(timeout_ms));
+                    let at = at.unwrap_or_else(|| Instant::now() + Duration::from_millis(timeout_ms));
                     sleep_until(at).await;
                     return Ok(End::Reset);
                 }
@@ -453,10 +420,7 @@ impl DirState {
                     if timeout_ms == 0 {
                         std::future::pending::<()>().await;
                     }
-                    let from = self
-                        .toxics
-                        .get(&t.uid)
-                        .map_or(Instant::now(), |s| s.timer_from);
+                    let from = self.toxics.get(&t.uid).map_or(Instant::now(), |s| s.timer_from);
                     sleep_until(from + Duration::from_millis(timeout_ms)).await;
                     return Ok(End::Close);
                 }
@@ -510,10 +474,7 @@ fn pace(pieces: Vec<Piece>, rate_kbps: u64) -> Vec<Piece> {
             let secs = part.len() as f64 / bytes_per_sec as f64;
             let extra = if first { piece.gap } else { Duration::ZERO };
             first = false;
-            out.push(Piece {
-                data: part.to_vec(),
-                gap: extra + Duration::from_secs_f64(secs),
-            });
+            out.push(Piece { data: part.to_vec(), gap: extra + Duration::from_secs_f64(secs) });
         }
     }
     out
@@ -528,16 +489,9 @@ fn slice(pieces: Vec<Piece>, sizes: (u64, u64), delay_us: u64, rng: &mut ChaCha8
         let mut rest = &piece.data[..];
         let mut gap = piece.gap;
         while !rest.is_empty() {
-            let size = if variation == 0 {
-                average
-            } else {
-                average - variation + rng.gen_range(0..=2 * variation)
-            };
+            let size = if variation == 0 { average } else { average - variation + rng.gen_range(0..=2 * variation) };
             let take = (size.max(1) as usize).min(rest.len());
-            out.push(Piece {
-                data: rest[..take].to_vec(),
-                gap,
-            });
+            out.push(Piece { data: rest[..take].to_vec(), gap });
             rest = &rest[take..];
             gap = Duration::from_micros(delay_us);
         }
@@ -570,10 +524,7 @@ mod tests {
     use super::*;
 
     fn piece(n: usize) -> Piece {
-        Piece {
-            data: vec![7; n],
-            gap: Duration::ZERO,
-        }
+        Piece { data: vec![7; n], gap: Duration::ZERO }
     }
 
     #[test]
@@ -616,9 +567,6 @@ mod tests {
             assert!((80..=120).contains(&x));
             assert_eq!(x, jittered_ms(&mut b, 100, 20));
         }
-        assert_ne!(
-            derive_seed(9, "p", 0, Stream::Upstream, "l"),
-            derive_seed(10, "p", 0, Stream::Upstream, "l")
-        );
+        assert_ne!(derive_seed(9, "p", 0, Stream::Upstream, "l"), derive_seed(10, "p", 0, Stream::Upstream, "l"));
     }
 }

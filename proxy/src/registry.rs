@@ -91,10 +91,7 @@ impl ProxyEntry {
     }
 
     fn find_toxic(&self, name: &str) -> Result<usize, ApiError> {
-        self.toxics
-            .iter()
-            .position(|t| t.toxic.name == name)
-            .ok_or_else(ApiError::toxic_not_found)
+        self.toxics.iter().position(|t| t.toxic.name == name).ok_or_else(ApiError::toxic_not_found)
     }
 
     /// Tells live connections about the current toxics.
@@ -139,10 +136,7 @@ impl ProxyEntry {
         if let Some(running) = self.running.take() {
             let _ = running.stop.send(());
             let abort = running.task.abort_handle();
-            if tokio::time::timeout(STOP_TIMEOUT, running.task)
-                .await
-                .is_err()
-            {
+            if tokio::time::timeout(STOP_TIMEOUT, running.task).await.is_err() {
                 abort.abort();
             }
         }
@@ -150,12 +144,7 @@ impl ProxyEntry {
 }
 
 /// Accepts connections until told to stop, then closes all of them.
-async fn accept_loop(
-    listener: TcpListener,
-    mut stop: oneshot::Receiver<()>,
-    ctx: ConnCtx,
-    counter: Arc<AtomicU64>,
-) {
+async fn accept_loop(listener: TcpListener, mut stop: oneshot::Receiver<()>, ctx: ConnCtx, counter: Arc<AtomicU64>) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -178,11 +167,7 @@ async fn accept_loop(
 
 impl Registry {
     pub(crate) fn new(seed: u64) -> Self {
-        Registry {
-            seed,
-            next_uid: AtomicU64::new(1),
-            proxies: Mutex::new(BTreeMap::new()),
-        }
+        Registry { seed, next_uid: AtomicU64::new(1), proxies: Mutex::new(BTreeMap::new()) }
     }
 
     fn uid(&self) -> u64 {
@@ -192,10 +177,7 @@ impl Registry {
     /// GET /proxies: name → proxy with toxics.
     pub(crate) async fn list(&self) -> Value {
         let proxies = self.proxies.lock().await;
-        let map: Map<String, Value> = proxies
-            .iter()
-            .map(|(name, p)| (name.clone(), p.to_json()))
-            .collect();
+        let map: Map<String, Value> = proxies.iter().map(|(name, p)| (name.clone(), p.to_json())).collect();
         Value::Object(map)
     }
 
@@ -222,8 +204,7 @@ impl Registry {
         let mut done = Vec::with_capacity(inputs.len());
         for input in inputs {
             if let Some(existing) = proxies.get(&input.name) {
-                let same_listen =
-                    input.listen == existing.listen || input.listen == existing.listen_requested;
+                let same_listen = input.listen == existing.listen || input.listen == existing.listen_requested;
                 if same_listen && input.upstream == existing.upstream {
                     done.push(existing.to_json());
                     continue;
@@ -260,9 +241,7 @@ impl Registry {
         enabled: Option<bool>,
     ) -> Result<Value, ApiError> {
         let mut proxies = self.proxies.lock().await;
-        let entry = proxies
-            .get_mut(name)
-            .ok_or_else(ApiError::proxy_not_found)?;
+        let entry = proxies.get_mut(name).ok_or_else(ApiError::proxy_not_found)?;
         let old = (entry.listen.clone(), entry.upstream.clone(), entry.enabled);
         let listen = listen.filter(|l| *l != entry.listen && *l != entry.listen_requested);
         let upstream = upstream.filter(|u| *u != entry.upstream);
@@ -308,9 +287,7 @@ impl Registry {
     /// POST /proxies/{name}/toxics: names are unique across both streams.
     pub(crate) async fn add_toxic(&self, proxy: &str, toxic: Toxic) -> Result<Value, ApiError> {
         let mut proxies = self.proxies.lock().await;
-        let entry = proxies
-            .get_mut(proxy)
-            .ok_or_else(ApiError::proxy_not_found)?;
+        let entry = proxies.get_mut(proxy).ok_or_else(ApiError::proxy_not_found)?;
         if entry.toxics.iter().any(|t| t.toxic.name == toxic.name) {
             return Err(ApiError::new(409, "toxic already exists"));
         }
@@ -330,21 +307,11 @@ impl Registry {
     }
 
     /// POST/PATCH /proxies/{name}/toxics/{toxic}: merges attributes and toxicity.
-    pub(crate) async fn update_toxic(
-        &self,
-        proxy: &str,
-        name: &str,
-        body: &Value,
-    ) -> Result<Value, ApiError> {
+    pub(crate) async fn update_toxic(&self, proxy: &str, name: &str, body: &Value) -> Result<Value, ApiError> {
         let mut proxies = self.proxies.lock().await;
-        let entry = proxies
-            .get_mut(proxy)
-            .ok_or_else(ApiError::proxy_not_found)?;
+        let entry = proxies.get_mut(proxy).ok_or_else(ApiError::proxy_not_found)?;
         let idx = entry.find_toxic(name)?;
-        let toxic = entry.toxics[idx]
-            .toxic
-            .merged_with(body)
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let toxic = entry.toxics[idx].toxic.merged_with(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
         let out = toxic.to_json();
         let uid = self.uid();
         entry.toxics[idx] = Arc::new(Installed { uid, toxic });
@@ -355,9 +322,7 @@ impl Registry {
     /// DELETE /proxies/{name}/toxics/{toxic}.
     pub(crate) async fn remove_toxic(&self, proxy: &str, name: &str) -> Result<(), ApiError> {
         let mut proxies = self.proxies.lock().await;
-        let entry = proxies
-            .get_mut(proxy)
-            .ok_or_else(ApiError::proxy_not_found)?;
+        let entry = proxies.get_mut(proxy).ok_or_else(ApiError::proxy_not_found)?;
         let idx = entry.find_toxic(name)?;
         entry.toxics.remove(idx);
         entry.publish();

@@ -41,10 +41,7 @@ impl ServerHandle {
             let _ = stop.send(());
         }
         let abort = self.task.abort_handle();
-        if tokio::time::timeout(API_DRAIN_TIMEOUT, &mut self.task)
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(API_DRAIN_TIMEOUT, &mut self.task).await.is_err() {
             abort.abort();
             let _ = (&mut self.task).await;
         }
@@ -63,12 +60,8 @@ impl ServerHandle {
 /// Binds the REST API on `listen` (port 0 picks a free port; see
 /// [`ServerHandle::addr`]) and serves it. `seed` drives every random choice.
 pub async fn start(listen: SocketAddr, seed: u64) -> Result<ServerHandle, Error> {
-    let listener = TcpListener::bind(listen)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: listen.to_string(),
-            source,
-        })?;
+    let listener =
+        TcpListener::bind(listen).await.map_err(|source| Error::Bind { addr: listen.to_string(), source })?;
     let addr = listener.local_addr().map_err(Error::Serve)?;
     let registry = Arc::new(Registry::new(seed));
     let app = router(registry.clone());
@@ -81,12 +74,7 @@ pub async fn start(listen: SocketAddr, seed: u64) -> Result<ServerHandle, Error>
             .await
             .map_err(Error::Serve)
     });
-    Ok(ServerHandle {
-        addr,
-        registry,
-        stop: Some(stop),
-        task,
-    })
+    Ok(ServerHandle { addr, registry, stop: Some(stop), task })
 }
 
 /// Runs the server until Ctrl-C, then shuts it down (the standalone

@@ -62,11 +62,7 @@ pub enum ToxicKind {
     /// On the first data, waits `timeout_ms` then resets the connection (RST).
     ResetPeer { timeout_ms: u64 },
     /// Splits chunks into slices of `average_size` ± `size_variation` bytes, `delay_us` apart.
-    Slicer {
-        average_size_bytes: u64,
-        size_variation_bytes: u64,
-        delay_us: u64,
-    },
+    Slicer { average_size_bytes: u64, size_variation_bytes: u64, delay_us: u64 },
     /// Passes `bytes` bytes, then closes the connection.
     LimitData { bytes: u64 },
 }
@@ -93,11 +89,7 @@ fn attribute_names(type_name: &str) -> Option<&'static [(&'static str, bool)]> {
         "slow_close" => &[("delay", true)],
         "timeout" => &[("timeout", true)],
         "reset_peer" => &[("timeout", true)],
-        "slicer" => &[
-            ("average_size", true),
-            ("size_variation", false),
-            ("delay", false),
-        ],
+        "slicer" => &[("average_size", true), ("size_variation", false), ("delay", false)],
         "limit_data" => &[("bytes", true)],
         _ => return None,
     })
@@ -122,19 +114,12 @@ impl ToxicKind {
     pub fn attributes(&self) -> Vec<(&'static str, u64)> {
         match *self {
             ToxicKind::Noop => vec![],
-            ToxicKind::Latency {
-                latency_ms,
-                jitter_ms,
-            } => vec![("latency", latency_ms), ("jitter", jitter_ms)],
+            ToxicKind::Latency { latency_ms, jitter_ms } => vec![("latency", latency_ms), ("jitter", jitter_ms)],
             ToxicKind::Bandwidth { rate_kbps } => vec![("rate", rate_kbps)],
             ToxicKind::SlowClose { delay_ms } => vec![("delay", delay_ms)],
             ToxicKind::Timeout { timeout_ms } => vec![("timeout", timeout_ms)],
             ToxicKind::ResetPeer { timeout_ms } => vec![("timeout", timeout_ms)],
-            ToxicKind::Slicer {
-                average_size_bytes,
-                size_variation_bytes,
-                delay_us,
-            } => vec![
+            ToxicKind::Slicer { average_size_bytes, size_variation_bytes, delay_us } => vec![
                 ("average_size", average_size_bytes),
                 ("size_variation", size_variation_bytes),
                 ("delay", delay_us),
@@ -145,11 +130,8 @@ impl ToxicKind {
 
     /// Attributes as a JSON object.
     pub fn attributes_json(&self) -> Value {
-        let map: Map<String, Value> = self
-            .attributes()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), Value::from(v)))
-            .collect();
+        let map: Map<String, Value> =
+            self.attributes().into_iter().map(|(k, v)| (k.to_string(), Value::from(v))).collect();
         Value::Object(map)
     }
 
@@ -157,30 +139,17 @@ impl ToxicKind {
     fn from_values(type_name: &str, get: impl Fn(&str) -> u64) -> Result<Self, ToxicInputError> {
         let kind = match type_name {
             "noop" => ToxicKind::Noop,
-            "latency" => ToxicKind::Latency {
-                latency_ms: get("latency"),
-                jitter_ms: get("jitter"),
-            },
-            "bandwidth" => ToxicKind::Bandwidth {
-                rate_kbps: get("rate"),
-            },
-            "slow_close" => ToxicKind::SlowClose {
-                delay_ms: get("delay"),
-            },
-            "timeout" => ToxicKind::Timeout {
-                timeout_ms: get("timeout"),
-            },
-            "reset_peer" => ToxicKind::ResetPeer {
-                timeout_ms: get("timeout"),
-            },
+            "latency" => ToxicKind::Latency { latency_ms: get("latency"), jitter_ms: get("jitter") },
+            "bandwidth" => ToxicKind::Bandwidth { rate_kbps: get("rate") },
+            "slow_close" => ToxicKind::SlowClose { delay_ms: get("delay") },
+            "timeout" => ToxicKind::Timeout { timeout_ms: get("timeout") },
+            "reset_peer" => ToxicKind::ResetPeer { timeout_ms: get("timeout") },
             "slicer" => ToxicKind::Slicer {
                 average_size_bytes: get("average_size"),
                 size_variation_bytes: get("size_variation"),
                 delay_us: get("delay"),
             },
-            "limit_data" => ToxicKind::LimitData {
-                bytes: get("bytes"),
-            },
+            "limit_data" => ToxicKind::LimitData { bytes: get("bytes") },
             other => return Err(ToxicInputError::UnknownType(other.to_string())),
         };
         kind.check()?;
@@ -189,14 +158,8 @@ impl ToxicKind {
 
     /// Cross-attribute checks that a single value cannot express.
     fn check(&self) -> Result<(), ToxicInputError> {
-        if let ToxicKind::Slicer {
-            average_size_bytes: 0,
-            ..
-        } = self
-        {
-            return Err(ToxicInputError::Invalid(
-                "attribute average_size must be greater than 0".into(),
-            ));
+        if let ToxicKind::Slicer { average_size_bytes: 0, .. } = self {
+            return Err(ToxicInputError::Invalid("attribute average_size must be greater than 0".into()));
         }
         Ok(())
     }
@@ -208,16 +171,11 @@ impl ToxicKind {
         attributes: Option<&Value>,
         base: Option<&ToxicKind>,
     ) -> Result<Self, ToxicInputError> {
-        let names = attribute_names(type_name)
-            .ok_or_else(|| ToxicInputError::UnknownType(type_name.to_string()))?;
+        let names = attribute_names(type_name).ok_or_else(|| ToxicInputError::UnknownType(type_name.to_string()))?;
         let given = match attributes {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(map)) => map.clone(),
-            Some(_) => {
-                return Err(ToxicInputError::Invalid(
-                    "attributes must be a JSON object".into(),
-                ))
-            }
+            Some(_) => return Err(ToxicInputError::Invalid("attributes must be a JSON object".into())),
         };
         let base_values: Vec<(&str, u64)> = base.map(|b| b.attributes()).unwrap_or_default();
         let mut values: Vec<(&str, u64)> = Vec::with_capacity(names.len());
@@ -226,20 +184,13 @@ impl ToxicKind {
                 Some(v) => attribute_value(name, v)?,
                 None => match base_values.iter().find(|(n, _)| *n == name) {
                     Some(&(_, v)) => v,
-                    None if required => {
-                        return Err(ToxicInputError::Missing(format!("attributes.{name}")))
-                    }
+                    None if required => return Err(ToxicInputError::Missing(format!("attributes.{name}"))),
                     None => 0,
                 },
             };
             values.push((name, value));
         }
-        let get = |name: &str| {
-            values
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map_or(0, |&(_, v)| v)
-        };
+        let get = |name: &str| values.iter().find(|(n, _)| *n == name).map_or(0, |&(_, v)| v);
         ToxicKind::from_values(type_name, get)
     }
 }
@@ -255,9 +206,7 @@ fn attribute_value(name: &str, value: &Value) -> Result<u64, ToxicInputError> {
             return Ok(f as u64);
         }
     }
-    Err(ToxicInputError::Invalid(format!(
-        "attribute {name} must be a non-negative integer, got {value}"
-    )))
+    Err(ToxicInputError::Invalid(format!("attribute {name} must be a non-negative integer, got {value}")))
 }
 
 /// A toxic as configured on a proxy.
@@ -318,14 +267,10 @@ impl Toxic {
 
     /// Parses a create request body (already decoded as JSON).
     pub fn from_create_json(body: &Value) -> Result<Toxic, ToxicInputError> {
-        let obj = body
-            .as_object()
-            .ok_or_else(|| ToxicInputError::Invalid("toxic must be a JSON object".into()))?;
+        let obj = body.as_object().ok_or_else(|| ToxicInputError::Invalid("toxic must be a JSON object".into()))?;
         let type_name = match obj.get("type") {
             None | Some(Value::Null) => return Err(ToxicInputError::Missing("type".into())),
-            Some(Value::String(s)) if s.is_empty() => {
-                return Err(ToxicInputError::Missing("type".into()))
-            }
+            Some(Value::String(s)) if s.is_empty() => return Err(ToxicInputError::Missing("type".into())),
             Some(Value::String(s)) => s.as_str(),
             Some(other) => return Err(ToxicInputError::UnknownType(other.to_string())),
         };
@@ -341,30 +286,15 @@ impl Toxic {
             Some(_) => return Err(ToxicInputError::Invalid("name must be a string".into())),
         };
         let kind = ToxicKind::parse(type_name, obj.get("attributes"), None)?;
-        Ok(Toxic {
-            name,
-            kind,
-            stream,
-            toxicity,
-        })
+        Ok(Toxic { name, kind, stream, toxicity })
     }
 
     /// Applies an update body: merges attributes and toxicity, keeps the rest.
     pub fn merged_with(&self, body: &Value) -> Result<Toxic, ToxicInputError> {
-        let obj = body
-            .as_object()
-            .ok_or_else(|| ToxicInputError::Invalid("toxic must be a JSON object".into()))?;
-        let kind = ToxicKind::parse(
-            self.kind.type_name(),
-            obj.get("attributes"),
-            Some(&self.kind),
-        )?;
+        let obj = body.as_object().ok_or_else(|| ToxicInputError::Invalid("toxic must be a JSON object".into()))?;
+        let kind = ToxicKind::parse(self.kind.type_name(), obj.get("attributes"), Some(&self.kind))?;
         let toxicity = parse_toxicity(obj.get("toxicity"))?.unwrap_or(self.toxicity);
-        Ok(Toxic {
-            kind,
-            toxicity,
-            ..self.clone()
-        })
+        Ok(Toxic { kind, toxicity, ..self.clone() })
     }
 }
 
@@ -387,9 +317,7 @@ fn parse_toxicity(value: Option<&Value>) -> Result<Option<f32>, ToxicInputError>
         None | Some(Value::Null) => Ok(None),
         Some(v) => match v.as_f64() {
             Some(t) if (0.0..=1.0).contains(&t) => Ok(Some(t as f32)),
-            _ => Err(ToxicInputError::Invalid(format!(
-                "toxicity must be a number between 0 and 1, got {v}"
-            ))),
+            _ => Err(ToxicInputError::Invalid(format!("toxicity must be a number between 0 and 1, got {v}"))),
         },
     }
 }
@@ -401,18 +329,11 @@ mod tests {
 
     #[test]
     fn defaults_name_stream_and_toxicity() {
-        let t = Toxic::from_create_json(&json!({"type": "latency", "attributes": {"latency": 5}}))
-            .unwrap();
+        let t = Toxic::from_create_json(&json!({"type": "latency", "attributes": {"latency": 5}})).unwrap();
         assert_eq!(t.name, "latency_downstream");
         assert_eq!(t.stream, Stream::Downstream);
         assert_eq!(t.toxicity, 1.0);
-        assert_eq!(
-            t.kind,
-            ToxicKind::Latency {
-                latency_ms: 5,
-                jitter_ms: 0
-            }
-        );
+        assert_eq!(t.kind, ToxicKind::Latency { latency_ms: 5, jitter_ms: 0 });
     }
 
     #[test]
@@ -420,24 +341,12 @@ mod tests {
         let cases = [
             (json!({"type": "nope"}), "invalid toxic type"),
             (json!({"attributes": {}}), "type"),
-            (
-                json!({"type": "latency", "stream": "sideways", "attributes": {"latency": 1}}),
-                "stream",
-            ),
+            (json!({"type": "latency", "stream": "sideways", "attributes": {"latency": 1}}), "stream"),
             (json!({"type": "latency"}), "attributes.latency"),
-            (
-                json!({"type": "latency", "attributes": {"latency": -1}}),
-                "latency",
-            ),
-            (
-                json!({"type": "bandwidth", "attributes": {"rate": "fast"}}),
-                "rate",
-            ),
+            (json!({"type": "latency", "attributes": {"latency": -1}}), "latency"),
+            (json!({"type": "bandwidth", "attributes": {"rate": "fast"}}), "rate"),
             (json!({"type": "noop", "toxicity": 1.5}), "toxicity"),
-            (
-                json!({"type": "slicer", "attributes": {"average_size": 0}}),
-                "average_size",
-            ),
+            (json!({"type": "slicer", "attributes": {"average_size": 0}}), "average_size"),
         ];
         for (body, field) in cases {
             let err = Toxic::from_create_json(&body).unwrap_err().to_string();
@@ -447,20 +356,9 @@ mod tests {
 
     #[test]
     fn update_merges_attributes() {
-        let t = Toxic::new(ToxicKind::Latency {
-            latency_ms: 100,
-            jitter_ms: 10,
-        });
-        let u = t
-            .merged_with(&json!({"attributes": {"latency": 1000}}))
-            .unwrap();
-        assert_eq!(
-            u.kind,
-            ToxicKind::Latency {
-                latency_ms: 1000,
-                jitter_ms: 10
-            }
-        );
+        let t = Toxic::new(ToxicKind::Latency { latency_ms: 100, jitter_ms: 10 });
+        let u = t.merged_with(&json!({"attributes": {"latency": 1000}})).unwrap();
+        assert_eq!(u.kind, ToxicKind::Latency { latency_ms: 1000, jitter_ms: 10 });
         let v = u.merged_with(&json!({"toxicity": 0.5})).unwrap();
         assert_eq!(v.toxicity, 0.5);
         assert_eq!(v.kind, u.kind);
@@ -468,13 +366,9 @@ mod tests {
 
     #[test]
     fn json_round_trip() {
-        let t = Toxic::new(ToxicKind::Slicer {
-            average_size_bytes: 10,
-            size_variation_bytes: 2,
-            delay_us: 5,
-        })
-        .on(Stream::Upstream)
-        .with_toxicity(0.25);
+        let t = Toxic::new(ToxicKind::Slicer { average_size_bytes: 10, size_variation_bytes: 2, delay_us: 5 })
+            .on(Stream::Upstream)
+            .with_toxicity(0.25);
         assert_eq!(t.name, "slicer_upstream");
         let back = Toxic::from_create_json(&t.to_json()).unwrap();
         assert_eq!(back, t);

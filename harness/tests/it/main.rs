@@ -35,7 +35,12 @@ async fn fencelab_toxiproxy_serves_the_api_and_stops_on_sigint() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn fencelab_rejects_unknown_commands_with_254() {
-    let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab")).arg("no-such-command").output().await.unwrap().status;
+    let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"))
+        .arg("no-such-command")
+        .output()
+        .await
+        .unwrap()
+        .status;
     assert_eq!(status.code(), Some(254));
 }
 
@@ -61,9 +66,13 @@ async fn cut_runner_link_makes_the_job_uncertain_not_requeued() {
     let view = lab.wait_job("j1", WAIT_MAX, |view| view.state == JobState::Uncertain).await.unwrap();
     assert_eq!(view.attempts.len(), 1);
     client.set_enabled("r1-control", true).await.unwrap();
-    let late = lab.wait_job("j1", WAIT_MAX, |view| view.ledger.iter().any(|entry| entry.kind == "result")).await.unwrap();
+    let late =
+        lab.wait_job("j1", WAIT_MAX, |view| view.ledger.iter().any(|entry| entry.kind == "result")).await.unwrap();
     let result = late.ledger.iter().find(|entry| entry.kind == "result").unwrap();
-    assert_eq!((result.decision, result.recorded_as.as_deref()), (Some(history::Decision::Rejected), Some("late_observation")));
+    assert_eq!(
+        (result.decision, result.recorded_as.as_deref()),
+        (Some(history::Decision::Rejected), Some("late_observation"))
+    );
     assert_eq!(lab.operator.job("j2").await.unwrap().state, JobState::Queued, "prod stays held while j1 is uncertain");
     server.shutdown().await;
     lab.shutdown().await;

@@ -40,10 +40,15 @@ impl From<RuleError> for ApiError {
 }
 
 /// Runs rule work on a blocking thread (SQLite is synchronous).
-async fn blocking<T: Send + 'static>(app: &Shared, work: impl FnOnce(&Rules<Sqlite>) -> Result<T, RuleError> + Send + 'static) -> Result<T, ApiError> {
+async fn blocking<T: Send + 'static>(
+    app: &Shared,
+    work: impl FnOnce(&Rules<Sqlite>) -> Result<T, RuleError> + Send + 'static,
+) -> Result<T, ApiError> {
     let app = app.clone();
     let joined = tokio::task::spawn_blocking(move || work(&app.rules)).await;
-    joined.map_err(|_| ApiError::new(500, "internal", "the control plane could not complete the request"))?.map_err(ApiError::from)
+    joined
+        .map_err(|_| ApiError::new(500, "internal", "the control plane could not complete the request"))?
+        .map_err(ApiError::from)
 }
 
 async fn principal(app: &Shared, headers: &HeaderMap) -> Result<Principal, ApiError> {
@@ -52,7 +57,11 @@ async fn principal(app: &Shared, headers: &HeaderMap) -> Result<Principal, ApiEr
 }
 
 /// Parses the body and authenticates, in that order of cheapness.
-async fn authed<T: serde::de::DeserializeOwned>(app: &Shared, headers: &HeaderMap, body: Body) -> Result<(Principal, T), ApiError> {
+async fn authed<T: serde::de::DeserializeOwned>(
+    app: &Shared,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Principal, T), ApiError> {
     let principal = principal(app, headers).await?;
     let request = read_json(headers, body).await?;
     Ok((principal, request))
@@ -108,7 +117,11 @@ async fn jobs(State(app): State<Shared>, headers: HeaderMap) -> Result<Json<Vec<
     Ok(Json(blocking(&app, move |rules| rules.jobs(&principal)).await?))
 }
 
-async fn job(State(app): State<Shared>, headers: HeaderMap, id: Result<Path<String>, axum::extract::rejection::PathRejection>) -> Result<Json<JobView>, ApiError> {
+async fn job(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<JobView>, ApiError> {
     let Path(id) = id.map_err(|error| ApiError::new(400, "invalid_path", error.body_text()))?;
     let principal = principal(&app, &headers).await?;
     Ok(Json(blocking(&app, move |rules| rules.job_view(&principal, &id)).await?))
@@ -166,7 +179,11 @@ fn default_limit() -> u32 {
     1_000
 }
 
-async fn ledger(State(app): State<Shared>, headers: HeaderMap, query: Result<Query<LedgerQuery>, axum::extract::rejection::QueryRejection>) -> Result<Json<Vec<LedgerEntry>>, ApiError> {
+async fn ledger(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    query: Result<Query<LedgerQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Vec<LedgerEntry>>, ApiError> {
     let Query(query) = query.map_err(|error| ApiError::new(400, "invalid_query", error.body_text()))?;
     let principal = principal(&app, &headers).await?;
     Ok(Json(blocking(&app, move |rules| rules.ledger(&principal, query.after, query.limit)).await?))

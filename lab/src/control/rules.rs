@@ -116,11 +116,20 @@ fn new_token() -> String {
 
 /// Whether a claim is the current, live claim of its job on the server's clock; if not,
 /// why not: `unknown`, `not_current` (scope mismatch or closed), `superseded`, `expired`.
-fn standing(job: Option<&JobRow>, attempt: Option<&AttemptRow>, claim: &ClaimRef, project: &str, now_ms: i64) -> Result<(), &'static str> {
+fn standing(
+    job: Option<&JobRow>,
+    attempt: Option<&AttemptRow>,
+    claim: &ClaimRef,
+    project: &str,
+    now_ms: i64,
+) -> Result<(), &'static str> {
     let (Some(job), Some(attempt)) = (job, attempt) else {
         return Err("unknown");
     };
-    let scoped = attempt.job == claim.job && attempt.runner == claim.runner && attempt.fence == claim.fence && attempt.project == project;
+    let scoped = attempt.job == claim.job
+        && attempt.runner == claim.runner
+        && attempt.fence == claim.fence
+        && attempt.project == project;
     if !scoped {
         return Err("not_current");
     }
@@ -173,10 +182,18 @@ impl<S: Store> Rules<S> {
         check_id("id", &request.id)?;
         let project = match (principal, &request.project) {
             (Principal::Operator, Some(project)) => project.clone(),
-            (Principal::Operator, None) => return refuse(400, "missing_field", "`project` is required with the operator token"),
+            (Principal::Operator, None) => {
+                return refuse(400, "missing_field", "`project` is required with the operator token")
+            }
             (Principal::Registration { project }, None) => project.clone(),
             (Principal::Registration { project }, Some(named)) if named == project => project.clone(),
-            _ => return refuse(403, "forbidden", "registering a runner needs the operator token or this project's registration token"),
+            _ => {
+                return refuse(
+                    403,
+                    "forbidden",
+                    "registering a runner needs the operator token or this project's registration token",
+                )
+            }
         };
         let token = new_token();
         self.store.transact(|tx| {
@@ -248,7 +265,14 @@ impl<S: Store> Rules<S> {
     }
 
     /// An entry for a report as the runner made it (its claim, not the stored one).
-    fn report_entry(&self, report: &Report, key: &str, decision: Decision, reason: Option<&str>, now: Now) -> LedgerEntry {
+    fn report_entry(
+        &self,
+        report: &Report,
+        key: &str,
+        decision: Decision,
+        reason: Option<&str>,
+        now: Now,
+    ) -> LedgerEntry {
         LedgerEntry {
             seq: 0,
             kind: report.kind.to_string(),
@@ -282,8 +306,17 @@ impl<S: Store> Rules<S> {
         let lapsed = tx.lapsed_attempts(now.ms)?;
         for attempt in &lapsed {
             let requeue = self.bugs.has(Bug::RequeueOnExpiry);
-            let (state, closed_by) = if requeue { (AttemptState::Failed, Some("expired-requeued")) } else { (AttemptState::Uncertain, None) };
-            let change = AttemptChange { state, lease_expires_ms: None, closed_by: closed_by.map(str::to_string), outcome: None };
+            let (state, closed_by) = if requeue {
+                (AttemptState::Failed, Some("expired-requeued"))
+            } else {
+                (AttemptState::Uncertain, None)
+            };
+            let change = AttemptChange {
+                state,
+                lease_expires_ms: None,
+                closed_by: closed_by.map(str::to_string),
+                outcome: None,
+            };
             tx.unguarded_update(&attempt.id, &change)?;
             let Some(mut job) = tx.job(&attempt.job)? else { continue };
             let mut entry = self.entry("expire", &job, Some(attempt), now);
@@ -325,8 +358,16 @@ impl<S: Store> Rules<S> {
             entry.decision = Some(Decision::Accepted);
             entry.observed_ms = Some(request.observed_ms);
             tx.append_ledger(&entry)?;
-            let claim = ClaimRef { job: job.id.clone(), attempt: attempt.id, runner: runner.to_string(), fence: attempt.fence };
-            let grant = Grant { claim, project: job.project, deployment_key: job.deployment_key, spec: job.spec, lease_ms: self.policy.lease_ms, lease_expires_ms: attempt.lease_expires_ms };
+            let claim =
+                ClaimRef { job: job.id.clone(), attempt: attempt.id, runner: runner.to_string(), fence: attempt.fence };
+            let grant = Grant {
+                claim,
+                project: job.project,
+                deployment_key: job.deployment_key,
+                spec: job.spec,
+                lease_ms: self.policy.lease_ms,
+                lease_expires_ms: attempt.lease_expires_ms,
+            };
             Ok(ClaimResponse { grant: Some(grant) })
         })
     }
@@ -336,7 +377,14 @@ impl<S: Store> Rules<S> {
         let claim = report.claim;
         if self.bugs.has(Bug::UnscopedFence) {
             let lease = Some(now.ms);
-            return Guard { job: claim.job.clone(), fence_at_most: Some(claim.fence), current: true, states: vec![AttemptState::Running], lease_valid_at_ms: lease, ..Guard::default() };
+            return Guard {
+                job: claim.job.clone(),
+                fence_at_most: Some(claim.fence),
+                current: true,
+                states: vec![AttemptState::Running],
+                lease_valid_at_ms: lease,
+                ..Guard::default()
+            };
         }
         let mut guard = Guard {
             job: claim.job.clone(),
@@ -367,7 +415,13 @@ impl<S: Store> Rules<S> {
 
     /// Runs the conditional update; on zero rows, the planted `blind-retry-on-zero-rows`
     /// retries it without predicates. Returns the attempt changed.
-    fn conditional(&self, tx: &mut dyn Tx, report: &Report, change: &AttemptChange, now: Now) -> RuleResult<Option<String>> {
+    fn conditional(
+        &self,
+        tx: &mut dyn Tx,
+        report: &Report,
+        change: &AttemptChange,
+        now: Now,
+    ) -> RuleResult<Option<String>> {
         if let Some(id) = tx.guarded_update(&self.guard(report, now), change)? {
             return Ok(Some(id));
         }
@@ -384,7 +438,11 @@ impl<S: Store> Rules<S> {
         }
         match tx.job(&report.claim.job)? {
             Some(job) if job.project == report.project || self.bugs.has(Bug::UnscopedFence) => Ok(job),
-            _ => refuse(404, "unknown_job", format!("job `{}` does not exist in this runner's project", report.claim.job)),
+            _ => refuse(
+                404,
+                "unknown_job",
+                format!("job `{}` does not exist in this runner's project", report.claim.job),
+            ),
         }
     }
 
@@ -395,7 +453,12 @@ impl<S: Store> Rules<S> {
             self.expire_in(tx, now)?;
             let mut job = self.reported_job(tx, &report)?;
             let lease_expires_ms = now.ms + self.policy.lease_ms as i64;
-            let change = AttemptChange { state: AttemptState::Running, lease_expires_ms: Some(lease_expires_ms), closed_by: None, outcome: None };
+            let change = AttemptChange {
+                state: AttemptState::Running,
+                lease_expires_ms: Some(lease_expires_ms),
+                closed_by: None,
+                outcome: None,
+            };
             let Some(changed) = self.conditional(tx, &report, &change, now)? else {
                 return self.reject(tx, &report, &job, None, now);
             };
@@ -406,21 +469,41 @@ impl<S: Store> Rules<S> {
             let mut entry = self.report_entry(&report, &job.deployment_key, Decision::Accepted, None, now);
             entry.lease_expires_ms = Some(lease_expires_ms);
             let ledger_seq = tx.append_ledger(&entry)?;
-            Ok(Verdict { decision: Decision::Accepted, reason: None, ledger_seq, lease_expires_ms: Some(lease_expires_ms), capability: None })
+            Ok(Verdict {
+                decision: Decision::Accepted,
+                reason: None,
+                ledger_seq,
+                lease_expires_ms: Some(lease_expires_ms),
+                capability: None,
+            })
         })
     }
 
     /// Records a refused report (a result as a late observation) and answers why.
-    fn reject(&self, tx: &mut dyn Tx, report: &Report, job: &JobRow, outcome: Option<Outcome>, now: Now) -> RuleResult<Verdict> {
+    fn reject(
+        &self,
+        tx: &mut dyn Tx,
+        report: &Report,
+        job: &JobRow,
+        outcome: Option<Outcome>,
+        now: Now,
+    ) -> RuleResult<Verdict> {
         let attempt = tx.attempt(&report.claim.attempt)?;
-        let reason = standing(Some(job), attempt.as_ref(), report.claim, report.project, now.ms).err().unwrap_or("not_current");
+        let reason =
+            standing(Some(job), attempt.as_ref(), report.claim, report.project, now.ms).err().unwrap_or("not_current");
         let mut entry = self.report_entry(report, &job.deployment_key, Decision::Rejected, Some(reason), now);
         entry.outcome = outcome.map(|outcome| outcome.as_str().to_string());
         if report.kind == "result" {
             entry.recorded_as = Some("late_observation".to_string());
         }
         let ledger_seq = tx.append_ledger(&entry)?;
-        Ok(Verdict { decision: Decision::Rejected, reason: Some(reason.to_string()), ledger_seq, lease_expires_ms: None, capability: None })
+        Ok(Verdict {
+            decision: Decision::Rejected,
+            reason: Some(reason.to_string()),
+            ledger_seq,
+            lease_expires_ms: None,
+            capability: None,
+        })
     }
 
     pub fn capability(&self, principal: &Principal, request: &CapabilityRequest, now: Now) -> RuleResult<Verdict> {
@@ -435,12 +518,26 @@ impl<S: Store> Rules<S> {
                 return self.reject(tx, &report, &job, None, now);
             };
             let expires_ms = attempt.lease_expires_ms.min(now.ms + self.policy.capability_ttl_ms as i64);
-            let unsigned = Capability { deployment_key: job.deployment_key.clone(), job: job.id.clone(), attempt: attempt.id.clone(), runner: attempt.runner.clone(), fence: attempt.fence, expires_ms, signature: String::new() };
+            let unsigned = Capability {
+                deployment_key: job.deployment_key.clone(),
+                job: job.id.clone(),
+                attempt: attempt.id.clone(),
+                runner: attempt.runner.clone(),
+                fence: attempt.fence,
+                expires_ms,
+                signature: String::new(),
+            };
             let token = capability::sign(&self.secret, unsigned);
             let mut entry = self.report_entry(&report, &job.deployment_key, Decision::Accepted, None, now);
             entry.lease_expires_ms = Some(attempt.lease_expires_ms);
             let ledger_seq = tx.append_ledger(&entry)?;
-            Ok(Verdict { decision: Decision::Accepted, reason: None, ledger_seq, lease_expires_ms: Some(attempt.lease_expires_ms), capability: Some(token) })
+            Ok(Verdict {
+                decision: Decision::Accepted,
+                reason: None,
+                ledger_seq,
+                lease_expires_ms: Some(attempt.lease_expires_ms),
+                capability: Some(token),
+            })
         })
     }
 }
@@ -464,7 +561,10 @@ impl<S: Store> Rules<S> {
         let mut job = self.reported_job(tx, &report)?;
         let attempt = tx.attempt(&request.claim.attempt)?;
         let committed = attempt.as_ref().filter(|attempt| {
-            attempt.closed_by.as_deref() == Some("result") && attempt.job == job.id && attempt.runner == request.claim.runner && attempt.fence == request.claim.fence
+            attempt.closed_by.as_deref() == Some("result")
+                && attempt.job == job.id
+                && attempt.runner == request.claim.runner
+                && attempt.fence == request.claim.fence
         });
         if let Some(committed) = committed {
             let overwrite = self.bugs.has(Bug::OverwriteTerminalResult) && committed.outcome != Some(request.outcome);
@@ -476,7 +576,12 @@ impl<S: Store> Rules<S> {
             Outcome::Succeeded => AttemptState::Succeeded,
             Outcome::Failed => AttemptState::Failed,
         };
-        let change = AttemptChange { state, lease_expires_ms: None, closed_by: Some("result".to_string()), outcome: Some(request.outcome) };
+        let change = AttemptChange {
+            state,
+            lease_expires_ms: None,
+            closed_by: Some("result".to_string()),
+            outcome: Some(request.outcome),
+        };
         let changed = match committed {
             Some(committed) => tx.unguarded_update(&committed.id, &change)?.then(|| committed.id.clone()),
             None => self.conditional(tx, &report, &change, now)?,
@@ -495,22 +600,41 @@ impl<S: Store> Rules<S> {
 
     /// A result for an attempt whose terminal result is already committed: an identical one is
     /// a duplicate (acknowledged, renews nothing), a different one a recorded conflict.
-    fn repeat(&self, tx: &mut dyn Tx, report: &Report, job: &JobRow, committed: &AttemptRow, outcome: Outcome, now: Now) -> RuleResult<Verdict> {
+    fn repeat(
+        &self,
+        tx: &mut dyn Tx,
+        report: &Report,
+        job: &JobRow,
+        committed: &AttemptRow,
+        outcome: Outcome,
+        now: Now,
+    ) -> RuleResult<Verdict> {
         let identical = committed.outcome == Some(outcome);
-        let (decision, reason) = if identical { (Decision::Duplicate, None) } else { (Decision::Conflict, Some("conflict")) };
+        let (decision, reason) =
+            if identical { (Decision::Duplicate, None) } else { (Decision::Conflict, Some("conflict")) };
         let mut entry = self.report_entry(report, &job.deployment_key, decision, reason, now);
         entry.outcome = Some(outcome.as_str().to_string());
         entry.recorded_as = (!identical).then(|| "conflict".to_string());
         let ledger_seq = tx.append_ledger(&entry)?;
-        Ok(Verdict { decision, reason: reason.map(str::to_string), ledger_seq, lease_expires_ms: None, capability: None })
+        Ok(Verdict {
+            decision,
+            reason: reason.map(str::to_string),
+            ledger_seq,
+            lease_expires_ms: None,
+            capability: None,
+        })
     }
 
     pub fn reconcile(&self, principal: &Principal, request: &ReconcileRequest, now: Now) -> RuleResult<JobView> {
         operator_only(principal)?;
         let outcome = match (request.finding, request.outcome) {
-            (Finding::Completed, None) => return refuse(400, "missing_field", "`outcome` is required with the finding `completed`"),
+            (Finding::Completed, None) => {
+                return refuse(400, "missing_field", "`outcome` is required with the finding `completed`")
+            }
             (Finding::Completed, Some(outcome)) => Some(outcome),
-            (_, Some(_)) => return refuse(400, "invalid_field", "`outcome` is only allowed with the finding `completed`"),
+            (_, Some(_)) => {
+                return refuse(400, "invalid_field", "`outcome` is only allowed with the finding `completed`")
+            }
             (_, None) => None,
         };
         self.store.transact(|tx| {
@@ -520,18 +644,34 @@ impl<S: Store> Rules<S> {
             };
             let attempt = tx.attempt(&request.attempt)?.filter(|attempt| attempt.job == job.id);
             let Some(attempt) = attempt else {
-                return refuse(404, "unknown_attempt", format!("attempt `{}` of job `{}` does not exist", request.attempt, job.id));
+                return refuse(
+                    404,
+                    "unknown_attempt",
+                    format!("attempt `{}` of job `{}` does not exist", request.attempt, job.id),
+                );
             };
             let current = job.current_attempt.as_deref() == Some(attempt.id.as_str());
             if attempt.state != AttemptState::Uncertain || !current {
-                return refuse(409, "not_uncertain", format!("attempt `{}` is not the uncertain current attempt of its job", attempt.id));
+                return refuse(
+                    409,
+                    "not_uncertain",
+                    format!("attempt `{}` is not the uncertain current attempt of its job", attempt.id),
+                );
             }
             self.apply_finding(tx, &mut job, &attempt, request, outcome, now)?;
             self.view_in(tx, &job.id)
         })
     }
 
-    fn apply_finding(&self, tx: &mut dyn Tx, job: &mut JobRow, attempt: &AttemptRow, request: &ReconcileRequest, outcome: Option<Outcome>, now: Now) -> RuleResult<()> {
+    fn apply_finding(
+        &self,
+        tx: &mut dyn Tx,
+        job: &mut JobRow,
+        attempt: &AttemptRow,
+        request: &ReconcileRequest,
+        outcome: Option<Outcome>,
+        now: Now,
+    ) -> RuleResult<()> {
         let finding = serde_json::to_value(request.finding).expect("a finding serialises");
         let mut entry = self.entry("reconcile", job, Some(attempt), now);
         entry.outcome = finding.as_str().map(str::to_string);
@@ -540,7 +680,12 @@ impl<S: Store> Rules<S> {
             Finding::StillRunning => None,
             Finding::Stopped => {
                 job.state = JobState::Queued;
-                Some(AttemptChange { state: AttemptState::Failed, lease_expires_ms: None, closed_by: Some("observed-stopped".into()), outcome: Some(Outcome::Failed) })
+                Some(AttemptChange {
+                    state: AttemptState::Failed,
+                    lease_expires_ms: None,
+                    closed_by: Some("observed-stopped".into()),
+                    outcome: Some(Outcome::Failed),
+                })
             }
             Finding::Completed => {
                 let outcome = outcome.expect("checked before the transaction");
@@ -548,7 +693,12 @@ impl<S: Store> Rules<S> {
                 job.outcome = Some(outcome);
                 entry.recorded_as = Some(outcome.as_str().to_string());
                 let state = if outcome == Outcome::Succeeded { AttemptState::Succeeded } else { AttemptState::Failed };
-                Some(AttemptChange { state, lease_expires_ms: None, closed_by: Some("reconciled-completed".into()), outcome: Some(outcome) })
+                Some(AttemptChange {
+                    state,
+                    lease_expires_ms: None,
+                    closed_by: Some("reconciled-completed".into()),
+                    outcome: Some(outcome),
+                })
             }
         };
         if let Some(change) = change {
@@ -570,14 +720,37 @@ impl<S: Store> Rules<S> {
         };
         let attempts = tx.attempts_of(id)?.into_iter().map(|attempt| attempt_view(&job, attempt)).collect();
         let ledger = tx.ledger_of(id)?;
-        Ok(JobView { id: job.id, project: job.project, deployment_key: job.deployment_key, spec: job.spec, state: job.state, current_attempt: job.current_attempt, outcome: job.outcome, attempts, ledger })
+        Ok(JobView {
+            id: job.id,
+            project: job.project,
+            deployment_key: job.deployment_key,
+            spec: job.spec,
+            state: job.state,
+            current_attempt: job.current_attempt,
+            outcome: job.outcome,
+            attempts,
+            ledger,
+        })
     }
 
     /// Every job, without attempts and ledger (see [`Rules::job_view`] for one job whole).
     pub fn jobs(&self, principal: &Principal) -> RuleResult<Vec<JobView>> {
         operator_only(principal)?;
         let jobs = self.store.transact(|tx| tx.jobs().map_err(RuleError::from))?;
-        Ok(jobs.into_iter().map(|job| JobView { id: job.id, project: job.project, deployment_key: job.deployment_key, spec: job.spec, state: job.state, current_attempt: job.current_attempt, outcome: job.outcome, attempts: vec![], ledger: vec![] }).collect())
+        Ok(jobs
+            .into_iter()
+            .map(|job| JobView {
+                id: job.id,
+                project: job.project,
+                deployment_key: job.deployment_key,
+                spec: job.spec,
+                state: job.state,
+                current_attempt: job.current_attempt,
+                outcome: job.outcome,
+                attempts: vec![],
+                ledger: vec![],
+            })
+            .collect())
     }
 
     /// The ledger after `after_seq`, at most `limit` entries, in order.

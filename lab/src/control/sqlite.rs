@@ -57,9 +57,8 @@ impl Sqlite {
         work: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut connection = self.connection.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let transaction = connection
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(StoreError::from)?;
+        let transaction =
+            connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(StoreError::from)?;
         let mut tx = SqliteTx { tx: &transaction, operator_token: &self.operator_token };
         let value = work(&mut tx)?;
         if commit {
@@ -100,7 +99,8 @@ fn enum_text<T: serde::Serialize>(value: &T) -> String {
 }
 
 const JOB_COLUMNS: &str = "id, project, deployment_key, steps, step_ms, state, current_attempt, outcome";
-const ATTEMPT_COLUMNS: &str = "id, job, project, runner, fence, state, lease_expires_ms, claimed_ms, closed_by, outcome";
+const ATTEMPT_COLUMNS: &str =
+    "id, job, project, runner, fence, state, lease_expires_ms, claimed_ms, closed_by, outcome";
 const LEDGER_COLUMNS: &str = "seq, kind, project, job, attempt, runner, fence, deployment_key, decision, reason, recorded_as, outcome, received_ms, observed_ms, mono_ns, lease_expires_ms";
 
 struct RawJob(String, String, String, u32, u64, String, Option<String>, Option<String>);
@@ -124,7 +124,18 @@ fn job_from(raw: RawJob) -> StoreResult<JobRow> {
 type RawAttempt = (String, String, String, String, u64, String, i64, i64, Option<String>, Option<String>);
 
 fn raw_attempt(row: &Row) -> rusqlite::Result<RawAttempt> {
-    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?, row.get(6)?, row.get(7)?, row.get(8)?, row.get(9)?))
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+        row.get(6)?,
+        row.get(7)?,
+        row.get(8)?,
+        row.get(9)?,
+    ))
 }
 
 fn attempt_from(raw: RawAttempt) -> StoreResult<AttemptRow> {
@@ -201,7 +212,9 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn insert_project(&mut self, id: &str, registration_token: &str) -> StoreResult<bool> {
-        inserted(self.tx.execute("INSERT INTO projects (id, registration_token) VALUES (?1, ?2)", [id, registration_token]))
+        inserted(
+            self.tx.execute("INSERT INTO projects (id, registration_token) VALUES (?1, ?2)", [id, registration_token]),
+        )
     }
 
     fn project_exists(&mut self, id: &str) -> StoreResult<bool> {

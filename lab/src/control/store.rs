@@ -106,10 +106,7 @@ pub trait Tx {
 
 /// A store: runs a closure in one transaction, committed when it returns `Ok`.
 pub trait Store: Send + Sync + 'static {
-    fn transact<T, E: From<StoreError>>(
-        &self,
-        work: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
-    ) -> Result<T, E>;
+    fn transact<T, E: From<StoreError>>(&self, work: impl FnOnce(&mut dyn Tx) -> Result<T, E>) -> Result<T, E>;
     /// Runs the closure and rolls it back whatever it returns: a decision without effect.
     fn dry_run<T, E: From<StoreError>>(&self, work: impl FnOnce(&mut dyn Tx) -> Result<T, E>) -> Result<T, E>;
 }

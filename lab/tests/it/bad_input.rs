@@ -81,7 +81,17 @@ fn target(
     status: u16,
     code: &'static str,
 ) -> Row {
-    Row { name, server: Server::Target, method, path: path.into(), authorization: None, body, content_type, status, code }
+    Row {
+        name,
+        server: Server::Target,
+        method,
+        path: path.into(),
+        authorization: None,
+        body,
+        content_type,
+        status,
+        code,
+    }
 }
 
 fn bearer(token: &str) -> Option<String> {
@@ -278,7 +288,13 @@ impl Lab {
 
     async fn read(&self, server: Server, path: &str) -> Result<Value, String> {
         let url = format!("{}{path}", self.base(server));
-        let response = self.http.get(&url).bearer_auth(OPERATOR_TOKEN).send().await.map_err(|error| format!("GET {path}: no answer: {error}"))?;
+        let response = self
+            .http
+            .get(&url)
+            .bearer_auth(OPERATOR_TOKEN)
+            .send()
+            .await
+            .map_err(|error| format!("GET {path}: no answer: {error}"))?;
         let status = response.status().as_u16();
         let bytes = response.bytes().await.map_err(|error| format!("GET {path}: {error}"))?;
         if status != 200 {
@@ -316,7 +332,12 @@ impl Lab {
         };
         let response = request.send().await.map_err(|error| format!("no answer: {error}"))?;
         let status = response.status().as_u16();
-        let content_type = response.headers().get(reqwest::header::CONTENT_TYPE).and_then(|value| value.to_str().ok()).unwrap_or("").to_string();
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("")
+            .to_string();
         let bytes = response.bytes().await.map_err(|error| format!("answer unreadable: {error}"))?;
         Ok((status, content_type, bytes.to_vec()))
     }
@@ -379,7 +400,12 @@ fn diff(place: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
         (Value::Object(a), Value::Object(b)) => {
             let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
             for key in keys {
-                diff(&format!("{place}.{key}"), a.get(key).unwrap_or(&Value::Null), b.get(key).unwrap_or(&Value::Null), out);
+                diff(
+                    &format!("{place}.{key}"),
+                    a.get(key).unwrap_or(&Value::Null),
+                    b.get(key).unwrap_or(&Value::Null),
+                    out,
+                );
             }
         }
         (Value::Array(a), Value::Array(b)) => {
@@ -409,12 +435,21 @@ async fn build(lab: &mut LocalLab) -> Fixture {
     let other = lab.operator.create_project("other").await.expect("project other");
     let mut tokens = BTreeMap::new();
     for (project, id) in [("demo", "r1"), ("demo", "r2"), ("other", "o1")] {
-        let registered = lab.operator.register_runner(&RegisterRunner { project: Some(project.into()), id: id.into() }).await.expect("runner registers");
+        let registered = lab
+            .operator
+            .register_runner(&RegisterRunner { project: Some(project.into()), id: id.into() })
+            .await
+            .expect("runner registers");
         tokens.insert(id, registered.token);
     }
     lab.submit("ju", "ku", spec.clone()).await.expect("submit ju");
     let runner = lab.operator.with_token(&tokens["r1"]);
-    let grant = runner.claim(&ClaimRequest { runner: "r1".into(), observed_ms: now_ms() }).await.expect("claim").grant.expect("ju is claimable");
+    let grant = runner
+        .claim(&ClaimRequest { runner: "r1".into(), observed_ms: now_ms() })
+        .await
+        .expect("claim")
+        .grant
+        .expect("ju is claimable");
     assert_eq!(grant.claim.attempt, "ju-a1");
     lab.wait_job("ju", WAIT_MAX, |view| view.state == JobState::Uncertain).await.expect("ju becomes uncertain");
 
@@ -425,13 +460,23 @@ async fn build(lab: &mut LocalLab) -> Fixture {
     let runner = operator.with_token(&tokens["r1"]);
 
     lab.submit("jd", "kd", spec.clone()).await.expect("submit jd");
-    let grant = runner.claim(&ClaimRequest { runner: "r1".into(), observed_ms: now_ms() }).await.expect("claim").grant.expect("jd is claimable");
+    let grant = runner
+        .claim(&ClaimRequest { runner: "r1".into(), observed_ms: now_ms() })
+        .await
+        .expect("claim")
+        .grant
+        .expect("jd is claimable");
     assert_eq!(grant.claim.attempt, "jd-a1");
     let done = ResultRequest { claim: grant.claim, outcome: Outcome::Succeeded, observed_ms: now_ms(), detail: None };
     assert_eq!(runner.result(&done).await.expect("result").decision, Decision::Accepted);
 
     lab.submit("j1", "k1", spec.clone()).await.expect("submit j1");
-    let grant = runner.claim(&ClaimRequest { runner: "r1".into(), observed_ms: now_ms() }).await.expect("claim").grant.expect("j1 is claimable");
+    let grant = runner
+        .claim(&ClaimRequest { runner: "r1".into(), observed_ms: now_ms() })
+        .await
+        .expect("claim")
+        .grant
+        .expect("j1 is claimable");
     assert_eq!(grant.claim.attempt, "j1-a1");
     assert_eq!(grant.lease_ms, LONG_LEASE_MS);
     let redeem = CapabilityRequest { claim: grant.claim.clone(), observed_ms: now_ms() };
@@ -494,11 +539,24 @@ async fn bad_requests_are_refused_with_their_code_and_change_nothing() {
             Err(error) => problems.push(format!("the snapshot after the row failed: {error}")),
         }
         if !problems.is_empty() {
-            failures.push(format!("row `{}` ({} {} on the {:?}):\n  - {}", row.name, row.method, row.path, row.server, problems.join("\n  - ")));
+            failures.push(format!(
+                "row `{}` ({} {} on the {:?}):\n  - {}",
+                row.name,
+                row.method,
+                row.path,
+                row.server,
+                problems.join("\n  - ")
+            ));
         }
     }
     lab.shutdown().await;
-    assert!(failures.is_empty(), "{} of {} bad-input rows failed:\n\n{}\n\nrepeat with: {REPEAT}", failures.len(), table.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} bad-input rows failed:\n\n{}\n\nrepeat with: {REPEAT}",
+        failures.len(),
+        table.len(),
+        failures.join("\n\n")
+    );
 }
 
 /// Positions beyond any stored sequence number read as an empty page, not a server error

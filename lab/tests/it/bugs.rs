@@ -18,7 +18,9 @@ fn stale_completion_refused(world: &World) -> bool {
     let (r1, a1, _, a2) = world.superseded();
     let verdict = world.result(&r1, &a1, Outcome::Succeeded, LEASE_MS + 20);
     let view = world.view("j");
-    verdict.decision == Decision::Rejected && view.state == JobState::Running && view.current_attempt == Some(a2.attempt)
+    verdict.decision == Decision::Rejected
+        && view.state == JobState::Running
+        && view.current_attempt == Some(a2.attempt)
 }
 
 fn expired_heartbeat_refused(world: &World) -> bool {

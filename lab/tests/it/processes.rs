@@ -26,8 +26,14 @@ fn now_ms() -> i64 {
 
 /// Claims, redeems, applies one step and reports success, as a runner would: used to spend fences.
 async fn run_directly(lab: &LocalLab, runner: &Client, runner_id: &str) -> ClaimRef {
-    let grant = runner.claim(&ClaimRequest { runner: runner_id.into(), observed_ms: now_ms() }).await.unwrap().grant.expect("a claimable job");
-    let result = ResultRequest { claim: grant.claim.clone(), outcome: Outcome::Succeeded, observed_ms: now_ms(), detail: None };
+    let grant = runner
+        .claim(&ClaimRequest { runner: runner_id.into(), observed_ms: now_ms() })
+        .await
+        .unwrap()
+        .grant
+        .expect("a claimable job");
+    let result =
+        ResultRequest { claim: grant.claim.clone(), outcome: Outcome::Succeeded, observed_ms: now_ms(), detail: None };
     assert_eq!(runner.result(&result).await.unwrap().decision, Decision::Accepted);
     let _ = lab;
     grant.claim
@@ -53,24 +59,38 @@ async fn seed_stale_completion_with_real_processes() {
     assert_eq!(a1.fence, 7);
     // R1 loses its network: it sends nothing more. The lease expires on the server's clock.
     uncertain(&lab, "J").await;
-    let reconcile = ReconcileRequest { job: "J".into(), attempt: a1.attempt.clone(), finding: Finding::Stopped, outcome: None, evidence: Some("R1's execution observed stopped".into()) };
+    let reconcile = ReconcileRequest {
+        job: "J".into(),
+        attempt: a1.attempt.clone(),
+        finding: Finding::Stopped,
+        outcome: None,
+        evidence: Some("R1's execution observed stopped".into()),
+    };
     lab.operator.reconcile(&reconcile).await.unwrap();
     lab.spawn_runner("R2", &[]).await.unwrap();
-    let view = lab.wait_job("J", WAIT_MAX, |view| view.attempts.len() == 2 && view.state == JobState::Running).await.unwrap();
+    let view =
+        lab.wait_job("J", WAIT_MAX, |view| view.attempts.len() == 2 && view.state == JobState::Running).await.unwrap();
     assert_eq!(view.attempts[1].fence, 8);
     // R1 reconnects and reports success for A1.
     let late = ResultRequest { claim: a1.clone(), outcome: Outcome::Succeeded, observed_ms: now_ms(), detail: None };
     let verdict = r1.result(&late).await.unwrap();
     assert_eq!((verdict.decision, verdict.reason.as_deref()), (Decision::Rejected, Some("superseded")));
     let view = lab.operator.job("J").await.unwrap();
-    let picture: Vec<_> = view.attempts.iter().map(|a| (a.fence, a.state, a.current, a.closed_by.clone(), a.runner.clone())).collect();
-    assert_eq!(picture, vec![
-        (7, AttemptState::Failed, false, Some("observed-stopped".to_string()), "R1".to_string()),
-        (8, AttemptState::Running, true, None, "R2".to_string()),
-    ]);
+    let picture: Vec<_> =
+        view.attempts.iter().map(|a| (a.fence, a.state, a.current, a.closed_by.clone(), a.runner.clone())).collect();
+    assert_eq!(
+        picture,
+        vec![
+            (7, AttemptState::Failed, false, Some("observed-stopped".to_string()), "R1".to_string()),
+            (8, AttemptState::Running, true, None, "R2".to_string()),
+        ]
+    );
     assert_eq!((view.state, view.outcome), (JobState::Running, None));
     let kept = view.ledger.iter().find(|entry| entry.seq == verdict.ledger_seq).unwrap();
-    assert_eq!((kept.attempt.as_deref(), kept.recorded_as.as_deref()), (Some(a1.attempt.as_str()), Some("late_observation")));
+    assert_eq!(
+        (kept.attempt.as_deref(), kept.recorded_as.as_deref()),
+        (Some(a1.attempt.as_str()), Some("late_observation"))
+    );
     lab.shutdown().await;
 }
 
@@ -111,7 +131,8 @@ async fn paused_runner_fences_itself_when_it_wakes() {
     let view = uncertain(&lab, "j").await;
     let lease_expires_ms = view.attempts[0].lease_expires_ms;
     assert!(lab.runners[0].signal(libc::SIGCONT));
-    let view = lab.wait_job("j", WAIT_MAX, |view| view.ledger.iter().any(|entry| entry.kind == "result")).await.unwrap();
+    let view =
+        lab.wait_job("j", WAIT_MAX, |view| view.ledger.iter().any(|entry| entry.kind == "result")).await.unwrap();
     let result = view.ledger.iter().find(|entry| entry.kind == "result").unwrap();
     assert_eq!((result.decision, result.reason.as_deref()), (Some(Decision::Rejected), Some("expired")));
     assert_eq!(result.outcome.as_deref(), Some("failed"), "the runner reports that it stopped");
@@ -166,8 +187,21 @@ async fn stale_step_refused(mode: lab::target::Mode, bugs: &[Bug]) -> bool {
     let lab = LocalLab::start(options).await.unwrap();
     let target = Client::new(&lab.target_url(), None, Duration::from_secs(5));
     let step = |fence: u64, attempt: &str| {
-        let unsigned = Capability { deployment_key: "prod".into(), job: "j".into(), attempt: attempt.into(), runner: "r".into(), fence, expires_ms: now_ms() + 60_000, signature: String::new() };
-        StepRequest { capability: lab::capability::sign(CAPABILITY_SECRET.as_bytes(), unsigned), step: 0, steps: 2, duration_ms: 0 }
+        let unsigned = Capability {
+            deployment_key: "prod".into(),
+            job: "j".into(),
+            attempt: attempt.into(),
+            runner: "r".into(),
+            fence,
+            expires_ms: now_ms() + 60_000,
+            signature: String::new(),
+        };
+        StepRequest {
+            capability: lab::capability::sign(CAPABILITY_SECRET.as_bytes(), unsigned),
+            step: 0,
+            steps: 2,
+            duration_ms: 0,
+        }
     };
     assert!(target.step(&step(11, "j-a2")).await.unwrap().record.applied);
     let stale = target.step(&step(10, "j-a1")).await.unwrap().record;
@@ -179,7 +213,10 @@ async fn stale_step_refused(mode: lab::target::Mode, bugs: &[Bug]) -> bool {
 async fn fenced_target_refuses_a_stale_step_and_target_ignores_fence_applies_it() {
     use lab::target::Mode;
     assert!(stale_step_refused(Mode::Fenced, &[]).await, "the fenced target applied fence 10 after 11");
-    assert!(!stale_step_refused(Mode::Fenced, &[Bug::TargetIgnoresFence]).await, "target-ignores-fence still refused it");
+    assert!(
+        !stale_step_refused(Mode::Fenced, &[Bug::TargetIgnoresFence]).await,
+        "target-ignores-fence still refused it"
+    );
     assert!(!stale_step_refused(Mode::Unfenced, &[]).await, "an unfenced target applies everything: the residual risk");
 }
 
@@ -188,8 +225,17 @@ async fn target_refuses_a_forged_capability() {
     let dir = tempfile::tempdir().unwrap();
     let lab = LocalLab::start(options(dir.path(), 2_000, &[])).await.unwrap();
     let target = Client::new(&lab.target_url(), None, Duration::from_secs(5));
-    let forged = Capability { deployment_key: "prod".into(), job: "j".into(), attempt: "j-a1".into(), runner: "r".into(), fence: 99, expires_ms: now_ms() + 60_000, signature: "00".repeat(32) };
-    let record = target.step(&StepRequest { capability: forged, step: 0, steps: 1, duration_ms: 0 }).await.unwrap().record;
+    let forged = Capability {
+        deployment_key: "prod".into(),
+        job: "j".into(),
+        attempt: "j-a1".into(),
+        runner: "r".into(),
+        fence: 99,
+        expires_ms: now_ms() + 60_000,
+        signature: "00".repeat(32),
+    };
+    let record =
+        target.step(&StepRequest { capability: forged, step: 0, steps: 1, duration_ms: 0 }).await.unwrap().record;
     assert_eq!((record.applied, record.reason.as_deref()), (false, Some("bad_signature")));
     lab.shutdown().await;
 }
@@ -211,10 +257,16 @@ async fn verdicts_over_http_carry_status_and_reason() {
     let (status, duplicate) = post("/v1/result", result("succeeded")).await;
     assert_eq!((status, duplicate["decision"].as_str()), (200, Some("duplicate")));
     let (status, conflict) = post("/v1/result", result("failed")).await;
-    assert_eq!((status, conflict["decision"].as_str(), conflict["reason"].as_str()), (409, Some("conflict"), Some("conflict")));
+    assert_eq!(
+        (status, conflict["decision"].as_str(), conflict["reason"].as_str()),
+        (409, Some("conflict"), Some("conflict"))
+    );
     let heartbeat = serde_json::json!({"job": claim.job, "attempt": claim.attempt, "runner": "r1", "fence": claim.fence, "observed_ms": 0});
     let (status, refused) = post("/v1/heartbeat", heartbeat).await;
-    assert_eq!((status, refused["decision"].as_str(), refused["reason"].as_str()), (409, Some("rejected"), Some("not_current")));
+    assert_eq!(
+        (status, refused["decision"].as_str(), refused["reason"].as_str()),
+        (409, Some("rejected"), Some("not_current"))
+    );
     let view = lab.operator.job("j").await.unwrap();
     assert_eq!((view.state, view.outcome), (JobState::Succeeded, Some(Outcome::Succeeded)));
     lab.shutdown().await;

@@ -97,8 +97,20 @@ fn result_is_accepted_once_then_duplicates_are_acknowledged_and_conflicts_record
     assert_eq!((conflict.decision, conflict.reason.as_deref()), (Decision::Conflict, Some("conflict")));
     let view = world.view("j1");
     assert_eq!((view.state, view.outcome), (JobState::Succeeded, Some(Outcome::Succeeded)));
-    let recorded: Vec<_> = view.ledger.iter().filter(|entry| entry.kind == "result").map(|entry| (entry.decision, entry.recorded_as.clone())).collect();
-    assert_eq!(recorded, vec![(Some(Decision::Accepted), None), (Some(Decision::Duplicate), None), (Some(Decision::Conflict), Some("conflict".into()))]);
+    let recorded: Vec<_> = view
+        .ledger
+        .iter()
+        .filter(|entry| entry.kind == "result")
+        .map(|entry| (entry.decision, entry.recorded_as.clone()))
+        .collect();
+    assert_eq!(
+        recorded,
+        vec![
+            (Some(Decision::Accepted), None),
+            (Some(Decision::Duplicate), None),
+            (Some(Decision::Conflict), Some("conflict".into()))
+        ]
+    );
 }
 
 #[test]
@@ -141,7 +153,8 @@ fn reconcile_findings_close_or_keep_the_uncertain_attempt() {
     world.rules.expire(at(LEASE_MS)).unwrap();
     let still = world.reconcile("j1", &first.attempt, Finding::StillRunning, None, LEASE_MS + 1).unwrap();
     assert_eq!(still.state, JobState::Uncertain);
-    let done = world.reconcile("j2", &second.attempt, Finding::Completed, Some(Outcome::Succeeded), LEASE_MS + 2).unwrap();
+    let done =
+        world.reconcile("j2", &second.attempt, Finding::Completed, Some(Outcome::Succeeded), LEASE_MS + 2).unwrap();
     assert_eq!((done.state, done.outcome), (JobState::Succeeded, Some(Outcome::Succeeded)));
     let stopped = world.reconcile("j1", &first.attempt, Finding::Stopped, None, LEASE_MS + 3).unwrap();
     assert_eq!(stopped.state, JobState::Queued);
@@ -175,7 +188,10 @@ fn capability_is_signed_for_the_current_claim_only() {
     assert_eq!((capability.fence, capability.attempt.as_str()), (a2.fence, a2.attempt.as_str()));
     assert!(capability.expires_ms <= at(LEASE_MS + 3).ms + LEASE_MS);
     let stale = world.rules.capability(&r1, &request(&a1), at(LEASE_MS + 10)).unwrap();
-    assert_eq!((stale.decision, stale.reason.as_deref(), stale.capability), (Decision::Rejected, Some("superseded"), None));
+    assert_eq!(
+        (stale.decision, stale.reason.as_deref(), stale.capability),
+        (Decision::Rejected, Some("superseded"), None)
+    );
 }
 
 #[test]
@@ -204,7 +220,8 @@ fn the_store_survives_reopening() {
     let rules = open();
     rules.create_project(&crate::world::OPERATOR, &CreateProject { id: "p".into() }).unwrap();
     drop(rules);
-    let code = refused_code(open().create_project(&crate::world::OPERATOR, &CreateProject { id: "p".into() }).unwrap_err());
+    let code =
+        refused_code(open().create_project(&crate::world::OPERATOR, &CreateProject { id: "p".into() }).unwrap_err());
     assert_eq!(code, "exists");
 }
 
@@ -212,7 +229,8 @@ fn the_store_survives_reopening() {
 fn generated_job_ids_skip_ids_that_callers_chose() {
     let world = World::new(&[]);
     world.submit("j1", "k", 0);
-    let request = SubmitJob { project: "p".into(), id: None, deployment_key: "k".into(), spec: JobSpec { steps: 1, step_ms: 1 } };
+    let request =
+        SubmitJob { project: "p".into(), id: None, deployment_key: "k".into(), spec: JobSpec { steps: 1, step_ms: 1 } };
     let first = world.rules.submit(&crate::world::OPERATOR, &request, at(1)).unwrap().id;
     let second = world.rules.submit(&crate::world::OPERATOR, &request, at(2)).unwrap().id;
     assert_eq!((first.as_str(), second.as_str()), ("j2", "j3"));

@@ -48,7 +48,12 @@ impl World {
     }
 
     pub fn submit(&self, job: &str, key: &str, when: i64) {
-        let request = SubmitJob { project: "p".into(), id: Some(job.into()), deployment_key: key.into(), spec: JobSpec { steps: 1, step_ms: 1 } };
+        let request = SubmitJob {
+            project: "p".into(),
+            id: Some(job.into()),
+            deployment_key: key.into(),
+            spec: JobSpec { steps: 1, step_ms: 1 },
+        };
         self.rules.submit(&OPERATOR, &request, at(when)).expect("submit");
     }
 
@@ -67,13 +72,33 @@ impl World {
         self.try_result(runner, claim, outcome, when, observed(when)).expect("result answers")
     }
 
-    pub fn try_result(&self, runner: &Principal, claim: &ClaimRef, outcome: Outcome, when: i64, observed_ms: i64) -> Result<Verdict, RuleError> {
+    pub fn try_result(
+        &self,
+        runner: &Principal,
+        claim: &ClaimRef,
+        outcome: Outcome,
+        when: i64,
+        observed_ms: i64,
+    ) -> Result<Verdict, RuleError> {
         let request = ResultRequest { claim: claim.clone(), outcome, observed_ms, detail: None };
         self.rules.result(runner, &request, at(when))
     }
 
-    pub fn reconcile(&self, job: &str, attempt: &str, finding: Finding, outcome: Option<Outcome>, when: i64) -> Result<JobView, RuleError> {
-        let request = ReconcileRequest { job: job.into(), attempt: attempt.into(), finding, outcome, evidence: Some("test".into()) };
+    pub fn reconcile(
+        &self,
+        job: &str,
+        attempt: &str,
+        finding: Finding,
+        outcome: Option<Outcome>,
+        when: i64,
+    ) -> Result<JobView, RuleError> {
+        let request = ReconcileRequest {
+            job: job.into(),
+            attempt: attempt.into(),
+            finding,
+            outcome,
+            evidence: Some("test".into()),
+        };
         self.rules.reconcile(&OPERATOR, &request, at(when))
     }
 

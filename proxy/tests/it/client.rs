@@ -8,19 +8,11 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 /// A server, an echo upstream, a client and a proxy "db" on port 0.
-async fn setup() -> (
-    proxy::ServerHandle,
-    std::net::SocketAddr,
-    Client,
-    std::net::SocketAddr,
-) {
+async fn setup() -> (proxy::ServerHandle, std::net::SocketAddr, Client, std::net::SocketAddr) {
     let s = server().await;
     let up = echo_upstream().await;
     let c = Client::new(&s.url()).unwrap();
-    let p = c
-        .create_proxy("db", "127.0.0.1:0", &up.to_string())
-        .await
-        .unwrap();
+    let p = c.create_proxy("db", "127.0.0.1:0", &up.to_string()).await.unwrap();
     let addr = p.listen_addr().unwrap();
     assert_ne!(addr.port(), 0);
     (s, up, c, addr)
@@ -33,22 +25,12 @@ async fn typed_client_manages_toxics() {
         assert_eq!(c.version().await.unwrap(), proxy::VERSION);
         let mut sock = step("connect", TcpStream::connect(addr)).await.unwrap();
         round_trip(&mut sock, b"hello").await;
-        let lag = Toxic::new(ToxicKind::Latency {
-            latency_ms: 100,
-            jitter_ms: 0,
-        })
-        .on(Stream::Upstream);
+        let lag = Toxic::new(ToxicKind::Latency { latency_ms: 100, jitter_ms: 0 }).on(Stream::Upstream);
         let stored = c.add_toxic("db", &lag).await.unwrap();
         assert_eq!(stored, lag);
         assert_eq!(stored.name, "latency_upstream");
         assert!(round_trip(&mut sock, b"slow").await >= Duration::from_millis(90));
-        let faster = Toxic {
-            kind: ToxicKind::Latency {
-                latency_ms: 1,
-                jitter_ms: 0,
-            },
-            ..lag.clone()
-        };
+        let faster = Toxic { kind: ToxicKind::Latency { latency_ms: 1, jitter_ms: 0 }, ..lag.clone() };
         c.update_toxic("db", &faster).await.unwrap();
         assert_eq!(c.toxics("db").await.unwrap(), vec![faster]);
         c.remove_toxic("db", "latency_upstream").await.unwrap();
@@ -59,11 +41,7 @@ async fn typed_client_manages_toxics() {
             ToxicKind::SlowClose { delay_ms: 1 },
             ToxicKind::Timeout { timeout_ms: 0 },
             ToxicKind::ResetPeer { timeout_ms: 5 },
-            ToxicKind::Slicer {
-                average_size_bytes: 8,
-                size_variation_bytes: 2,
-                delay_us: 10,
-            },
+            ToxicKind::Slicer { average_size_bytes: 8, size_variation_bytes: 2, delay_us: 10 },
             ToxicKind::LimitData { bytes: 100 },
         ];
         for kind in all {
@@ -82,25 +60,16 @@ async fn typed_client_manages_toxics() {
 async fn typed_client_manages_proxies() {
     bounded(async {
         let (s, up, c, addr) = setup().await;
-        c.add_toxic("db", &Toxic::new(ToxicKind::Noop))
-            .await
-            .unwrap();
+        c.add_toxic("db", &Toxic::new(ToxicKind::Noop)).await.unwrap();
         let off = c.set_enabled("db", false).await.unwrap();
         assert!(!off.enabled);
         assert!(!accepts(addr).await);
         c.reset().await.unwrap();
         let p = c.proxy("db").await.unwrap();
         assert!(p.enabled && p.toxics.is_empty());
-        assert_eq!(
-            p.listen_addr().unwrap(),
-            addr,
-            "re-enabled on the same port"
-        );
+        assert_eq!(p.listen_addr().unwrap(), addr, "re-enabled on the same port");
         assert!(accepts(addr).await);
-        let err = c
-            .create_proxy("db", "127.0.0.1:0", "127.0.0.1:1")
-            .await
-            .unwrap_err();
+        let err = c.create_proxy("db", "127.0.0.1:0", "127.0.0.1:1").await.unwrap_err();
         assert!(matches!(err, ClientError::Api { status: 409, .. }), "{err}");
         let other = echo_upstream().await;
         let moved = c.set_upstream("db", &other.to_string()).await.unwrap();
@@ -144,12 +113,9 @@ async fn toxiproxy_rust_drives_the_embedded_server() {
         let api = s.addr();
         let upstream = up.to_string();
         // The crate is blocking: every call runs on the blocking pool.
-        let listen = step(
-            "populate",
-            tokio::task::spawn_blocking(move || populate_with_rust_client(api, upstream)),
-        )
-        .await
-        .unwrap();
+        let listen = step("populate", tokio::task::spawn_blocking(move || populate_with_rust_client(api, upstream)))
+            .await
+            .unwrap();
         let addr: std::net::SocketAddr = listen.parse().unwrap();
         let mut sock = step("connect", TcpStream::connect(addr)).await.unwrap();
         let rtt = round_trip(&mut sock, b"via toxiproxy_rust").await;

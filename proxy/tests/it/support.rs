@@ -16,22 +16,16 @@ pub const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs a test body under [`TEST_TIMEOUT`].
 pub async fn bounded<F: Future<Output = ()>>(body: F) {
-    tokio::time::timeout(TEST_TIMEOUT, body)
-        .await
-        .expect("test exceeded its time bound");
+    tokio::time::timeout(TEST_TIMEOUT, body).await.expect("test exceeded its time bound");
 }
 
 /// Awaits `f` for at most [`STEP_TIMEOUT`].
 pub async fn step<T, F: Future<Output = T>>(what: &str, f: F) -> T {
-    tokio::time::timeout(STEP_TIMEOUT, f)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
+    tokio::time::timeout(STEP_TIMEOUT, f).await.unwrap_or_else(|_| panic!("timed out: {what}"))
 }
 
 pub async fn server() -> ServerHandle {
-    proxy::start("127.0.0.1:0".parse().unwrap(), 7)
-        .await
-        .expect("server starts")
+    proxy::start("127.0.0.1:0".parse().unwrap(), 7).await.expect("server starts")
 }
 
 /// An upstream that echoes every byte back on every connection.
@@ -77,18 +71,10 @@ pub async fn call(base: &str, method: &str, path: &str, body: Option<&str>) -> (
     call_as(base, method, path, body, "fencelab-tests").await
 }
 
-pub async fn call_as(
-    base: &str,
-    method: &str,
-    path: &str,
-    body: Option<&str>,
-    user_agent: &str,
-) -> (u16, Value) {
+pub async fn call_as(base: &str, method: &str, path: &str, body: Option<&str>, user_agent: &str) -> (u16, Value) {
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let mut req = http
-        .request(method, format!("{base}{path}"))
-        .header("user-agent", user_agent);
+    let mut req = http.request(method, format!("{base}{path}")).header("user-agent", user_agent);
     if let Some(body) = body {
         req = req.body(body.to_string());
     }
@@ -113,23 +99,14 @@ pub async fn make_proxy(base: &str, name: &str, upstream: SocketAddr) -> SocketA
 
 /// Adds a toxic through the raw API and asserts success.
 pub async fn add_toxic(base: &str, proxy: &str, toxic_json: &str) -> Value {
-    let (status, v) = call(
-        base,
-        "POST",
-        &format!("/proxies/{proxy}/toxics"),
-        Some(toxic_json),
-    )
-    .await;
+    let (status, v) = call(base, "POST", &format!("/proxies/{proxy}/toxics"), Some(toxic_json)).await;
     assert_eq!(status, 200, "{v}");
     v
 }
 
 /// True when a TCP connect to `addr` succeeds.
 pub async fn accepts(addr: SocketAddr) -> bool {
-    matches!(
-        tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr)).await,
-        Ok(Ok(_))
-    )
+    matches!(tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr)).await, Ok(Ok(_)))
 }
 
 /// Reads until EOF or error; answers the bytes read and whether it ended in an error.
@@ -150,9 +127,7 @@ pub async fn round_trip(sock: &mut TcpStream, msg: &[u8]) -> Duration {
     let start = std::time::Instant::now();
     sock.write_all(msg).await.unwrap();
     let mut back = vec![0u8; msg.len()];
-    step("echo reply", sock.read_exact(&mut back))
-        .await
-        .unwrap();
+    step("echo reply", sock.read_exact(&mut back)).await.unwrap();
     assert_eq!(back, msg);
     start.elapsed()
 }

@@ -58,40 +58,15 @@ async fn latency_delays_each_round_trip() {
         let base = median_rtt(&mut sock, 5).await;
         assert!(base < Duration::from_millis(50), "clean rtt {base:?}");
         // Added to a live connection: toxics reach existing connections.
-        add_toxic(
-            &s.url(),
-            "lat",
-            r#"{"type":"latency","attributes":{"latency":100,"jitter":10}}"#,
-        )
-        .await;
-        add_toxic(
-            &s.url(),
-            "lat",
-            r#"{"type":"latency","stream":"upstream","attributes":{"latency":50}}"#,
-        )
-        .await;
+        add_toxic(&s.url(), "lat", r#"{"type":"latency","attributes":{"latency":100,"jitter":10}}"#).await;
+        add_toxic(&s.url(), "lat", r#"{"type":"latency","stream":"upstream","attributes":{"latency":50}}"#).await;
         let slow = median_rtt(&mut sock, 5).await;
         assert!(slow >= Duration::from_millis(140), "rtt {slow:?}");
         assert!(slow < Duration::from_millis(400), "rtt {slow:?}");
-        call(
-            &s.url(),
-            "DELETE",
-            "/proxies/lat/toxics/latency_downstream",
-            None,
-        )
-        .await;
-        call(
-            &s.url(),
-            "DELETE",
-            "/proxies/lat/toxics/latency_upstream",
-            None,
-        )
-        .await;
+        call(&s.url(), "DELETE", "/proxies/lat/toxics/latency_downstream", None).await;
+        call(&s.url(), "DELETE", "/proxies/lat/toxics/latency_upstream", None).await;
         let again = median_rtt(&mut sock, 5).await;
-        assert!(
-            again < Duration::from_millis(50),
-            "rtt after removal {again:?}"
-        );
+        assert!(again < Duration::from_millis(50), "rtt after removal {again:?}");
         s.shutdown().await;
     })
     .await;
@@ -104,12 +79,7 @@ async fn latency_does_not_accumulate_over_a_stream() {
         let payload = vec![5u8; 2 * 1024 * 1024];
         let up = sending_upstream(payload.clone()).await;
         let listen = make_proxy(&s.url(), "stream", up).await;
-        add_toxic(
-            &s.url(),
-            "stream",
-            r#"{"type":"latency","attributes":{"latency":100}}"#,
-        )
-        .await;
+        add_toxic(&s.url(), "stream", r#"{"type":"latency","attributes":{"latency":100}}"#).await;
         let mut sock = connect(listen).await;
         let start = Instant::now();
         let (data, err) = step("read stream", read_to_end(&mut sock)).await;
@@ -117,10 +87,7 @@ async fn latency_does_not_accumulate_over_a_stream() {
         assert_eq!(data, payload);
         let took = start.elapsed();
         // Every chunk is delayed 100ms from its arrival, not 100ms after the previous one.
-        assert!(
-            took >= Duration::from_millis(90) && took < Duration::from_secs(3),
-            "{took:?}"
-        );
+        assert!(took >= Duration::from_millis(90) && took < Duration::from_secs(3), "{took:?}");
         s.shutdown().await;
     })
     .await;
@@ -131,12 +98,7 @@ async fn toxicity_zero_never_applies() {
     bounded(async {
         let s = server().await;
         let listen = make_proxy(&s.url(), "tox0", echo_upstream().await).await;
-        add_toxic(
-            &s.url(),
-            "tox0",
-            r#"{"type":"latency","toxicity":0,"attributes":{"latency":500}}"#,
-        )
-        .await;
+        add_toxic(&s.url(), "tox0", r#"{"type":"latency","toxicity":0,"attributes":{"latency":500}}"#).await;
         let mut sock = connect(listen).await;
         let rtt = median_rtt(&mut sock, 3).await;
         assert!(rtt < Duration::from_millis(200), "{rtt:?}");
@@ -150,25 +112,14 @@ async fn timeout_zero_blackholes_and_holds_the_connection() {
     bounded(async {
         let s = server().await;
         let listen = make_proxy(&s.url(), "hole", echo_upstream().await).await;
-        add_toxic(
-            &s.url(),
-            "hole",
-            r#"{"type":"timeout","stream":"upstream","attributes":{"timeout":0}}"#,
-        )
-        .await;
+        add_toxic(&s.url(), "hole", r#"{"type":"timeout","stream":"upstream","attributes":{"timeout":0}}"#).await;
         let mut sock = connect(listen).await;
         sock.write_all(b"anyone there?").await.unwrap();
         let mut buf = [0u8; 64];
         let waited = tokio::time::timeout(Duration::from_millis(700), sock.read(&mut buf)).await;
         assert!(waited.is_err(), "expected silence, got {waited:?}");
         // Removing it restores the path for new data; the dropped bytes stay lost.
-        call(
-            &s.url(),
-            "DELETE",
-            "/proxies/hole/toxics/timeout_upstream",
-            None,
-        )
-        .await;
+        call(&s.url(), "DELETE", "/proxies/hole/toxics/timeout_upstream", None).await;
         round_trip(&mut sock, b"back").await;
         s.shutdown().await;
     })
@@ -183,20 +134,12 @@ async fn timeout_closes_after_its_delay() {
         let mut sock = connect(listen).await;
         round_trip(&mut sock, b"before").await;
         let start = Instant::now();
-        add_toxic(
-            &s.url(),
-            "to",
-            r#"{"type":"timeout","attributes":{"timeout":300}}"#,
-        )
-        .await;
+        add_toxic(&s.url(), "to", r#"{"type":"timeout","attributes":{"timeout":300}}"#).await;
         sock.write_all(b"dropped").await.unwrap();
         let (data, _) = step("closed by timeout", read_to_end(&mut sock)).await;
         let took = start.elapsed();
         assert!(data.is_empty(), "data passed a timeout toxic: {data:?}");
-        assert!(
-            took >= Duration::from_millis(250) && took < Duration::from_secs(3),
-            "{took:?}"
-        );
+        assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(3), "{took:?}");
         s.shutdown().await;
     })
     .await;
@@ -207,12 +150,7 @@ async fn reset_peer_resets_the_connection() {
     bounded(async {
         let s = server().await;
         let listen = make_proxy(&s.url(), "rst", echo_upstream().await).await;
-        add_toxic(
-            &s.url(),
-            "rst",
-            r#"{"type":"reset_peer","stream":"upstream","attributes":{"timeout":200}}"#,
-        )
-        .await;
+        add_toxic(&s.url(), "rst", r#"{"type":"reset_peer","stream":"upstream","attributes":{"timeout":200}}"#).await;
         let mut sock = connect(listen).await;
         let start = Instant::now();
         sock.write_all(b"trigger").await.unwrap();
@@ -221,10 +159,7 @@ async fn reset_peer_resets_the_connection() {
         assert!(data.is_empty(), "{data:?}");
         let kind = err.expect("a reset, not a clean close").kind();
         assert_eq!(kind, std::io::ErrorKind::ConnectionReset);
-        assert!(
-            took >= Duration::from_millis(150) && took < Duration::from_secs(3),
-            "{took:?}"
-        );
+        assert!(took >= Duration::from_millis(150) && took < Duration::from_secs(3), "{took:?}");
         s.shutdown().await;
     })
     .await;
@@ -237,23 +172,11 @@ async fn disabling_closes_connections_and_refuses_new_ones() {
         let listen = make_proxy(&s.url(), "off", echo_upstream().await).await;
         let mut sock = connect(listen).await;
         round_trip(&mut sock, b"up").await;
-        call(
-            &s.url(),
-            "POST",
-            "/proxies/off",
-            Some(r#"{"enabled":false}"#),
-        )
-        .await;
+        call(&s.url(), "POST", "/proxies/off", Some(r#"{"enabled":false}"#)).await;
         let (data, _) = step("closed on disable", read_to_end(&mut sock)).await;
         assert!(data.is_empty());
         assert!(!accepts(listen).await);
-        call(
-            &s.url(),
-            "POST",
-            "/proxies/off",
-            Some(r#"{"enabled":true}"#),
-        )
-        .await;
+        call(&s.url(), "POST", "/proxies/off", Some(r#"{"enabled":true}"#)).await;
         let mut sock = connect(listen).await;
         round_trip(&mut sock, b"again").await;
         s.shutdown().await;
@@ -267,12 +190,7 @@ async fn limit_data_closes_after_n_bytes() {
         let s = server().await;
         let payload: Vec<u8> = (0..50_000u32).map(|i| i as u8).collect();
         let listen = make_proxy(&s.url(), "lim", sending_upstream(payload.clone()).await).await;
-        add_toxic(
-            &s.url(),
-            "lim",
-            r#"{"type":"limit_data","attributes":{"bytes":1000}}"#,
-        )
-        .await;
+        add_toxic(&s.url(), "lim", r#"{"type":"limit_data","attributes":{"bytes":1000}}"#).await;
         let mut sock = connect(listen).await;
         let (data, _) = step("limited read", read_to_end(&mut sock)).await;
         assert_eq!(data.len(), 1000);
@@ -288,12 +206,7 @@ async fn bandwidth_is_near_its_rate() {
         let s = server().await;
         let payload = vec![1u8; 200_000];
         let listen = make_proxy(&s.url(), "bw", sending_upstream(payload.clone()).await).await;
-        add_toxic(
-            &s.url(),
-            "bw",
-            r#"{"type":"bandwidth","attributes":{"rate":200}}"#,
-        )
-        .await;
+        add_toxic(&s.url(), "bw", r#"{"type":"bandwidth","attributes":{"rate":200}}"#).await;
         let mut sock = connect(listen).await;
         let start = Instant::now();
         let (data, err) = step("throttled read", read_to_end(&mut sock)).await;
@@ -301,10 +214,7 @@ async fn bandwidth_is_near_its_rate() {
         assert!(err.is_none());
         assert_eq!(data.len(), payload.len());
         // 200 KB at 200 KB/s: about one second.
-        assert!(
-            took >= Duration::from_millis(800) && took < Duration::from_millis(2500),
-            "{took:?}"
-        );
+        assert!(took >= Duration::from_millis(800) && took < Duration::from_millis(2500), "{took:?}");
         s.shutdown().await;
     })
     .await;
@@ -316,8 +226,7 @@ async fn slicer_splits_writes_into_small_slices() {
         let s = server().await;
         let payload: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
         let listen = make_proxy(&s.url(), "sl", sending_upstream(payload.clone()).await).await;
-        let toxic =
-            r#"{"type":"slicer","attributes":{"average_size":10,"size_variation":5,"delay":2000}}"#;
+        let toxic = r#"{"type":"slicer","attributes":{"average_size":10,"size_variation":5,"delay":2000}}"#;
         add_toxic(&s.url(), "sl", toxic).await;
         let mut sock = connect(listen).await;
         let mut reads = 0;
@@ -332,10 +241,7 @@ async fn slicer_splits_writes_into_small_slices() {
             data.extend_from_slice(&buf[..n]);
         }
         assert_eq!(data, payload);
-        assert!(
-            reads >= 20,
-            "only {reads} reads for 1000 bytes in ~10-byte slices"
-        );
+        assert!(reads >= 20, "only {reads} reads for 1000 bytes in ~10-byte slices");
         s.shutdown().await;
     })
     .await;
@@ -346,21 +252,13 @@ async fn slow_close_delays_the_fin() {
     bounded(async {
         let s = server().await;
         let listen = make_proxy(&s.url(), "sc", sending_upstream(b"bye".to_vec()).await).await;
-        add_toxic(
-            &s.url(),
-            "sc",
-            r#"{"type":"slow_close","attributes":{"delay":400}}"#,
-        )
-        .await;
+        add_toxic(&s.url(), "sc", r#"{"type":"slow_close","attributes":{"delay":400}}"#).await;
         let mut sock = connect(listen).await;
         let start = Instant::now();
         let (data, _) = step("slow close", read_to_end(&mut sock)).await;
         let took = start.elapsed();
         assert_eq!(data, b"bye");
-        assert!(
-            took >= Duration::from_millis(350) && took < Duration::from_secs(3),
-            "{took:?}"
-        );
+        assert!(took >= Duration::from_millis(350) && took < Duration::from_secs(3), "{took:?}");
         s.shutdown().await;
     })
     .await;
