@@ -20,6 +20,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the lab under faults and record one history (the main job).
+    Run(crate::run::config::RunArgs),
+    /// Run a lab process (control plane, target, runner): the lab's own command line.
+    #[command(disable_help_flag = true)]
+    Lab {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Serve a Toxiproxy-compatible API (the same server every run embeds).
     Toxiproxy {
         /// Where the REST API listens.
@@ -42,6 +50,11 @@ pub fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Run(args) => run_command(args),
+        Command::Lab { args } => {
+            let program = std::ffi::OsString::from("fencelab lab");
+            lab::cli::main_from(std::iter::once(program).chain(args))
+        }
         Command::Toxiproxy { listen, seed } => {
             let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
             match runtime.block_on(proxy::serve_forever(listen, seed)) {
@@ -57,4 +70,55 @@ pub fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+/// Exit code of a complete run until its history is checked.
+pub const EXIT_VALID: u8 = 0;
+/// Exit code of an incomplete run (interrupted, or jobs that did not settle).
+pub const EXIT_UNKNOWN: u8 = 2;
+
+fn run_command(args: crate::run::config::RunArgs) -> ExitCode {
+    let clock_seed =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let config = match crate::run::config::validate(&args, clock_seed) {
+        Ok(config) => config,
+        Err(message) => return bad_arguments(&message),
+    };
+    let folder = match crate::run::create_folder(&config) {
+        Ok(folder) => folder,
+        Err(message) => return bad_arguments(&message),
+    };
+    eprintln!("fencelab: seed {}; run folder {}", config.seed, folder.display());
+    let command = config.command();
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    match runtime.block_on(crate::run::execute(config, folder, lab::web::termination())) {
+        Ok(outcome) => summary(&outcome, &command),
+        Err(error) => {
+            eprintln!("fencelab run: {error:#}");
+            eprintln!("repeat with: {command}");
+            ExitCode::from(EXIT_INTERNAL)
+        }
+    }
+}
+
+fn bad_arguments(message: &str) -> ExitCode {
+    eprintln!("fencelab run: {message}");
+    ExitCode::from(EXIT_BAD_ARGUMENTS)
+}
+
+/// The one-screen summary at the end of a run.
+fn summary(outcome: &crate::run::Outcome, command: &str) -> ExitCode {
+    let mut states = std::collections::BTreeMap::new();
+    for job in &outcome.jobs {
+        *states.entry(format!("{:?}", job.state).to_lowercase()).or_insert(0) += 1;
+    }
+    let attempts: usize = outcome.jobs.iter().map(|job| job.attempts.len()).sum();
+    println!("run folder   {}", outcome.folder.display());
+    println!("healthy in   {} ms", outcome.healthy_ms);
+    println!("faults       {}", outcome.faults);
+    println!("jobs         {} ({} attempts): {:?}", outcome.jobs.len(), attempts, states);
+    println!("history      {} events", outcome.events);
+    println!("complete     {}", if outcome.complete { "yes" } else { "no: interrupted, or jobs did not settle" });
+    println!("repeat with  {command}");
+    ExitCode::from(if outcome.complete { EXIT_VALID } else { EXIT_UNKNOWN })
 }

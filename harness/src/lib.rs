@@ -2,3 +2,4 @@
 //! the fault proxy. The work itself lives in the libraries it calls (`lab`, `proxy`).
 
 pub mod cli;
+pub mod run;

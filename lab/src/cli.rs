@@ -108,6 +108,9 @@ struct RunnerArgs {
     /// Added to this runner's clock in every observation time (clock skew without libfaketime).
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     clock_offset_ms: i64,
+    /// A file holding a further clock offset in ms, re-read at every observation.
+    #[arg(long)]
+    clock_offset_file: Option<PathBuf>,
     #[arg(long)]
     jobs_max: Option<u64>,
     /// JSONL log of every request and response.
@@ -116,7 +119,12 @@ struct RunnerArgs {
 }
 
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    main_from(std::env::args_os())
+}
+
+/// Runs the command line given as `args` (the first is the program name).
+pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(error) => {
             let _ = error.print();
@@ -214,6 +222,7 @@ async fn runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
         request_timeout_ms: args.request_timeout_ms,
         result_tries_max: args.result_tries_max,
         clock_offset_ms: args.clock_offset_ms,
+        clock_offset_file: args.clock_offset_file,
         jobs_max: args.jobs_max,
         log: args.log,
     };

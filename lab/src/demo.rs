@@ -21,6 +21,8 @@ pub const PROJECT: &str = "demo";
 #[derive(Clone, Debug)]
 pub struct LabOptions {
     pub program: PathBuf,
+    /// Arguments before the subcommand (`["lab"]` when the program is `fencelab`).
+    pub program_args: Vec<String>,
     pub dir: PathBuf,
     pub lease_ms: u64,
     pub mode: Mode,
@@ -31,11 +33,18 @@ impl LabOptions {
     pub fn new(program: &Path, dir: &Path) -> LabOptions {
         LabOptions {
             program: program.to_path_buf(),
+            program_args: vec![],
             dir: dir.to_path_buf(),
             lease_ms: 2_000,
             mode: Mode::Fenced,
             bugs: vec![],
         }
+    }
+
+    /// A lab process's command: the program, its prefix arguments, then `args`.
+    pub fn command(&self, args: &[String], stderr_log: &Path) -> std::io::Result<tokio::process::Command> {
+        let all: Vec<&String> = self.program_args.iter().chain(args).collect();
+        launch::command(&self.program, &all, Some(stderr_log))
     }
 
     fn bug_args(&self, home: crate::bugs::Home) -> Vec<String> {
@@ -65,7 +74,7 @@ impl LocalLab {
         target_args.push(format!("--mode={}", serde_json::to_value(options.mode)?.as_str().unwrap_or("fenced")));
         target_args.push(format!("--step-log={}", options.dir.join("steps.jsonl").display()));
         target_args.extend(options.bug_args(crate::bugs::Home::Target));
-        let command = launch::command(&options.program, &target_args, Some(&options.dir.join("target.log")))?;
+        let command = options.command(&target_args, &options.dir.join("target.log"))?;
         let target = launch::server(command, "target").await?;
         let url = format!("http://{}", control.addr.expect("a server has an address"));
         let operator = Client::new(&url, Some(OPERATOR_TOKEN), Duration::from_secs(5));
@@ -80,7 +89,7 @@ impl LocalLab {
         args.extend([format!("--operator-token={OPERATOR_TOKEN}"), format!("--secret={CAPABILITY_SECRET}")]);
         args.extend([format!("--lease-ms={}", options.lease_ms), format!("--capability-ttl-ms={}", options.lease_ms)]);
         args.extend(options.bug_args(crate::bugs::Home::ControlPlane));
-        let command = launch::command(&options.program, &args, Some(&options.dir.join("control.log")))?;
+        let command = options.command(&args, &options.dir.join("control.log"))?;
         Ok(launch::server(command, "control-plane").await?)
     }
 
@@ -98,6 +107,12 @@ impl LocalLab {
 
     pub fn target_url(&self) -> String {
         format!("http://{}", self.target.addr.expect("a server has an address"))
+    }
+
+    /// Registers a runner and returns its token.
+    pub async fn register_token(&self, id: &str) -> anyhow::Result<String> {
+        let request = RegisterRunner { project: Some(PROJECT.to_string()), id: id.to_string() };
+        Ok(self.operator.register_runner(&request).await?.token)
     }
 
     /// Registers a runner and returns a client holding its token.
@@ -124,14 +139,29 @@ impl LocalLab {
     ) -> anyhow::Result<()> {
         let request = RegisterRunner { project: Some(PROJECT.to_string()), id: id.to_string() };
         let token = self.operator.register_runner(&request).await?.token;
-        let mut args = vec!["runner".to_string(), format!("--id={id}"), format!("--token={token}")];
-        args.extend([format!("--control-url={control_url}"), format!("--target-url={target_url}")]);
-        args.push(format!("--log={}", self.options.dir.join(format!("runner-{id}.jsonl")).display()));
-        args.extend(extra.iter().cloned());
-        let command =
-            launch::command(&self.options.program, &args, Some(&self.options.dir.join(format!("runner-{id}.log"))))?;
+        let command = self.runner_command(id, &token, control_url, target_url, extra)?;
         self.runners.push(launch::plain(command, id)?);
         Ok(())
+    }
+
+    /// The command that runs a registered runner; its log goes to `runner-ID.jsonl`.
+    pub fn runner_command(
+        &self,
+        id: &str,
+        token: &str,
+        control_url: &str,
+        target_url: &str,
+        extra: &[String],
+    ) -> std::io::Result<tokio::process::Command> {
+        let mut args = vec!["runner".to_string(), format!("--id={id}"), format!("--token={token}")];
+        args.extend([format!("--control-url={control_url}"), format!("--target-url={target_url}")]);
+        args.push(format!("--log={}", self.runner_log(id).display()));
+        args.extend(extra.iter().cloned());
+        self.options.command(&args, &self.options.dir.join(format!("runner-{id}.log")))
+    }
+
+    pub fn runner_log(&self, id: &str) -> PathBuf {
+        self.options.dir.join(format!("runner-{id}.jsonl"))
     }
 
     pub async fn submit(&self, id: &str, key: &str, spec: JobSpec) -> anyhow::Result<String> {
@@ -161,6 +191,11 @@ impl LocalLab {
     }
 
     pub async fn shutdown(mut self) {
+        self.stop_all().await;
+    }
+
+    /// Stops every runner, the control plane and the target (each SIGTERM, then SIGKILL).
+    pub async fn stop_all(&mut self) {
         for runner in &mut self.runners {
             runner.stop(Duration::from_secs(2)).await;
         }

@@ -36,6 +36,9 @@ pub struct RunnerConfig {
     pub result_tries_max: u32,
     /// Added to the runner's wall clock in `observed_ms` (clock skew without libfaketime).
     pub clock_offset_ms: i64,
+    /// A file holding a further offset in ms, read at every observation, so that a harness
+    /// can move the runner's clock while it runs (jumps).
+    pub clock_offset_file: Option<PathBuf>,
     /// Stop after this many jobs (default: never).
     pub jobs_max: Option<u64>,
     pub log: Option<PathBuf>,
@@ -127,7 +130,13 @@ impl Runner {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
-        wall + self.config.clock_offset_ms
+        wall + self.config.clock_offset_ms + self.file_offset_ms()
+    }
+
+    /// The offset in the clock file; 0 when there is none or it cannot be read.
+    fn file_offset_ms(&self) -> i64 {
+        let Some(path) = &self.config.clock_offset_file else { return 0 };
+        std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse().ok()).unwrap_or(0)
     }
 
     /// Claims and executes jobs until `jobs_max` is reached; errors on a definite refusal of a claim.

@@ -144,7 +144,9 @@ fn realise(rng: &mut impl Rng, kind: FaultKind, at_ms: u64, options: &ScheduleOp
     let runner = Some(rng.gen_range(0..options.runners.max(1)));
     let skew_ms = rng.gen_range(30_000..=180_000i64) * if rng.gen_bool(0.5) { 1 } else { -1 };
     let (duration_ms, runner, variant) = match (kind, rng.gen_bool(0.5)) {
-        (FaultKind::DelayedHeartbeats, true) => (3 * lease_ms, runner, Variant::Latency { latency_ms: lease_ms * 3 / 2 }),
+        (FaultKind::DelayedHeartbeats, true) => {
+            (3 * lease_ms, runner, Variant::Latency { latency_ms: lease_ms * 3 / 2 })
+        }
         (FaultKind::DelayedHeartbeats, false) => (2 * lease_ms, runner, Variant::Pause),
         (FaultKind::DuplicateResults, true) => (lease_ms / 2, runner, Variant::LostResponse),
         (FaultKind::DuplicateResults, false) => (0, runner, Variant::Replay),
@@ -198,7 +200,10 @@ mod tests {
     #[test]
     fn fault_lists_parse_and_unknown_names_are_named() {
         assert_eq!(FaultKind::parse_list("all").unwrap().len(), 8);
-        assert_eq!(FaultKind::parse_list("kill, reconnects,kill").unwrap(), vec![FaultKind::Kill, FaultKind::Reconnects]);
+        assert_eq!(
+            FaultKind::parse_list("kill, reconnects,kill").unwrap(),
+            vec![FaultKind::Kill, FaultKind::Reconnects]
+        );
         let error = FaultKind::parse_list("kill,partition").unwrap_err();
         assert!(error.contains("`partition`") && error.contains("clock-skew"), "{error}");
     }

@@ -1,0 +1,238 @@
+//! A chaos run: start the lab and its proxies, run the client's jobs and the nemesis for
+//! the time limit, recover (heal, reconcile, settle), collect every record, stop every
+//! process, and leave a run folder with the whole history.
+
+pub mod cluster;
+pub mod config;
+pub mod nemesis;
+pub mod operator;
+pub mod recorder;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use history::EventType;
+use lab::protocol::{JobSpec, JobState, JobView, SubmitJob};
+use tokio::sync::Mutex;
+use workloads::jobs::PlannedJob;
+
+use cluster::Cluster;
+use config::RunConfig;
+use recorder::Recorder;
+
+/// Longest wait for the cluster to be up and healthy (30 s).
+pub const HEALTHY_WAIT_MAX: Duration = Duration::from_secs(30);
+/// Longest wait for any collection request at the end (10 s each).
+pub const COLLECT_WAIT_MAX: Duration = Duration::from_secs(10);
+
+pub struct State {
+    pub config: Arc<RunConfig>,
+    pub recorder: Recorder,
+    pub cluster: Arc<Mutex<Cluster>>,
+    /// Labels of the faults in effect now, for the progress line.
+    pub active: Mutex<Vec<String>>,
+    pub submitted: AtomicU64,
+}
+
+pub type Shared = Arc<State>;
+
+/// What a finished run reports.
+pub struct Outcome {
+    pub folder: PathBuf,
+    pub complete: bool,
+    pub jobs: Vec<JobView>,
+    pub events: usize,
+    pub healthy_ms: u64,
+    pub faults: usize,
+}
+
+/// Creates `store/<test>/<start-time>/`; an unwritable store is bad input.
+pub fn create_folder(config: &RunConfig) -> Result<PathBuf, String> {
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ").to_string();
+    let folder = config.store.join(&config.test_name).join(stamp);
+    std::fs::create_dir_all(&folder).map_err(|error| format!("--store {}: {error}", config.store.display()))?;
+    Ok(folder)
+}
+
+/// Points `store/latest` at the newest run folder.
+fn link_latest(store: &Path, folder: &Path) {
+    let latest = store.join("latest");
+    let _ = std::fs::remove_file(&latest);
+    let relative = folder.strip_prefix(store).unwrap_or(folder);
+    let _ = std::os::unix::fs::symlink(relative, &latest);
+}
+
+fn write_json(path: &Path, value: &impl serde::Serialize) -> std::io::Result<()> {
+    std::fs::write(path, serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?)
+}
+
+pub async fn execute(
+    config: RunConfig,
+    folder: PathBuf,
+    interrupt: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<Outcome> {
+    let schedule = workloads::faults::schedule(config.seed, &config.schedule_options());
+    let jobs = workloads::jobs::plan(config.seed, &config.job_options());
+    write_json(&folder.join("schedule.json"), &schedule)?;
+    write_json(&folder.join("jobs.json"), &jobs)?;
+    let recorder = Recorder::create(&folder.join("history.jsonl"))?;
+    let started = Instant::now();
+    let cluster = tokio::time::timeout(HEALTHY_WAIT_MAX, Cluster::start(&config, &folder.join("lab")))
+        .await
+        .map_err(|_| anyhow::anyhow!("the cluster was not healthy within {HEALTHY_WAIT_MAX:?}"))??;
+    let healthy_ms = started.elapsed().as_millis() as u64;
+    let mut full_config = serde_json::to_value(&config)?;
+    full_config["clock_control"] = serde_json::to_value(&cluster.clock)?;
+    full_config["healthy_ms"] = healthy_ms.into();
+    write_json(&folder.join("config.json"), &full_config)?;
+    recorder.record("harness", EventType::Ok, "config", |event| event.value = Some(full_config.clone()));
+    let shared: Shared = Arc::new(State {
+        config: Arc::new(config),
+        recorder,
+        cluster: Arc::new(Mutex::new(cluster)),
+        active: Mutex::new(vec![]),
+        submitted: AtomicU64::new(0),
+    });
+    let faults = schedule.len();
+    let operator = tokio::spawn(operator::run(shared.clone()));
+    let progress = tokio::spawn(progress(shared.clone()));
+    let client = tokio::spawn(client(shared.clone(), jobs));
+    let nemesis = tokio::spawn(nemesis::run(shared.clone(), schedule));
+    let stoppable = [client.abort_handle(), nemesis.abort_handle()];
+    let complete = tokio::select! {
+        complete = chaos_then_recovery(&shared, &stoppable) => complete,
+        _ = interrupt => false,
+    };
+    for task in [operator, progress, client, nemesis] {
+        task.abort();
+        let _ = task.await;
+    }
+    finish(&shared, folder, complete, healthy_ms, faults).await
+}
+
+/// Lets the client and the nemesis run for the time limit, stops them, heals every fault,
+/// and waits for the jobs to settle; true when every job settled in time.
+async fn chaos_then_recovery(shared: &Shared, stoppable: &[tokio::task::AbortHandle]) -> bool {
+    tokio::time::sleep(Duration::from_millis(shared.config.time_limit_ms)).await;
+    for task in stoppable {
+        task.abort();
+    }
+    if let Err(error) = nemesis::heal_all(&shared.cluster, &shared.config).await {
+        shared.recorder.record("nemesis", EventType::Info, "heal-all", |event| event.reason = Some(error));
+    }
+    shared.active.lock().await.clear();
+    settle(shared).await
+}
+
+/// Submits the planned jobs at their times.
+async fn client(shared: Shared, jobs: Vec<PlannedJob>) {
+    for job in jobs {
+        let wait_ms = job.at_ms.saturating_sub(shared.recorder.now_ms());
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+        let operator = shared.cluster.lock().await.lab.operator.clone();
+        let fill = |event: &mut history::Event| {
+            event.job = Some(job.id.clone());
+            event.key = Some(job.deployment_key.clone());
+        };
+        shared.recorder.record("client", EventType::Invoke, "submit", fill);
+        let request = SubmitJob {
+            project: lab::demo::PROJECT.to_string(),
+            id: Some(job.id.clone()),
+            deployment_key: job.deployment_key.clone(),
+            spec: JobSpec { steps: job.steps, step_ms: job.step_ms },
+        };
+        let answer = operator.submit(&request).await;
+        let kind = match &answer {
+            Ok(_) => EventType::Ok,
+            Err(error) if error.is_transport() => EventType::Info,
+            Err(_) => EventType::Fail,
+        };
+        shared.recorder.record("client", kind, "submit", |event| {
+            fill(event);
+            event.reason = answer.as_ref().err().map(|error| error.to_string());
+        });
+        shared.submitted.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn settled(job: &JobView) -> bool {
+    matches!(job.state, JobState::Succeeded | JobState::Failed)
+}
+
+/// Waits (bounded by the recovery limit) until every job is terminal.
+async fn settle(shared: &Shared) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(shared.config.recovery_limit_ms);
+    loop {
+        let operator = shared.cluster.lock().await.lab.operator.clone();
+        if let Ok(jobs) = operator.jobs().await {
+            if jobs.iter().all(settled) {
+                return true;
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One line a second on stderr: elapsed time, jobs, faults in effect.
+async fn progress(shared: Shared) {
+    let limit_s = shared.config.time_limit_ms / 1_000;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let elapsed_s = shared.recorder.now_ms() / 1_000;
+        let phase = if elapsed_s < limit_s { "chaos" } else { "recovery" };
+        let active = shared.active.lock().await.join(" ");
+        let submitted = shared.submitted.load(Ordering::Relaxed);
+        eprintln!(
+            "[{phase}] {elapsed_s}s/{limit_s}s  jobs submitted {submitted}  faults: {}",
+            if active.is_empty() { "-" } else { &active }
+        );
+    }
+}
+
+/// Collects the ledger, the step log and the final state, stops everything and writes the
+/// whole history.
+async fn finish(
+    shared: &Shared,
+    folder: PathBuf,
+    complete: bool,
+    healthy_ms: u64,
+    faults: usize,
+) -> anyhow::Result<Outcome> {
+    let (operator, target) = {
+        let cluster = shared.cluster.lock().await;
+        (cluster.lab.operator.clone(), lab::client::Client::new(&cluster.lab.target_url(), None, COLLECT_WAIT_MAX))
+    };
+    let ledger = operator.ledger(10_000_000).await.unwrap_or_default();
+    let steps = target.steps(10_000_000).await.unwrap_or_default();
+    let mut jobs = Vec::new();
+    for job in operator.jobs().await.unwrap_or_default() {
+        jobs.push(operator.job(&job.id).await.unwrap_or(job));
+    }
+    let finals = jobs.iter().map(final_event).collect();
+    let logs = shared.cluster.lock().await.runner_logs();
+    shared.cluster.lock().await.stop().await;
+    let events = shared.recorder.finish(&logs, &ledger, &steps, finals)?;
+    link_latest(&shared.config.store, &folder);
+    Ok(Outcome { folder, complete: complete && !ledger.is_empty(), jobs, events, healthy_ms, faults })
+}
+
+fn final_event(job: &JobView) -> history::Event {
+    let state = serde_json::to_value(job.state).ok().and_then(|value| value.as_str().map(str::to_string));
+    let mut event = history::Event::new(0, "harness", EventType::Ok, "final");
+    event.job = Some(job.id.clone());
+    event.key = Some(job.deployment_key.clone());
+    event.attempt = job.current_attempt.clone();
+    event.outcome = state;
+    let attempts: Vec<serde_json::Value> = job
+        .attempts
+        .iter()
+        .map(|a| serde_json::json!({"attempt": a.id, "runner": a.runner, "fence": a.fence, "state": a.state, "closed_by": a.closed_by}))
+        .collect();
+    event.value = Some(serde_json::json!({ "attempts": attempts }));
+    event
+}

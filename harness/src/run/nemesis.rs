@@ -1,0 +1,235 @@
+//! The nemesis: executes the fault schedule against the cluster. Each fault is recorded as
+//! an `invoke` and an `ok` (or `info` when its effect is unknown) at its start, and again
+//! at its heal. A fault cut short by the end of the run is healed by [`heal_all`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use history::EventType;
+use lab::protocol::{ClaimRef, Outcome, ResultRequest};
+use proxy::{Stream, Toxic, ToxicKind};
+use tokio::sync::Mutex;
+use workloads::faults::{Fault, Variant};
+
+use super::cluster::{control_link, target_link, Cluster};
+use super::config::RunConfig;
+use super::recorder::Recorder;
+use super::Shared;
+
+const NEMESIS: &str = "nemesis";
+const TOXIC_NAME: &str = "fencelab";
+
+/// Runs every fault of the schedule at its time.
+pub async fn run(shared: Shared, schedule: Vec<Fault>) {
+    for fault in schedule {
+        let wait_ms = fault.at_ms.saturating_sub(shared.recorder.now_ms());
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+        let label = label(&fault);
+        shared.active.lock().await.push(label.clone());
+        start(&shared, &fault).await;
+        if let Variant::Jump { offset_ms } = fault.variant {
+            tokio::time::sleep(Duration::from_millis(fault.duration_ms / 2)).await;
+            let result = shared.cluster.lock().await.set_clock(runner(&fault), -offset_ms);
+            record(&shared.recorder, &fault, "jump-back", result.map_err(|error| error.to_string()));
+            tokio::time::sleep(Duration::from_millis(fault.duration_ms / 2)).await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(fault.duration_ms)).await;
+        }
+        heal(&shared, &fault).await;
+        shared.active.lock().await.retain(|active| active != &label);
+    }
+}
+
+fn label(fault: &Fault) -> String {
+    match fault.runner {
+        Some(runner) => format!("{}(r{})", fault.kind.name(), runner + 1),
+        None => fault.kind.name().to_string(),
+    }
+}
+
+fn runner(fault: &Fault) -> usize {
+    fault.runner.unwrap_or(0) as usize
+}
+
+/// Records a phase of a fault: invoke, then ok or info with the error.
+fn record(recorder: &Recorder, fault: &Fault, phase: &str, result: Result<(), String>) {
+    let fill = |event: &mut history::Event| {
+        event.runner = fault.runner.map(|runner| format!("r{}", runner + 1));
+        let mut value = serde_json::to_value(fault).unwrap_or_default();
+        value["phase"] = serde_json::Value::from(phase);
+        event.value = Some(value);
+    };
+    recorder.record(NEMESIS, EventType::Invoke, fault.kind.name(), fill);
+    let kind = if result.is_ok() { EventType::Ok } else { EventType::Info };
+    recorder.record(NEMESIS, kind, fault.kind.name(), |event| {
+        fill(event);
+        event.reason = result.err();
+    });
+}
+
+async fn start(shared: &Shared, fault: &Fault) {
+    let index = runner(fault);
+    let result = match &fault.variant {
+        Variant::Replay | Variant::Conflict => return resend(shared, fault).await,
+        Variant::RestartControl => restart_control(shared).await,
+        variant => start_on(&shared.cluster, shared.config.as_ref(), index, variant).await,
+    };
+    record(&shared.recorder, fault, "start", result);
+}
+
+async fn start_on(cluster: &Mutex<Cluster>, config: &RunConfig, index: usize, variant: &Variant) -> Result<(), String> {
+    let mut cluster = cluster.lock().await;
+    let toxic = |kind| Toxic::new(kind).on(Stream::Upstream).named(TOXIC_NAME);
+    let outcome = match variant {
+        Variant::Latency { latency_ms } => {
+            let kind = ToxicKind::Latency { latency_ms: *latency_ms, jitter_ms: 0 };
+            cluster.proxy.add_toxic(&control_link(index), &toxic(kind)).await.map(drop)
+        }
+        Variant::LostResponse => {
+            let lost = Toxic::new(ToxicKind::LimitData { bytes: 0 }).on(Stream::Downstream).named(TOXIC_NAME);
+            cluster.proxy.add_toxic(&control_link(index), &lost).await.map(drop)
+        }
+        Variant::Pause => {
+            cluster.runners[index].paused_by_nemesis = true;
+            return signal(&cluster, index, libc::SIGSTOP);
+        }
+        Variant::CutLinks => {
+            let control = cluster.proxy.set_enabled(&control_link(index), false).await.map(drop);
+            control.and(cluster.proxy.set_enabled(&target_link(index), false).await.map(drop))
+        }
+        Variant::ControlLink => cluster.proxy.set_enabled(&control_link(index), false).await.map(drop),
+        Variant::TargetLinkMidStep => cluster.proxy.set_enabled(&target_link(index), false).await.map(drop),
+        Variant::StaticSkew { offset_ms } | Variant::Jump { offset_ms } => {
+            return cluster.set_clock(index, *offset_ms).map_err(|error| error.to_string())
+        }
+        Variant::KillRunner => {
+            cluster.runners[index].killed_at_ms = Some(lab::control::Now::read().ms);
+            if let Some(mut process) = cluster.runners[index].process.take() {
+                process.kill().await;
+            }
+            return Ok(());
+        }
+        Variant::Replay | Variant::Conflict | Variant::RestartControl => unreachable!("started elsewhere"),
+    };
+    let _ = config;
+    outcome.map_err(|error| error.to_string())
+}
+
+fn signal(cluster: &Cluster, index: usize, signal: i32) -> Result<(), String> {
+    if cluster.signal_runner(index, signal) {
+        Ok(())
+    } else {
+        Err(format!("runner r{} is not running", index + 1))
+    }
+}
+
+async fn heal(shared: &Shared, fault: &Fault) {
+    let index = runner(fault);
+    let result = {
+        let mut cluster = shared.cluster.lock().await;
+        match &fault.variant {
+            Variant::Latency { .. } | Variant::LostResponse => {
+                cluster.proxy.remove_toxic(&control_link(index), TOXIC_NAME).await.map_err(|error| error.to_string())
+            }
+            Variant::Pause => {
+                cluster.runners[index].paused_by_nemesis = false;
+                signal(&cluster, index, libc::SIGCONT)
+            }
+            Variant::CutLinks | Variant::ControlLink | Variant::TargetLinkMidStep => {
+                enable_links(&cluster, index).await
+            }
+            Variant::StaticSkew { .. } | Variant::Jump { .. } => {
+                cluster.set_clock(index, 0).map_err(|error| error.to_string())
+            }
+            Variant::KillRunner => cluster.start_runner(index, &shared.config).map_err(|error| error.to_string()),
+            Variant::Replay | Variant::Conflict | Variant::RestartControl => return,
+        }
+    };
+    record(&shared.recorder, fault, "heal", result);
+}
+
+async fn enable_links(cluster: &Cluster, index: usize) -> Result<(), String> {
+    let control = cluster.proxy.set_enabled(&control_link(index), true).await.map(drop);
+    let target = cluster.proxy.set_enabled(&target_link(index), true).await.map(drop);
+    control.and(target).map_err(|error| error.to_string())
+}
+
+async fn restart_control(shared: &Shared) -> Result<(), String> {
+    let mut cluster = shared.cluster.lock().await;
+    cluster.lab.restart_control().await.map_err(|error| error.to_string())
+}
+
+/// The last result of runner `index` that the control plane accepted, from its log.
+fn last_accepted_result(cluster: &Cluster, index: usize) -> Option<(ClaimRef, Outcome)> {
+    let text = std::fs::read_to_string(cluster.lab.runner_log(&cluster.runners[index].id)).ok()?;
+    text.lines().rev().filter_map(|line| serde_json::from_str::<history::Event>(line).ok()).find_map(|event| {
+        let accepted = event.kind == EventType::Response
+            && event.f == "result"
+            && event.decision == Some(history::Decision::Accepted);
+        let outcome = match event.outcome.as_deref()? {
+            "succeeded" => Outcome::Succeeded,
+            _ => Outcome::Failed,
+        };
+        let claim = ClaimRef { job: event.job?, attempt: event.attempt?, runner: event.runner?, fence: event.fence? };
+        accepted.then_some((claim, outcome))
+    })
+}
+
+/// Sends a captured result again (a duplicate) or with the other outcome (a conflict),
+/// with the runner's own token, straight to the control plane.
+async fn resend(shared: &Shared, fault: &Fault) {
+    let index = runner(fault);
+    let (captured, client) = {
+        let cluster = shared.cluster.lock().await;
+        let client = cluster.lab.operator.with_token(&cluster.runners[index].token);
+        (last_accepted_result(&cluster, index), client)
+    };
+    let Some((claim, outcome)) = captured else {
+        record(&shared.recorder, fault, "start", Err("no accepted result to resend yet".into()));
+        return;
+    };
+    let outcome = match (&fault.variant, outcome) {
+        (Variant::Conflict, Outcome::Succeeded) => Outcome::Failed,
+        (Variant::Conflict, Outcome::Failed) => Outcome::Succeeded,
+        (_, outcome) => outcome,
+    };
+    let request =
+        ResultRequest { claim: claim.clone(), outcome, observed_ms: lab::control::Now::read().ms, detail: None };
+    let fill = |event: &mut history::Event| {
+        *event = event.clone().with_claim(&claim.job, &claim.attempt, &claim.runner, claim.fence);
+        event.outcome = Some(outcome.as_str().to_string());
+        event.value = serde_json::to_value(fault).ok();
+    };
+    shared.recorder.record(NEMESIS, EventType::Invoke, fault.kind.name(), fill);
+    let answer = client.result(&request).await;
+    let kind = match &answer {
+        Ok(_) => EventType::Ok,
+        Err(error) if error.is_transport() => EventType::Info,
+        Err(_) => EventType::Fail,
+    };
+    shared.recorder.record(NEMESIS, kind, fault.kind.name(), |event| {
+        fill(event);
+        match &answer {
+            Ok(verdict) => *event = event.clone().with_decision(verdict.decision, verdict.reason.as_deref()),
+            Err(error) => event.reason = Some(error.to_string()),
+        }
+    });
+}
+
+/// Heals everything: toxics removed and proxies enabled, paused runners continued, clocks
+/// true, killed runners started again.
+pub async fn heal_all(cluster: &Arc<Mutex<Cluster>>, config: &RunConfig) -> Result<(), String> {
+    let mut cluster = cluster.lock().await;
+    cluster.proxy.reset().await.map_err(|error| error.to_string())?;
+    for index in 0..cluster.runners.len() {
+        cluster.set_clock(index, 0).map_err(|error| error.to_string())?;
+        cluster.runners[index].paused_by_nemesis = false;
+        if cluster.runners[index].process.is_none() {
+            cluster.start_runner(index, config).map_err(|error| error.to_string())?;
+        }
+        if !cluster.runners[index].frozen_by_operator {
+            cluster.signal_runner(index, libc::SIGCONT);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,134 @@
+//! The operator: for every uncertain job, establish that the old execution stopped — by
+//! freezing its runner (SIGSTOP) when it is still alive — inspect the target, and only then
+//! reconcile with what the target shows. A runner it froze is continued after the finding:
+//! it wakes without authority and its reports arrive late.
+
+use std::time::Duration;
+
+use history::EventType;
+use lab::protocol::{AttemptState, Finding, JobState, Outcome, ReconcileRequest};
+use workloads::operator::{decide, Action, Evidence};
+
+use super::cluster::{Cluster, RunnerSlot};
+use super::Shared;
+
+const OPERATOR: &str = "operator";
+/// Between the operator's rounds.
+const ROUND_MS: u64 = 100;
+
+pub async fn run(shared: Shared) {
+    loop {
+        if let Err(error) = round(&shared).await {
+            shared.recorder.record(OPERATOR, EventType::Info, "round", |event| event.reason = Some(error));
+        }
+        tokio::time::sleep(Duration::from_millis(ROUND_MS)).await;
+    }
+}
+
+/// Whether the process that ran an attempt claimed at `claimed_ms` no longer executes.
+fn execution_stopped(slot: &RunnerSlot, claimed_ms: i64) -> bool {
+    if slot.killed_at_ms.is_some_and(|killed_ms| killed_ms >= claimed_ms) {
+        return true;
+    }
+    let Some(process) = &slot.process else { return true };
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", process.pid())).unwrap_or_default();
+    let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+    matches!(state, None | Some('T') | Some('t') | Some('Z') | Some('X'))
+}
+
+async fn round(shared: &Shared) -> Result<(), String> {
+    let operator = shared.cluster.lock().await.lab.operator.clone();
+    let jobs = operator.jobs().await.map_err(|error| error.to_string())?;
+    for job in jobs.iter().filter(|job| job.state == JobState::Uncertain) {
+        let view = operator.job(&job.id).await.map_err(|error| error.to_string())?;
+        let Some(attempt) =
+            view.attempts.iter().find(|attempt| attempt.current && attempt.state == AttemptState::Uncertain)
+        else {
+            continue;
+        };
+        settle(shared, &view, attempt).await?;
+    }
+    Ok(())
+}
+
+async fn settle(
+    shared: &Shared,
+    view: &lab::protocol::JobView,
+    attempt: &lab::protocol::AttemptView,
+) -> Result<(), String> {
+    let mut cluster = shared.cluster.lock().await;
+    let Some(index) = cluster.runners.iter().position(|slot| slot.id == attempt.runner) else {
+        return Err(format!("attempt {} names an unknown runner {}", attempt.id, attempt.runner));
+    };
+    let target = lab::client::Client::new(&cluster.lab.target_url(), None, Duration::from_secs(5));
+    let steps = target.steps(1_000_000).await.map_err(|error| error.to_string())?;
+    let applied = steps.iter().filter(|step| step.applied && step.attempt == attempt.id).count() as u32;
+    let evidence = Evidence {
+        execution_stopped: execution_stopped(&cluster.runners[index], attempt.claimed_ms),
+        steps_applied: applied,
+        steps: view.spec.steps,
+    };
+    let claim = |event: &mut history::Event| {
+        *event = event.clone().with_claim(&view.id, &attempt.id, &attempt.runner, attempt.fence);
+        event.key = Some(view.deployment_key.clone());
+    };
+    match decide(&evidence) {
+        Action::StopExecution => {
+            shared.recorder.record(OPERATOR, EventType::Invoke, "freeze", claim);
+            let frozen = cluster.signal_runner(index, libc::SIGSTOP);
+            cluster.runners[index].frozen_by_operator |= frozen;
+            let kind = if frozen { EventType::Ok } else { EventType::Fail };
+            shared.recorder.record(OPERATOR, kind, "freeze", claim);
+            Ok(())
+        }
+        action => reconcile(shared, &mut cluster, index, view, attempt, action, applied, claim).await,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn reconcile(
+    shared: &Shared,
+    cluster: &mut Cluster,
+    index: usize,
+    view: &lab::protocol::JobView,
+    attempt: &lab::protocol::AttemptView,
+    action: Action,
+    applied: u32,
+    claim: impl Fn(&mut history::Event),
+) -> Result<(), String> {
+    let (finding, outcome) = match action {
+        Action::ReconcileCompleted => (Finding::Completed, Some(Outcome::Succeeded)),
+        _ => (Finding::Stopped, None),
+    };
+    let evidence = format!("execution stopped; target applied {applied} of {} steps", view.spec.steps);
+    let request = ReconcileRequest {
+        job: view.id.clone(),
+        attempt: attempt.id.clone(),
+        finding,
+        outcome,
+        evidence: Some(evidence.clone()),
+    };
+    let finding_name = serde_json::to_value(finding).ok().and_then(|value| value.as_str().map(str::to_string));
+    let fill = |event: &mut history::Event| {
+        claim(event);
+        event.outcome = finding_name.clone();
+        event.value = Some(serde_json::json!({"outcome": outcome.map(Outcome::as_str), "evidence": evidence}));
+    };
+    shared.recorder.record(OPERATOR, EventType::Invoke, "reconcile", fill);
+    let answer = cluster.lab.operator.reconcile(&request).await;
+    let kind = match &answer {
+        Ok(_) => EventType::Ok,
+        Err(error) if error.is_transport() => EventType::Info,
+        Err(_) => EventType::Fail,
+    };
+    shared.recorder.record(OPERATOR, kind, "reconcile", |event| {
+        fill(event);
+        event.reason = answer.as_ref().err().map(|error| error.to_string());
+    });
+    if cluster.runners[index].frozen_by_operator {
+        cluster.signal_runner(index, libc::SIGCONT);
+        cluster.runners[index].frozen_by_operator = false;
+        shared.recorder.record(OPERATOR, EventType::Ok, "thaw", claim);
+    }
+    Ok(())
+}

@@ -1,0 +1,141 @@
+//! The recorder: the harness's own operations go to `history.jsonl` as they happen (each
+//! flushed, so a killed harness leaves a readable prefix); at the end every source — the
+//! runners' logs, the control plane's ledger, the target's step log — is merged onto the
+//! run's clock and the file is replaced by the whole history.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use history::{Decision, Event, EventType, Writer};
+use lab::protocol::{LedgerEntry, StepRecord};
+
+pub struct Recorder {
+    start_ns: u64,
+    path: PathBuf,
+    writer: Mutex<Option<Writer<File>>>,
+    events: Mutex<Vec<Event>>,
+}
+
+impl Recorder {
+    pub fn create(path: &Path) -> std::io::Result<Recorder> {
+        let file = File::create(path)?;
+        Ok(Recorder {
+            start_ns: history::monotonic_ns(),
+            path: path.to_path_buf(),
+            writer: Mutex::new(Some(Writer::new(file))),
+            events: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Nanoseconds since the run started.
+    pub fn now_ns(&self) -> u64 {
+        history::monotonic_ns().saturating_sub(self.start_ns)
+    }
+
+    /// Milliseconds since the run started.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ns() / 1_000_000
+    }
+
+    /// Records one harness event now; `fill` sets its fields. The time is taken under the
+    /// lock, so the live file is in time order.
+    pub fn record(&self, process: &str, kind: EventType, f: &str, fill: impl FnOnce(&mut Event)) {
+        let mut writer = self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut event = Event::new(self.now_ns(), process, kind, f);
+        fill(&mut event);
+        if let Some(live) = writer.as_mut() {
+            if let Err(error) = live.append(event.clone()) {
+                eprintln!("fencelab: cannot write the history: {error}");
+            }
+        }
+        self.events.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(event);
+    }
+
+    pub fn rebase(&self, mono_ns: u64) -> u64 {
+        mono_ns.saturating_sub(self.start_ns)
+    }
+
+    /// Merges every source and replaces the live file with the whole history.
+    pub fn finish(
+        &self,
+        runner_logs: &[PathBuf],
+        ledger: &[LedgerEntry],
+        steps: &[StepRecord],
+        finals: Vec<Event>,
+    ) -> std::io::Result<usize> {
+        self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        let mut sources: Vec<Vec<Event>> =
+            vec![std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))];
+        for path in runner_logs {
+            sources.push(read_runner_log(path, self.start_ns));
+        }
+        sources.push(ledger.iter().map(|entry| ledger_event(entry, self.rebase(entry.mono_ns))).collect());
+        sources.push(steps.iter().map(|record| step_event(record, self.rebase(record.mono_ns))).collect());
+        let mut all: Vec<Event> = sources.into_iter().flatten().collect();
+        all.sort_by_key(|event| event.time_ns);
+        let end_ns = all.last().map_or(0, |event| event.time_ns).max(self.now_ns());
+        all.extend(finals.into_iter().map(|mut event| {
+            event.time_ns = end_ns;
+            event
+        }));
+        let partial = self.path.with_extension("jsonl.partial");
+        let mut writer = Writer::new(BufWriter::new(File::create(&partial)?));
+        for event in all {
+            writer.append(event).map_err(std::io::Error::other)?;
+        }
+        let count = writer.len() as usize;
+        drop(writer.into_inner());
+        std::fs::rename(&partial, &self.path)?;
+        Ok(count)
+    }
+}
+
+/// A runner's log, rebased; a torn last line (a killed runner) is skipped.
+fn read_runner_log(path: &Path, start_ns: u64) -> Vec<Event> {
+    let Ok(text) = std::fs::read_to_string(path) else { return vec![] };
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Event>(line).ok())
+        .map(|mut event| {
+            event.time_ns = event.time_ns.saturating_sub(start_ns);
+            event
+        })
+        .collect()
+}
+
+pub fn ledger_event(entry: &LedgerEntry, time_ns: u64) -> Event {
+    let mut event = Event::new(time_ns, "control-plane", EventType::Ledger, &entry.kind);
+    event.project = Some(entry.project.clone());
+    event.job = Some(entry.job.clone());
+    event.attempt = entry.attempt.clone();
+    event.runner = entry.runner.clone();
+    event.fence = entry.fence;
+    event.key = Some(entry.deployment_key.clone());
+    event.received_ms = Some(entry.received_ms);
+    event.observed_ms = entry.observed_ms;
+    event.lease_expires_ms = entry.lease_expires_ms;
+    event.decision = entry.decision;
+    event.reason = entry.reason.clone();
+    event.outcome = entry.outcome.clone();
+    event.value = Some(serde_json::json!({"seq": entry.seq, "recorded_as": entry.recorded_as}));
+    event
+}
+
+pub fn step_event(record: &StepRecord, time_ns: u64) -> Event {
+    let mut event = Event::new(time_ns, "target", EventType::Step, "step").with_claim(
+        &record.job,
+        &record.attempt,
+        &record.runner,
+        record.fence,
+    );
+    event.key = Some(record.deployment_key.clone());
+    event.received_ms = Some(record.received_ms);
+    let decision = if record.applied { Decision::Accepted } else { Decision::Rejected };
+    event = event.with_decision(decision, record.reason.as_deref());
+    event.value = Some(serde_json::json!({
+        "seq": record.seq, "step": record.step, "steps": record.steps,
+        "revision": record.revision, "highest_fence_before": record.highest_fence_before,
+    }));
+    event
+}
