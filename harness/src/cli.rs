@@ -84,13 +84,23 @@ fn run_command(args: crate::run::config::RunArgs) -> ExitCode {
         Ok(config) => config,
         Err(message) => return bad_arguments(&message),
     };
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    if let Some(url) = &config.toxiproxy_url {
+        let reachable = proxy::Client::new(url).map_err(|error| error.to_string());
+        let version = runtime.block_on(async { reachable?.version().await.map_err(|error| error.to_string()) });
+        if let Err(error) = version {
+            return bad_arguments(&format!("--toxiproxy-url {url} is not a reachable Toxiproxy: {error}"));
+        }
+    }
     let folder = match crate::run::create_folder(&config) {
         Ok(folder) => folder,
         Err(message) => return bad_arguments(&message),
     };
     eprintln!("fencelab: seed {}; run folder {}", config.seed, folder.display());
-    let command = config.command();
-    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    let mut command = config.command();
+    if config.schedule.is_some() {
+        command.push_str(&format!(" --schedule {}", folder.join("schedule.json").display()));
+    }
     match runtime.block_on(crate::run::execute(config, folder, lab::web::termination())) {
         Ok(outcome) => summary(&outcome, &command),
         Err(error) => {

@@ -59,6 +59,9 @@ pub struct RunArgs {
     /// Where run folders go.
     #[arg(long, default_value = "store")]
     pub store: PathBuf,
+    /// Execute this fault schedule (a run folder's `schedule.json`) instead of generating one.
+    #[arg(long)]
+    pub schedule: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -83,6 +86,8 @@ pub struct RunConfig {
     pub step_ms_max: u64,
     pub toxiproxy_url: Option<String>,
     pub store: PathBuf,
+    /// A given fault schedule, replacing the generated one.
+    pub schedule: Option<Vec<workloads::faults::Fault>>,
     pub version: String,
 }
 
@@ -94,7 +99,11 @@ impl RunConfig {
 
 /// Checks the flags; every error names the flag.
 pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> {
-    let nemesis = if args.nemesis.trim() == "none" { vec![] } else { FaultKind::parse_list(&args.nemesis)? };
+    let nemesis = if args.nemesis.trim() == "none" {
+        vec![]
+    } else {
+        FaultKind::parse_list(&args.nemesis).map_err(|error| format!("--nemesis: {error}"))?
+    };
     for bug in &args.bugs {
         bug.parse::<Bug>().map_err(|error| format!("--bug: {error}"))?;
     }
@@ -122,6 +131,10 @@ pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> 
     if let Some((_, message)) = checks.iter().find(|(bad, _)| *bad) {
         return Err(message.to_string());
     }
+    let schedule = match &args.schedule {
+        Some(path) => Some(read_schedule(path)?),
+        None => None,
+    };
     if args.test_name.is_empty() || !args.test_name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
         return Err("--test-name must be letters, digits, `-`, `_` or `.`".into());
     }
@@ -146,11 +159,25 @@ pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> 
         step_ms_max: args.step_ms_max,
         toxiproxy_url: args.toxiproxy_url.clone(),
         store: args.store.clone(),
+        schedule,
         version: env!("CARGO_PKG_VERSION").to_string(),
     })
 }
 
+fn read_schedule(path: &std::path::Path) -> Result<Vec<workloads::faults::Fault>, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| format!("--schedule {}: {error}", path.display()))?;
+    serde_json::from_str(&text).map_err(|error| format!("--schedule {}: {error}", path.display()))
+}
+
 impl RunConfig {
+    /// The fault schedule of this run: the given one, or the one the seed generates.
+    pub fn fault_schedule(&self) -> Vec<workloads::faults::Fault> {
+        match &self.schedule {
+            Some(schedule) => schedule.clone(),
+            None => workloads::faults::schedule(self.seed, &self.schedule_options()),
+        }
+    }
+
     /// The command that repeats this run.
     pub fn command(&self) -> String {
         let nemesis: Vec<&str> = self.nemesis.iter().map(|kind| kind.name()).collect();

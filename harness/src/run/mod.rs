@@ -73,7 +73,7 @@ pub async fn execute(
     folder: PathBuf,
     interrupt: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<Outcome> {
-    let schedule = workloads::faults::schedule(config.seed, &config.schedule_options());
+    let schedule = config.fault_schedule();
     let jobs = workloads::jobs::plan(config.seed, &config.job_options());
     write_json(&folder.join("schedule.json"), &schedule)?;
     write_json(&folder.join("jobs.json"), &jobs)?;

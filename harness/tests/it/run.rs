@@ -1,0 +1,392 @@
+//! `fencelab run` end to end: each fault of the mission really takes effect in the history,
+//! the same seed gives the same schedule, bad flags exit 254 before anything starts, and an
+//! interrupted or killed harness leaves no process behind and a readable history.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use history::{Decision, Event, EventType};
+use serde_json::json;
+
+/// Longest a whole test run may take (generous: the machine may be loaded).
+const RUN_WAIT_MAX: Duration = Duration::from_secs(180);
+
+pub struct Finished {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub store: tempfile::TempDir,
+}
+
+impl Finished {
+    pub fn folder(&self) -> PathBuf {
+        let latest = self.store.path().join("latest");
+        self.store.path().join(std::fs::read_link(&latest).expect("store/latest points at the run"))
+    }
+
+    pub fn history(&self) -> Vec<Event> {
+        history::read_file(&self.folder().join("history.jsonl")).expect("a valid history")
+    }
+}
+
+fn fencelab() -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
+    command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    command
+}
+
+/// Runs `fencelab run` with `args` into a fresh store; the store's test name is `run`.
+pub async fn run(args: &[&str]) -> Finished {
+    let store = tempfile::tempdir().unwrap();
+    let mut command = fencelab();
+    command.args(["run", "--test-name", "run", "--store"]).arg(store.path()).args(args);
+    let output = tokio::time::timeout(RUN_WAIT_MAX, command.output()).await.expect("the run ends in time").unwrap();
+    let finished = Finished {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        store,
+    };
+    assert!(finished.code != Some(255), "internal error:\n{}\n{}", finished.stdout, finished.stderr);
+    finished
+}
+
+/// A run of two busy runners with exactly one fault, given as a schedule.
+async fn one_fault(fault: serde_json::Value) -> Finished {
+    let dir = tempfile::tempdir().unwrap();
+    let schedule = dir.path().join("schedule.json");
+    std::fs::write(&schedule, serde_json::to_vec(&json!([fault])).unwrap()).unwrap();
+    let schedule = schedule.to_string_lossy().into_owned();
+    let args = [
+        "--seed",
+        "1",
+        "--time-limit",
+        "8",
+        "--runners",
+        "2",
+        "--keys",
+        "2",
+        "--rate",
+        "2",
+        "--lease-ms",
+        "600",
+        "--steps-min",
+        "4",
+        "--steps-max",
+        "6",
+        "--step-ms-min",
+        "150",
+        "--step-ms-max",
+        "250",
+        "--recovery-limit",
+        "60",
+        "--schedule",
+        &schedule,
+    ];
+    let finished = run(&args).await;
+    assert_eq!(finished.code, Some(0), "{}\n{}", finished.stdout, finished.stderr);
+    finished
+}
+
+fn fault(
+    kind: &str,
+    runner: Option<u32>,
+    at_ms: u64,
+    duration_ms: u64,
+    variant: serde_json::Value,
+) -> serde_json::Value {
+    json!({"at_ms": at_ms, "duration_ms": duration_ms, "kind": kind, "runner": runner, "variant": variant})
+}
+
+fn ms(event: &Event) -> u64 {
+    event.time_ns / 1_000_000
+}
+
+fn ledger<'a>(events: &'a [Event], f: &'a str) -> impl Iterator<Item = &'a Event> + 'a {
+    events.iter().filter(move |event| event.kind == EventType::Ledger && event.f == f)
+}
+
+/// The attempts of runner `runner` that expired between `from_ms` and `to_ms` (run clock).
+fn expired_attempts(events: &[Event], runner: &str, from_ms: u64, to_ms: u64) -> Vec<String> {
+    ledger(events, "expire")
+        .filter(|event| event.runner.as_deref() == Some(runner) && (from_ms..=to_ms).contains(&ms(event)))
+        .filter_map(|event| event.attempt.clone())
+        .collect()
+}
+
+/// A rejected report of `attempt` reached the ledger after it had expired.
+fn late_report_rejected(events: &[Event], attempt: &str) -> bool {
+    ["heartbeat", "capability", "result"].iter().any(|f| {
+        ledger(events, f)
+            .any(|event| event.attempt.as_deref() == Some(attempt) && event.decision == Some(Decision::Rejected))
+    })
+}
+
+fn context(finished: &Finished) -> String {
+    format!("run folder {}\n{}", finished.folder().display(), finished.stdout)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn paused_runner_outlives_its_lease_and_its_late_reports_are_refused() {
+    let finished = one_fault(fault("delayed-heartbeats", Some(0), 2_000, 2_000, json!({"how": "pause"}))).await;
+    let events = finished.history();
+    let expired = expired_attempts(&events, "r1", 2_000, 4_500);
+    assert!(!expired.is_empty(), "no attempt of r1 expired while it was paused; {}", context(&finished));
+    assert!(expired.iter().any(|attempt| late_report_rejected(&events, attempt)), "{}", context(&finished));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn heartbeats_delayed_beyond_the_lease_expire_it() {
+    let finished =
+        one_fault(fault("delayed-heartbeats", Some(0), 2_000, 2_000, json!({"how": "latency", "latency_ms": 900})))
+            .await;
+    let events = finished.history();
+    assert!(!expired_attempts(&events, "r1", 2_000, 5_000).is_empty(), "{}", context(&finished));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replayed_result_is_acknowledged_as_a_duplicate() {
+    let finished = one_fault(fault("duplicate-results", Some(0), 4_000, 0, json!({"how": "replay"}))).await;
+    let events = finished.history();
+    let nemesis =
+        events.iter().find(|event| event.process == "nemesis" && event.kind == EventType::Ok).expect("replayed");
+    assert_eq!(nemesis.decision, Some(Decision::Duplicate), "{}", context(&finished));
+    assert!(ledger(&events, "result").any(|event| event.decision == Some(Decision::Duplicate)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_response_makes_the_runner_retry_into_a_duplicate() {
+    let finished = one_fault(fault("duplicate-results", Some(0), 2_000, 1_500, json!({"how": "lost-response"}))).await;
+    let events = finished.history();
+    let duplicates: Vec<&Event> = ledger(&events, "result")
+        .filter(|event| event.runner.as_deref() == Some("r1") && event.decision == Some(Decision::Duplicate))
+        .collect();
+    assert!(!duplicates.is_empty(), "r1 never retried a committed result; {}", context(&finished));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_conflicting_result_is_recorded_and_the_outcome_stays() {
+    let finished = one_fault(fault("conflicting-results", Some(0), 4_000, 0, json!({"how": "conflict"}))).await;
+    let events = finished.history();
+    let nemesis = events.iter().find(|event| event.process == "nemesis" && event.kind == EventType::Ok).expect("sent");
+    assert_eq!(nemesis.decision, Some(Decision::Conflict), "{}", context(&finished));
+    let job = nemesis.job.clone().unwrap();
+    let committed = ledger(&events, "result")
+        .find(|event| event.job.as_ref() == Some(&job) && event.decision == Some(Decision::Accepted))
+        .and_then(|event| event.outcome.clone());
+    let last = events.iter().rev().find(|event| event.f == "final" && event.job.as_ref() == Some(&job)).unwrap();
+    assert_eq!(last.outcome, committed, "the committed outcome was replaced");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reconnect_after_reconciliation_gives_the_seeds_stale_completion() {
+    let finished = one_fault(fault("reconnects", Some(0), 2_000, 2_400, json!({"how": "cut-links"}))).await;
+    let events = finished.history();
+    let expired = expired_attempts(&events, "r1", 2_000, 4_400);
+    let Some(attempt) = expired.first() else { panic!("r1's lease never expired; {}", context(&finished)) };
+    let reconciled = events.iter().any(|event| {
+        event.process == "operator"
+            && event.f == "reconcile"
+            && event.kind == EventType::Ok
+            && event.attempt.as_ref() == Some(attempt)
+    });
+    assert!(reconciled, "the operator never reconciled {attempt}; {}", context(&finished));
+    let late = ledger(&events, "result").find(|event| {
+        event.attempt.as_ref() == Some(attempt)
+            && event.value.as_ref().is_some_and(|v| v["recorded_as"] == "late_observation")
+    });
+    assert!(late.is_some(), "the old runner's report was not kept as a late observation; {}", context(&finished));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_skewed_runner_clock_shows_in_observation_times_only() {
+    let finished =
+        one_fault(fault("clock-skew", Some(0), 2_000, 2_400, json!({"how": "static-skew", "offset_ms": 90_000}))).await;
+    let events = finished.history();
+    let skews: Vec<i64> = events
+        .iter()
+        .filter(|event| event.kind == EventType::Ledger && event.runner.as_deref() == Some("r1") && event.f != "expire")
+        .filter(|event| (2_300..=4_200).contains(&ms(event)))
+        .filter_map(|event| Some(event.observed_ms? - event.received_ms?))
+        .collect();
+    assert!(!skews.is_empty(), "r1 reported nothing during the skew; {}", context(&finished));
+    assert!(skews.iter().all(|skew| (89_000..=91_000).contains(skew)), "skews {skews:?}; {}", context(&finished));
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(finished.folder().join("config.json")).unwrap()).unwrap();
+    assert!(
+        config["clock_control"].is_string() || config["clock_control"].is_object(),
+        "the run records how clocks were moved"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn control_link_cut_between_steps_expires_the_lease() {
+    let finished =
+        one_fault(fault("disconnect-during-mutation", Some(0), 2_000, 1_500, json!({"how": "control-link"}))).await;
+    let events = finished.history();
+    assert!(!expired_attempts(&events, "r1", 2_000, 4_000).is_empty(), "{}", context(&finished));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn target_link_cut_mid_step_leaves_a_step_without_an_answer() {
+    let finished =
+        one_fault(fault("disconnect-during-mutation", Some(0), 2_000, 1_000, json!({"how": "target-link-mid-step"})))
+            .await;
+    let events = finished.history();
+    let unanswered = events.iter().any(|event| {
+        event.process == "runner:r1"
+            && event.f == "step"
+            && event.kind == EventType::Info
+            && (2_000..=3_500).contains(&ms(event))
+    });
+    assert!(unanswered, "no step of r1 lost its answer; {}", context(&finished));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_runner_loses_its_lease_and_claims_again_after_restart() {
+    let finished = one_fault(fault("kill", Some(0), 2_000, 1_200, json!({"how": "kill-runner"}))).await;
+    let events = finished.history();
+    assert!(!expired_attempts(&events, "r1", 2_000, 3_500).is_empty(), "{}", context(&finished));
+    let claimed_again =
+        ledger(&events, "claim").any(|event| event.runner.as_deref() == Some("r1") && ms(event) > 3_200);
+    assert!(claimed_again, "the restarted runner never claimed; {}", context(&finished));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_control_plane_restart_keeps_every_acknowledged_job() {
+    let finished = one_fault(fault("restart-control-plane", None, 3_000, 300, json!({"how": "restart-control"}))).await;
+    let events = finished.history();
+    let acknowledged: Vec<&String> = events
+        .iter()
+        .filter(|event| event.process == "client" && event.kind == EventType::Ok)
+        .filter_map(|event| event.job.as_ref())
+        .collect();
+    assert!(acknowledged.len() >= 10, "{}", context(&finished));
+    for job in acknowledged {
+        let last = events.iter().find(|event| event.f == "final" && event.job.as_ref() == Some(job));
+        assert_eq!(
+            last.and_then(|event| event.outcome.as_deref()),
+            Some("succeeded"),
+            "job {job}; {}",
+            context(&finished)
+        );
+    }
+    let restarted = events.iter().any(|event| event.process == "nemesis" && event.f == "restart-control-plane");
+    assert!(restarted);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_seed_gives_the_same_fault_schedule() {
+    let schedule = |finished: &Finished| std::fs::read(finished.folder().join("schedule.json")).unwrap();
+    let args = |seed: &'static str| {
+        ["--seed", seed, "--time-limit", "40", "--nemesis", "all", "--rate", "0.01", "--recovery-limit", "1"]
+    };
+    // A run stops early on SIGINT; the schedule is written before anything starts.
+    let (five, six) = (args("5"), args("6"));
+    let (first, second, other) = tokio::join!(interrupted(&five), interrupted(&five), interrupted(&six));
+    assert_eq!(schedule(&first), schedule(&second));
+    assert_ne!(schedule(&first), schedule(&other));
+    let faults: Vec<serde_json::Value> = serde_json::from_slice(&schedule(&first)).unwrap();
+    assert!(faults.len() >= 8, "40 s hold every kind of fault: {faults:?}");
+}
+
+/// Starts a run, lets it get going, interrupts it with SIGINT and waits for it to end.
+async fn interrupted(args: &[&str]) -> Finished {
+    stopped(args, libc::SIGINT).await
+}
+
+async fn stopped(args: &[&str], signal: i32) -> Finished {
+    let store = tempfile::tempdir().unwrap();
+    let mut command = fencelab();
+    command.args(["run", "--test-name", "run", "--store"]).arg(store.path()).args(args);
+    let mut child = command.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
+    let mut said = String::new();
+    let started = async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            said.push_str(&line);
+            said.push('\n');
+            if line.starts_with("[chaos]") {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(RUN_WAIT_MAX, started).await.expect("the run gets going");
+    // SAFETY: kill(2) on the child we started.
+    assert_eq!(unsafe { libc::kill(child.id().unwrap() as i32, signal) }, 0);
+    let status = tokio::time::timeout(RUN_WAIT_MAX, child.wait()).await.expect("the harness ends").unwrap();
+    Finished { code: status.code(), stdout: String::new(), stderr: said, store }
+}
+
+/// Processes whose command line mentions `path` (the run's own store).
+fn processes_under(path: &Path) -> Vec<String> {
+    let needle = path.to_string_lossy().into_owned();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(&needle) {
+            found.push(format!("{}: {cmdline}", entry.file_name().to_string_lossy()));
+        }
+    }
+    found
+}
+
+/// Waits (bounded) until no process of the run remains; returns those that do.
+async fn leftovers(path: &Path) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = processes_under(path);
+        if found.is_empty() || tokio::time::Instant::now() >= deadline {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+const LONG_RUN: [&str; 6] = ["--seed", "3", "--time-limit", "60", "--nemesis", "all"];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigint_stops_every_child_and_leaves_a_history() {
+    let finished = interrupted(&LONG_RUN).await;
+    assert_eq!(finished.code, Some(2), "an interrupted run is incomplete: {}", finished.stderr);
+    assert_eq!(leftovers(finished.store.path()).await, Vec::<String>::new());
+    let events = finished.history();
+    assert!(events.iter().any(|event| event.process == "harness" && event.f == "config"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_of_the_harness_takes_every_child_with_it() {
+    let finished = stopped(&LONG_RUN, libc::SIGKILL).await;
+    assert_eq!(finished.code, None, "killed by a signal");
+    assert_eq!(leftovers(finished.store.path()).await, Vec::<String>::new());
+    let folder = std::fs::read_dir(finished.store.path().join("run")).unwrap().flatten().next().unwrap().path();
+    let text = std::fs::read_to_string(folder.join("history.jsonl")).unwrap();
+    let complete = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
+    let events = history::read(complete.as_bytes()).expect("the written prefix is a valid history");
+    assert!(events.iter().any(|event| event.process == "harness" && event.f == "config"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_flags_exit_254_before_anything_starts() {
+    let cases: [&[&str]; 6] = [
+        &["--nemesis", "kill,partition"],
+        &["--bug", "no-such-bug"],
+        &["--lease-ms", "1000", "--heartbeat-interval-ms", "1000"],
+        &["--toxiproxy-url", "http://127.0.0.1:9"],
+        &["--runners", "0"],
+        &["--steps-min", "5", "--steps-max", "2"],
+    ];
+    for args in cases {
+        let finished = run(args).await;
+        assert_eq!(finished.code, Some(254), "{args:?}: {}", finished.stderr);
+        assert!(finished.stderr.contains("--"), "{args:?}: the error names the flag: {}", finished.stderr);
+        assert!(!finished.store.path().join("run").exists(), "{args:?} started something");
+    }
+    let mut command = fencelab();
+    command.args(["run", "--store", "/proc/no-such-place"]);
+    let output = command.output().await.unwrap();
+    assert_eq!(output.status.code(), Some(254), "{}", String::from_utf8_lossy(&output.stderr));
+}
