@@ -59,8 +59,10 @@ pub fn target_link(index: usize) -> String {
 }
 
 impl Cluster {
-    pub async fn start(config: &RunConfig, dir: &Path) -> anyhow::Result<Cluster> {
-        let mut options = LabOptions::new(&std::env::current_exe()?, dir);
+    /// Starts everything; `program` is the `fencelab` binary, which runs the lab's processes
+    /// as `fencelab lab ...`.
+    pub async fn start(config: &RunConfig, dir: &Path, program: &Path) -> anyhow::Result<Cluster> {
+        let mut options = LabOptions::new(program, dir);
         options.program_args = vec!["lab".to_string()];
         options.lease_ms = config.lease_ms;
         options.mode = config.target_mode;
@@ -75,10 +77,21 @@ impl Cluster {
         for index in 0..config.runners as usize {
             cluster.add_runner(index).await?;
         }
+        cluster.check_links().await?;
         for index in 0..cluster.runners.len() {
             cluster.start_runner(index, config)?;
         }
         Ok(cluster)
+    }
+
+    /// Every proxy carries traffic: the control plane's and the target's health answer
+    /// through each runner's two links.
+    async fn check_links(&self) -> anyhow::Result<()> {
+        for url in self.control_links.iter().chain(&self.target_links) {
+            let client = lab::client::Client::new(url, None, Duration::from_secs(5));
+            client.health().await.map_err(|error| anyhow::anyhow!("link {url} is not healthy: {error}"))?;
+        }
+        Ok(())
     }
 
     async fn add_runner(&mut self, index: usize) -> anyhow::Result<()> {

@@ -79,7 +79,7 @@ pub async fn execute(
     write_json(&folder.join("jobs.json"), &jobs)?;
     let recorder = Recorder::create(&folder.join("history.jsonl"))?;
     let started = Instant::now();
-    let cluster = tokio::time::timeout(HEALTHY_WAIT_MAX, Cluster::start(&config, &folder.join("lab")))
+    let cluster = tokio::time::timeout(HEALTHY_WAIT_MAX, Cluster::start(&config, &folder.join("lab"), &std::env::current_exe()?))
         .await
         .map_err(|_| anyhow::anyhow!("the cluster was not healthy within {HEALTHY_WAIT_MAX:?}"))??;
     let healthy_ms = started.elapsed().as_millis() as u64;

@@ -1,0 +1,97 @@
+//! Two figures of `fencelab run`, printed as tables:
+//! 1. time from start to a healthy cluster (control plane, target, 3 runners, 6 proxies),
+//!    over repeated starts in this process;
+//! 2. the harness's own CPU share during a 20-second run with every fault, beside the CPU
+//!    of the lab processes it drives.
+//! Run: `cargo bench -p harness --bench run`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use harness::run::cluster::Cluster;
+use harness::run::config::{validate, RunArgs};
+
+const STARTS: usize = 10;
+const RUN_SECONDS: u64 = 20;
+
+fn args(store: &Path) -> RunArgs {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+    let store = store.to_string_lossy().into_owned();
+    Wrapper::parse_from(["bench", "--store", &store, "--seed", "1"]).run
+}
+
+async fn startup(store: &Path) {
+    let config = validate(&args(store), 1).expect("valid flags");
+    let mut times_ms = Vec::new();
+    for index in 0..STARTS {
+        let started = Instant::now();
+        let mut cluster = Cluster::start(&config, &store.join(format!("start-{index}")), Path::new(env!("CARGO_BIN_EXE_fencelab")))
+            .await.expect("cluster starts");
+        times_ms.push(started.elapsed().as_secs_f64() * 1_000.0);
+        cluster.stop().await;
+    }
+    times_ms.sort_by(f64::total_cmp);
+    println!("{:>24} {:>8} {:>8} {:>8}", "start to healthy (ms)", "min", "p50", "max");
+    println!("{:>24} {:>8.1} {:>8.1} {:>8.1}", "3 runners, 6 proxies", times_ms[0], times_ms[STARTS / 2], times_ms[STARTS - 1]);
+}
+
+/// utime + stime of a process, in seconds.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    Some(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+}
+
+/// CPU seconds of every process whose command line names `store` (the lab's processes).
+fn lab_cpu_seconds(store: &Path, seen: &mut std::collections::HashMap<u32, f64>) {
+    let needle = store.to_string_lossy().into_owned();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        if cmdline.contains(&needle) && cmdline.contains("\0lab\0") {
+            if let Some(seconds) = cpu_seconds(pid) {
+                seen.insert(pid, seconds);
+            }
+        }
+    }
+}
+
+fn cpu_share(store: &Path) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fencelab"))
+        .args(["run", "--nemesis", "all", "--seed", "1", "--time-limit", &RUN_SECONDS.to_string(), "--store"])
+        .arg(store)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("fencelab starts");
+    let started = Instant::now();
+    let (mut harness_s, mut lab) = (0.0, std::collections::HashMap::new());
+    while child.try_wait().expect("wait").is_none() && started.elapsed() < Duration::from_secs(RUN_SECONDS + 120) {
+        harness_s = cpu_seconds(child.id()).unwrap_or(harness_s);
+        lab_cpu_seconds(store, &mut lab);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let wall_s = started.elapsed().as_secs_f64();
+    let lab_s: f64 = lab.values().sum();
+    println!("{:>24} {:>10} {:>12} {:>14} {:>16}", "20 s run, all faults", "wall (s)", "harness (s)", "lab procs (s)", "harness share");
+    println!(
+        "{:>24} {:>10.1} {:>12.2} {:>14.2} {:>15.1}%",
+        "", wall_s, harness_s, lab_s, 100.0 * harness_s / (harness_s + lab_s).max(f64::EPSILON)
+    );
+    println!("{:>24} harness CPU per wall second: {:.1}% of one core", "", 100.0 * harness_s / wall_s);
+}
+
+#[tokio::main]
+async fn main() {
+    let store = tempfile::tempdir().expect("temp dir");
+    startup(store.path()).await;
+    cpu_share(&store.path().join("cpu"));
+}
