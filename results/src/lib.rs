@@ -1,1 +1,109 @@
 //! Renderers of a run's results (results.json, report.html, junit.xml); pure.
+//!
+//! Everything here is a function from values handed in (a [`Run`] and the run's history) to a
+//! `String`: no I/O, no async, no clock. The harness writes the files. Output is
+//! deterministic: maps are iterated in key order and nothing depends on the time of rendering.
+
+mod escape;
+mod html;
+mod json;
+mod junit;
+mod model;
+mod timeline;
+
+use checkers::{CheckerResult, Verdict};
+use serde::{Deserialize, Serialize};
+
+pub use html::report_html;
+pub use json::{results_json, SCHEMA};
+pub use junit::junit_xml;
+
+/// What a run leaves behind besides its history: how to repeat it and what the checkers said.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub test_name: String,
+    pub seed: u64,
+    /// The exact command that repeats the run.
+    pub command: String,
+    /// RFC 3339, given by the harness.
+    pub started_at: String,
+    pub duration_ms: u64,
+    /// The whole validated config (timings, runners, keys, nemesis, bugs, target mode, versions).
+    pub config: serde_json::Value,
+    /// The realised fault schedule: an array of `{at_ms, duration_ms, kind, runner, variant...}`.
+    pub schedule: serde_json::Value,
+    pub checkers: Vec<CheckerResult>,
+}
+
+impl Run {
+    /// The run's overall verdict, from its checker results.
+    pub fn overall(&self) -> Overall {
+        Overall::from_checkers(&self.checkers)
+    }
+}
+
+/// The verdict of a whole run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overall {
+    Valid,
+    Invalid,
+    Unknown,
+}
+
+impl Overall {
+    /// Any `Invalid` makes the run invalid; otherwise any `Unknown` makes it unknown; otherwise
+    /// (including when there are no checker results at all) it is valid.
+    pub fn from_checkers(results: &[CheckerResult]) -> Overall {
+        let invalid = results.iter().any(|r| matches!(r.verdict, Verdict::Invalid { .. }));
+        let unknown = results.iter().any(|r| matches!(r.verdict, Verdict::Unknown { .. }));
+        if invalid {
+            Overall::Invalid
+        } else if unknown {
+            Overall::Unknown
+        } else {
+            Overall::Valid
+        }
+    }
+
+    /// The process exit code for this verdict: 0 valid, 1 invalid, 2 unknown.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Overall::Valid => 0,
+            Overall::Invalid => 1,
+            Overall::Unknown => 2,
+        }
+    }
+
+    /// The verdict's name as written in results.json: `valid`, `invalid`, `unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Overall::Valid => "valid",
+            Overall::Invalid => "invalid",
+            Overall::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for Overall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A checker verdict's name: `valid`, `invalid`, `unknown`.
+pub(crate) fn verdict_name(verdict: &Verdict) -> &'static str {
+    match verdict {
+        Verdict::Valid => "valid",
+        Verdict::Invalid { .. } => "invalid",
+        Verdict::Unknown { .. } => "unknown",
+    }
+}
+
+/// A checker result's anomalies (empty unless it is invalid).
+pub(crate) fn anomalies_of(result: &CheckerResult) -> &[checkers::Anomaly] {
+    match &result.verdict {
+        Verdict::Invalid { anomalies } => anomalies,
+        _ => &[],
+    }
+}

@@ -1,0 +1,172 @@
+//! report.html: anchors, legend, command, timeline marks, no network URLs, bounded SVG.
+
+use crate::fixture;
+use results::report_html;
+
+fn rendered() -> (Vec<history::Event>, String) {
+    let events = fixture::history();
+    let html = report_html(&fixture::run(&events), &events);
+    (events, html)
+}
+
+/// The timeline's `<svg>…</svg>`.
+pub fn timeline_svg(html: &str) -> &str {
+    let start = html.find("<svg id=\"timeline-svg\"").expect("timeline svg");
+    let end = start + html[start..].find("</svg>").expect("svg closed") + "</svg>".len();
+    &html[start..end]
+}
+
+/// Number of elements (start or empty-element tags) in a piece of markup.
+pub fn count_elements(markup: &str) -> usize {
+    markup.as_bytes().windows(2).filter(|w| w[0] == b'<' && w[1].is_ascii_alphabetic()).count()
+}
+
+/// Every value of attribute `name` (double-quoted, as the renderer writes them).
+fn attribute_values<'a>(html: &'a str, name: &str) -> Vec<&'a str> {
+    let pattern = format!(" {name}=\"");
+    html.match_indices(&pattern)
+        .map(|(i, _)| {
+            let rest = &html[i + pattern.len()..];
+            &rest[..rest.find('"').unwrap()]
+        })
+        .collect()
+}
+
+/// Asserts the page cannot make a network request: no scheme-relative or absolute URL
+/// anywhere, and every `href`/`src` is a fragment or `data:`.
+pub fn assert_offline(html: &str) {
+    for needle in ["://", "//", "<img", "<iframe", "<link rel=\"stylesheet", "@import", "url("] {
+        assert!(!html.contains(needle), "report contains {needle:?}");
+    }
+    for attr in ["href", "src", "xlink:href", "action"] {
+        for value in attribute_values(html, attr) {
+            assert!(value.starts_with('#') || value.starts_with("data:"), "{attr}={value:?} is not local");
+        }
+    }
+}
+
+#[test]
+fn header_shows_verdict_seed_and_copyable_command() {
+    let (_, html) = rendered();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.contains("<span class=\"verdict v-invalid\" id=\"overall\">INVALID</span>"));
+    assert!(html.contains("<dd id=\"seed\">42</dd>"));
+    let command = "fencelab run --seed 42 --test &#39;stale &amp; &lt;late&gt;&#39; --config &quot;lab.toml&quot;";
+    assert!(html.contains(&format!("<code id=\"command\">{command}</code>")), "command not found escaped");
+    assert!(html.contains("<button type=\"button\" id=\"copy\">"));
+}
+
+#[test]
+fn summary_lists_every_checker() {
+    let (_, html) = rendered();
+    assert!(html.contains(
+        "<td>stale-write</td><td><span class=\"verdict v-invalid\">invalid</span></td><td><a href=\"#a0\">1</a></td>"
+    ));
+    assert!(html.contains("<td>single-completion</td><td><span class=\"verdict v-valid\">valid</span></td><td>0</td>"));
+    assert!(html.contains("<span class=\"verdict v-unknown\">unknown</span></td><td><span class=\"reason\">history incomplete: runner r3&#39;s log torn at line 7 &lt;eof&gt;</span>"));
+}
+
+#[test]
+fn anomaly_links_to_its_events_which_are_in_the_table() {
+    let (events, html) = rendered();
+    assert!(html.contains("<li class=\"anomaly\" id=\"a0\">"));
+    assert!(html.contains(
+        "step of j1-a1 &lt;fence 1&gt; applied &amp; &quot;accepted&quot; after &#39;j1-a2&#39; took fence 3"
+    ));
+    for i in fixture::anomaly(&events).events {
+        assert!(html.contains(&format!("<a class=\"proof\" href=\"#e{i}\">#{i}</a>")), "link to event {i}");
+        assert!(html.contains(&format!("<tr id=\"e{i}\" class=\"proof\">")), "proof row {i}");
+    }
+    for e in &events {
+        assert!(html.contains(&format!("<tr id=\"e{}\"", e.index)), "row for event {}", e.index);
+    }
+    assert!(timeline_svg(&html).contains("<a href=\"#a0\"><rect class=\"anomaly-mark\""));
+}
+
+#[test]
+fn legend_names_every_mark() {
+    let (_, html) = rendered();
+    assert!(html.contains("<ul class=\"legend\" id=\"legend\">"));
+    for class in ["d-accepted", "d-rejected", "d-duplicate", "d-conflict"] {
+        assert!(html.contains(&format!("<span class=\"sw dot {class}\"></span>")), "legend {class}");
+    }
+    for text in ["result accepted", "result rejected", "result duplicate", "result conflict", "target step applied"] {
+        assert!(html.contains(text), "legend text {text}");
+    }
+    for text in ["target step refused", "fault window", "lease", "heartbeat", "expire", "reconcile", "anomaly"] {
+        assert!(html.contains(text), "legend text {text}");
+    }
+}
+
+#[test]
+fn timeline_draws_lanes_attempts_and_marks() {
+    let (_, html) = rendered();
+    let svg = timeline_svg(&html);
+    for lane in ["runner r1", "runner r2", "job j1", "job j2", "job j3", "results, all jobs"] {
+        assert!(svg.contains(&format!(">{lane}</text>")), "lane {lane}");
+    }
+    assert!(svg.contains("<g class=\"lane anomalous\" id=\"lane-j0\""), "j1's lane is highlighted");
+    for fence in [">f1</text>", ">f2</text>", ">f3</text>", ">j1 f1</text>"] {
+        assert!(svg.contains(fence), "attempt label {fence}");
+    }
+    for class in ["result d-accepted", "result d-rejected", "result d-duplicate", "result d-conflict"] {
+        assert!(svg.contains(&format!("<circle class=\"{class}\"")), "result {class}");
+    }
+    for mark in [
+        "<rect class=\"step applied\"",
+        "<rect class=\"step refused\"",
+        "<path class=\"expire\"",
+        "<path class=\"reconcile\"",
+        "<rect class=\"lease\"",
+        "<line class=\"hb\"",
+        "<line class=\"hb refused\"",
+        "<rect class=\"fault\"",
+        ">delayed-heartbeats</text>",
+    ] {
+        assert!(svg.contains(mark), "mark {mark}");
+    }
+}
+
+#[test]
+fn faults_come_from_nemesis_events_without_a_schedule() {
+    let events = fixture::history();
+    let mut run = fixture::run(&events);
+    run.schedule = serde_json::json!([]);
+    let html = report_html(&run, &events);
+    // 1200 ms to 4001 ms of 6000 ms, plot from x=190 over 1000 px.
+    assert!(timeline_svg(&html).contains("<rect class=\"fault\" x=\"390.0\" y=\"22\" width=\"466.8\""));
+}
+
+#[test]
+fn declared_svg_element_count_is_the_real_one() {
+    let (_, html) = rendered();
+    let declared: usize =
+        html.split("data-svg-elements=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+    assert_eq!(declared, count_elements(timeline_svg(&html)));
+}
+
+#[test]
+fn no_network_urls_even_when_config_has_some() {
+    let (_, html) = rendered();
+    assert_offline(&html);
+    assert!(html.contains("http:&#47;&#47;127.0.0.1:8080"), "the config's URL is shown as text");
+    assert!(html.contains("default-src 'none'"), "a CSP forbids any fetch");
+}
+
+#[test]
+fn deterministic() {
+    let (events, html) = rendered();
+    assert_eq!(html, report_html(&fixture::run(&events), &events));
+}
+
+#[test]
+fn valid_run_without_events_renders() {
+    let mut run = fixture::run_with(vec![]);
+    run.checkers.retain(|c| matches!(c.verdict, checkers::Verdict::Valid));
+    run.schedule = serde_json::Value::Null;
+    let html = report_html(&run, &[]);
+    assert!(html.contains("id=\"overall\">VALID</span>"));
+    assert!(html.contains("<h2>Anomalies (0)</h2>\n<p>None.</p>"));
+    assert!(timeline_svg(&html).contains("results, all jobs"));
+    assert_offline(&html);
+}

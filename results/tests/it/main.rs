@@ -1,0 +1,8 @@
+//! Integration tests of the renderers: one test binary, one module per output.
+
+mod chromium;
+mod fixture;
+mod html;
+mod json;
+mod junit;
+mod scale;
