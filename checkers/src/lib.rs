@@ -6,6 +6,22 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod clock_authority;
+mod driver;
+pub mod explicit_uncertainty;
+pub mod fence_order;
+pub mod heartbeat_resurrection;
+pub mod ledger_completeness;
+pub mod lost_work;
+mod model;
+pub mod single_owner;
+pub mod stale_completion;
+pub mod stale_side_effect;
+pub mod terminal_stability;
+
+use driver::{Check, Pass};
+use history::Event;
+
 /// One fencing violation, in the seed's words.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Anomaly {
@@ -41,4 +57,88 @@ pub struct CheckerResult {
     pub description: String,
     #[serde(flatten)]
     pub verdict: Verdict,
+}
+
+/// Every checker, in the fixed order: name and what it enforces, in one sentence.
+pub fn names() -> &'static [(&'static str, &'static str)] {
+    &[
+        (stale_completion::NAME, stale_completion::ABOUT),
+        (heartbeat_resurrection::NAME, heartbeat_resurrection::ABOUT),
+        (single_owner::NAME, single_owner::ABOUT),
+        (fence_order::NAME, fence_order::ABOUT),
+        (terminal_stability::NAME, terminal_stability::ABOUT),
+        (explicit_uncertainty::NAME, explicit_uncertainty::ABOUT),
+        (clock_authority::NAME, clock_authority::ABOUT),
+        (stale_side_effect::NAME, stale_side_effect::ABOUT),
+        (lost_work::NAME, lost_work::ABOUT),
+        (ledger_completeness::NAME, ledger_completeness::ABOUT),
+    ]
+}
+
+fn all_checks() -> Vec<Box<dyn Check>> {
+    vec![
+        Box::new(stale_completion::StaleCompletion),
+        Box::<heartbeat_resurrection::HeartbeatResurrection>::default(),
+        Box::<single_owner::SingleOwner>::default(),
+        Box::<fence_order::FenceOrder>::default(),
+        Box::<terminal_stability::TerminalStability>::default(),
+        Box::new(explicit_uncertainty::ExplicitUncertainty),
+        Box::new(clock_authority::ClockAuthority),
+        Box::<stale_side_effect::StaleSideEffect>::default(),
+        Box::<lost_work::LostWork>::default(),
+        Box::<ledger_completeness::LedgerCompleteness>::default(),
+    ]
+}
+
+pub(crate) fn results(pass: Pass) -> Vec<CheckerResult> {
+    pass.finish().into_iter().map(|(name, verdict)| driver::result(name, verdict)).collect()
+}
+
+/// Runs every checker over one history, in one pass, in the order of [`names`].
+pub fn check_all(events: &[Event]) -> Vec<CheckerResult> {
+    let mut pass = Pass::new(all_checks());
+    pass.feed_all(events);
+    results(pass)
+}
+
+/// Runs the checker with this name alone; `None` for a name [`names`] does not list.
+pub fn check_one(name: &str, events: &[Event]) -> Option<CheckerResult> {
+    let check = all_checks().into_iter().find(|check| check.name() == name)?;
+    let mut pass = Pass::new(vec![check]);
+    pass.feed_all(events);
+    results(pass).pop()
+}
+
+/// Every checker over a history fed one event at a time, for histories too large to hold
+/// in memory. The caller feeds events in index order, with ledger events in `seq` order
+/// ([`check_all`] restores that order itself).
+pub struct Stream {
+    pass: Pass,
+    position: usize,
+}
+
+impl Default for Stream {
+    fn default() -> Stream {
+        Stream::new()
+    }
+}
+
+impl Stream {
+    pub fn new() -> Stream {
+        Stream { pass: Pass::new(all_checks()), position: 0 }
+    }
+
+    pub fn push(&mut self, event: &Event) {
+        self.pass.feed(event, self.position);
+        self.position += 1;
+    }
+
+    /// How many attempts, jobs, runners and keys the checkers' shared index tracks.
+    pub fn tracked(&self) -> usize {
+        self.pass.tracked()
+    }
+
+    pub fn finish(self) -> Vec<CheckerResult> {
+        results(self.pass)
+    }
 }

@@ -37,6 +37,11 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// Check a stored run again: rewrite its results.json, report.html and junit.xml.
+    Check {
+        /// The run folder (`store/<test>/<start-time>`, or `store/latest`).
+        folder: std::path::PathBuf,
+    },
     /// List the lab's planted bugs, one a line: name, then the protection it removes.
     Bugs,
 }
@@ -65,6 +70,17 @@ pub fn main() -> ExitCode {
                 }
             }
         }
+        Command::Check { folder } => {
+            if !folder.join("history.jsonl").is_file() {
+                eprintln!("fencelab check: {} holds no history.jsonl", folder.display());
+                return ExitCode::from(EXIT_BAD_ARGUMENTS);
+            }
+            let command = std::fs::read_to_string(folder.join("run.json"))
+                .ok()
+                .and_then(|text| serde_json::from_str::<crate::check::RunMeta>(&text).ok())
+                .map_or_else(String::new, |meta| meta.command);
+            verdict(&folder, &command)
+        }
         Command::Bugs => {
             print!("{}", lab::bugs::listing());
             ExitCode::SUCCESS
@@ -72,10 +88,6 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Exit code of a complete run until its history is checked.
-pub const EXIT_VALID: u8 = 0;
-/// Exit code of an incomplete run (interrupted, or jobs that did not settle).
-pub const EXIT_UNKNOWN: u8 = 2;
 
 fn run_command(args: crate::run::config::RunArgs) -> ExitCode {
     let clock_seed =
@@ -97,12 +109,12 @@ fn run_command(args: crate::run::config::RunArgs) -> ExitCode {
         Err(message) => return bad_arguments(&message),
     };
     eprintln!("fencelab: seed {}; run folder {}", config.seed, folder.display());
-    let mut command = config.command();
-    if config.schedule.is_some() {
-        command.push_str(&format!(" --schedule {}", folder.join("schedule.json").display()));
-    }
+    let command = config.command_in(&folder);
     match runtime.block_on(crate::run::execute(config, folder, lab::web::termination())) {
-        Ok(outcome) => summary(&outcome, &command),
+        Ok(outcome) => {
+            summary(&outcome, &command);
+            verdict(&outcome.folder, &command)
+        }
         Err(error) => {
             eprintln!("fencelab run: {error:#}");
             eprintln!("repeat with: {command}");
@@ -116,8 +128,39 @@ fn bad_arguments(message: &str) -> ExitCode {
     ExitCode::from(EXIT_BAD_ARGUMENTS)
 }
 
+/// Checks a run folder, prints the verdict table, and answers the exit code.
+fn verdict(folder: &std::path::Path, command: &str) -> ExitCode {
+    match crate::check::check_folder(folder) {
+        Ok((overall, run)) => {
+            for result in &run.checkers {
+                let (word, detail) = match &result.verdict {
+                    checkers::Verdict::Valid => ("valid", String::new()),
+                    checkers::Verdict::Invalid { anomalies } => ("INVALID", format!("{} anomalies", anomalies.len())),
+                    checkers::Verdict::Unknown { reason } => ("unknown", reason.clone()),
+                };
+                println!("  {:<24} {:<8} {detail}", result.checker, word);
+            }
+            for anomaly in run.checkers.iter().filter_map(|r| match &r.verdict {
+                checkers::Verdict::Invalid { anomalies } => Some(anomalies),
+                _ => None,
+            }).flatten().take(10) {
+                println!("  ! {}: {}", anomaly.checker, anomaly.message);
+            }
+            println!("verdict      {} (report: {})", overall.as_str(), folder.join("report.html").display());
+            if overall != results::Overall::Valid {
+                println!("repeat with  {command}");
+            }
+            ExitCode::from(overall.exit_code() as u8)
+        }
+        Err(error) => {
+            eprintln!("fencelab: cannot check {}: {error:#}", folder.display());
+            ExitCode::from(EXIT_INTERNAL)
+        }
+    }
+}
+
 /// The one-screen summary at the end of a run.
-fn summary(outcome: &crate::run::Outcome, command: &str) -> ExitCode {
+fn summary(outcome: &crate::run::Outcome, command: &str) {
     let mut states = std::collections::BTreeMap::new();
     for job in &outcome.jobs {
         *states.entry(format!("{:?}", job.state).to_lowercase()).or_insert(0) += 1;
@@ -129,6 +172,5 @@ fn summary(outcome: &crate::run::Outcome, command: &str) -> ExitCode {
     println!("jobs         {} ({} attempts): {:?}", outcome.jobs.len(), attempts, states);
     println!("history      {} events", outcome.events);
     println!("complete     {}", if outcome.complete { "yes" } else { "no: interrupted, or jobs did not settle" });
-    println!("repeat with  {command}");
-    ExitCode::from(if outcome.complete { EXIT_VALID } else { EXIT_UNKNOWN })
+    println!("command      {command}");
 }

@@ -1,5 +1,6 @@
 //! The harness: fencelab's command line, and the glue that starts and drives the lab and
 //! the fault proxy. The work itself lives in the libraries it calls (`lab`, `proxy`).
 
+pub mod check;
 pub mod cli;
 pub mod run;

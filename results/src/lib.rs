@@ -52,14 +52,14 @@ pub enum Overall {
 }
 
 impl Overall {
-    /// Any `Invalid` makes the run invalid; otherwise any `Unknown` makes it unknown; otherwise
-    /// (including when there are no checker results at all) it is valid.
+    /// Any `Invalid` makes the run invalid; otherwise any `Unknown` — or no checker result at
+    /// all, since nothing was decided — makes it unknown; otherwise it is valid.
     pub fn from_checkers(results: &[CheckerResult]) -> Overall {
         let invalid = results.iter().any(|r| matches!(r.verdict, Verdict::Invalid { .. }));
         let unknown = results.iter().any(|r| matches!(r.verdict, Verdict::Unknown { .. }));
         if invalid {
             Overall::Invalid
-        } else if unknown {
+        } else if unknown || results.is_empty() {
             Overall::Unknown
         } else {
             Overall::Valid

@@ -195,6 +195,15 @@ impl RunConfig {
         command
     }
 
+    /// The command that repeats this run, whose folder is `folder`.
+    pub fn command_in(&self, folder: &std::path::Path) -> String {
+        let mut command = self.command();
+        if self.schedule.is_some() {
+            command.push_str(&format!(" --schedule {}", folder.join("schedule.json").display()));
+        }
+        command
+    }
+
     pub fn job_options(&self) -> workloads::jobs::JobOptions {
         workloads::jobs::JobOptions {
             time_limit_ms: self.time_limit_ms,

@@ -79,6 +79,8 @@ pub async fn execute(
     write_json(&folder.join("jobs.json"), &jobs)?;
     let recorder = Recorder::create(&folder.join("history.jsonl"))?;
     let started = Instant::now();
+    let started_at = chrono::Utc::now().to_rfc3339();
+    let command = config.command_in(&folder);
     let cluster = tokio::time::timeout(HEALTHY_WAIT_MAX, Cluster::start(&config, &folder.join("lab"), &std::env::current_exe()?))
         .await
         .map_err(|_| anyhow::anyhow!("the cluster was not healthy within {HEALTHY_WAIT_MAX:?}"))??;
@@ -109,7 +111,10 @@ pub async fn execute(
         task.abort();
         let _ = task.await;
     }
-    finish(&shared, folder, complete, healthy_ms, faults).await
+    let outcome = finish(&shared, folder, complete, healthy_ms, faults).await?;
+    let meta = crate::check::RunMeta { command, started_at, duration_ms: started.elapsed().as_millis() as u64, complete: outcome.complete };
+    write_json(&outcome.folder.join("run.json"), &meta)?;
+    Ok(outcome)
 }
 
 /// Lets the client and the nemesis run for the time limit, stops them, heals every fault,

@@ -114,7 +114,7 @@ fn overall_from_checkers() {
     assert_eq!(Overall::from_checkers(&[valid.clone(), unknown.clone(), invalid]), Overall::Invalid);
     assert_eq!(Overall::from_checkers(&[valid.clone(), unknown]), Overall::Unknown);
     assert_eq!(Overall::from_checkers(&[valid]), Overall::Valid);
-    assert_eq!(Overall::from_checkers(&[]), Overall::Valid);
+    assert_eq!(Overall::from_checkers(&[]), Overall::Unknown);
     let codes: Vec<i32> = [Overall::Valid, Overall::Invalid, Overall::Unknown].map(Overall::exit_code).to_vec();
     assert_eq!(codes, [0, 1, 2]);
     assert_eq!(serde_json::to_value(Overall::Unknown).unwrap(), "unknown");

@@ -1,0 +1,493 @@
+//! The shared index of a history, built in one pass and read by every checker.
+//!
+//! Every checker needs the same few facts about the ledger: which attempt a claim started,
+//! with which fence, runner and key; where its lease ends on the server's clock; whether it
+//! was expired, reconciled or committed. Computing them once, here, keeps the checkers
+//! short and the whole check linear. Names (jobs, attempts, runners, keys, outcomes) are
+//! interned to small integers so per-attempt state is a few words and no event is cloned:
+//! memory grows with the number of jobs and attempts, not with the number of events.
+//!
+//! [`Ev`] is one event decoded once (names interned, `value.seq` and friends read out).
+//! [`Ctx`] is the index *before* the event being observed: a checker sees the event and
+//! the facts established by everything earlier, and the driver then applies the event.
+
+use history::{Decision, Event, EventType};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A small, fast, non-cryptographic hasher (the Fx hash of rustc) for interning names.
+#[derive(Default, Clone, Copy)]
+pub struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let word =
+                u64::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7]]);
+            self.add(word);
+        }
+        for &byte in chunks.remainder() {
+            self.add(u64::from(byte));
+        }
+    }
+    fn write_u8(&mut self, byte: u8) {
+        self.add(u64::from(byte));
+    }
+    fn write_u64(&mut self, word: u64) {
+        self.add(word);
+    }
+}
+
+impl FxHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+pub type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+/// Names of one kind mapped to dense ids `0..n`.
+#[derive(Default)]
+pub struct Interner {
+    ids: FxMap<String, u32>,
+    names: Vec<String>,
+}
+
+impl Interner {
+    pub fn id(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.ids.insert(name.to_string(), id);
+        self.names.push(name.to_string());
+        id
+    }
+    pub fn name(&self, id: u32) -> &str {
+        self.names.get(id as usize).map_or("?", String::as_str)
+    }
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+}
+
+/// Who recorded an event, as far as the checkers care.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Src {
+    /// An entry of the control plane's ledger (`type = ledger`).
+    Ledger,
+    /// A runner's log: `response` to one of its calls.
+    RunnerResponse,
+    /// The target's step log (`type = step`).
+    Target,
+    /// The client's acknowledged submit (`client`, `ok`, `submit`).
+    SubmitOk,
+    /// The harness's final state of one job (`harness`, `ok`, `final`).
+    Final,
+    /// The harness's run configuration (`harness`, `ok`, `config`).
+    Config,
+    /// Anything else: requests, operator and nemesis operations, faults.
+    Other,
+}
+
+/// The operation of an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Submit,
+    Claim,
+    Heartbeat,
+    Capability,
+    Result,
+    Step,
+    Expire,
+    Reconcile,
+    Other,
+}
+
+impl Op {
+    fn parse(f: &str) -> Op {
+        match f {
+            "submit" => Op::Submit,
+            "claim" => Op::Claim,
+            "heartbeat" => Op::Heartbeat,
+            "capability" => Op::Capability,
+            "result" => Op::Result,
+            "step" => Op::Step,
+            "expire" => Op::Expire,
+            "reconcile" => Op::Reconcile,
+            _ => Op::Other,
+        }
+    }
+    pub fn is_report(self) -> bool {
+        matches!(self, Op::Heartbeat | Op::Capability | Op::Result)
+    }
+}
+
+/// One event, decoded once: names interned, the `value` fields the checkers use read out.
+pub struct Ev<'a> {
+    pub index: u64,
+    pub src: Src,
+    pub op: Op,
+    pub job: Option<u32>,
+    pub attempt: Option<u32>,
+    pub runner: Option<u32>,
+    pub key: Option<u32>,
+    pub fence: Option<u64>,
+    pub received_ms: Option<i64>,
+    pub observed_ms: Option<i64>,
+    pub lease_ms: Option<i64>,
+    pub decision: Option<Decision>,
+    /// The outcome (results, finals) or the finding (reconcile), interned.
+    pub outcome: Option<u32>,
+    /// `value.seq` of a ledger entry.
+    pub seq: Option<u64>,
+    /// `value.ledger_seq` of a runner's answer.
+    pub ledger_seq: Option<u64>,
+    pub recorded_as: Option<&'a str>,
+    /// `recorded_as`, interned with the outcomes (a reconcile's `succeeded`/`failed`).
+    pub recorded: Option<u32>,
+    pub raw: &'a Event,
+}
+
+impl Ev<'_> {
+    pub fn accepted(&self) -> bool {
+        self.decision == Some(Decision::Accepted)
+    }
+}
+
+/// What a ledger `claim` established about an attempt.
+#[derive(Clone, Copy, Debug)]
+pub struct Claim {
+    pub job: u32,
+    pub runner: u32,
+    pub key: Option<u32>,
+    pub fence: u64,
+    pub index: u64,
+}
+
+/// What the ledger has said about one attempt so far.
+#[derive(Clone, Debug, Default)]
+pub struct Attempt {
+    pub claim: Option<Claim>,
+    /// The lease's end on the server's clock: the claim's, moved by accepted heartbeats.
+    pub lease_end: i64,
+    /// The first `expire` entry for it.
+    pub expired: Option<u64>,
+    /// The first `reconcile` entry finding it `stopped`.
+    pub stopped: Option<u64>,
+    /// The first event that closed it: an accepted result or a `stopped`/`completed` reconcile.
+    pub closed: Option<u64>,
+    /// The first accepted result: its event and outcome.
+    pub committed: Option<(u64, u32)>,
+}
+
+/// What is known of one job so far.
+#[derive(Clone, Debug, Default)]
+pub struct Job {
+    pub key: Option<u32>,
+    /// The attempt of the latest ledger claim.
+    pub latest: Option<u32>,
+    /// The newest claimed attempt seen anywhere (ledger claim or a runner's granted claim),
+    /// with its fence and the event that showed it.
+    pub newest_seen: Option<(u32, u64, u64)>,
+}
+
+/// How many events of each source the history holds.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Seen {
+    pub ledger: u64,
+    pub ledger_seqs: u64,
+    pub finals: u64,
+    pub steps: u64,
+    pub responses: u64,
+}
+
+/// The index of everything before the current event.
+#[derive(Default)]
+pub struct Ctx {
+    pub jobs_names: Interner,
+    pub attempt_names: Interner,
+    pub runner_names: Interner,
+    pub key_names: Interner,
+    pub outcome_names: Interner,
+    pub attempts: Vec<Attempt>,
+    pub jobs: Vec<Job>,
+    pub seen: Seen,
+    /// The target's mode from the harness's `config` event (`fenced` when absent).
+    pub target_mode: Option<String>,
+    /// The first malformed event and why.
+    pub malformed: Option<String>,
+}
+
+fn classify(event: &Event) -> Src {
+    match event.kind {
+        EventType::Ledger => Src::Ledger,
+        EventType::Step => Src::Target,
+        EventType::Response if event.process.starts_with("runner:") => Src::RunnerResponse,
+        EventType::Ok if event.process == "client" && event.f == "submit" => Src::SubmitOk,
+        EventType::Ok if event.process == "harness" && event.f == "final" => Src::Final,
+        EventType::Ok if event.process == "harness" && event.f == "config" => Src::Config,
+        _ => Src::Other,
+    }
+}
+
+fn value_u64(event: &Event, field: &str) -> Option<u64> {
+    event.value.as_ref()?.get(field)?.as_u64()
+}
+
+fn value_str<'a>(event: &'a Event, field: &str) -> Option<&'a str> {
+    event.value.as_ref()?.get(field)?.as_str()
+}
+
+/// Whether the fields a source must carry are present; if not, why not.
+fn missing_fields(ev: &Ev) -> Option<&'static str> {
+    let claim = ev.job.is_some() && ev.attempt.is_some() && ev.runner.is_some() && ev.fence.is_some();
+    match (ev.src, ev.op) {
+        (Src::Ledger, Op::Claim) if !claim || ev.received_ms.is_none() || ev.lease_ms.is_none() => {
+            Some("a ledger claim needs job, attempt, runner, fence, received_ms and lease_expires_ms")
+        }
+        (Src::Ledger, op) if op.is_report() && (!claim || ev.received_ms.is_none() || ev.decision.is_none()) => {
+            Some("a ledger report needs job, attempt, runner, fence, received_ms and decision")
+        }
+        (Src::Ledger, Op::Expire | Op::Reconcile) if ev.job.is_none() || ev.attempt.is_none() => {
+            Some("a ledger expire or reconcile needs job and attempt")
+        }
+        (Src::Target, _) if ev.key.is_none() || ev.fence.is_none() || ev.decision.is_none() => {
+            Some("a target step needs key, fence and decision")
+        }
+        (Src::RunnerResponse, Op::Claim | Op::Result) if ev.accepted() && !claim => {
+            Some("an accepted claim or result answer needs job, attempt, runner and fence")
+        }
+        (Src::Final | Src::SubmitOk, _) if ev.job.is_none() => Some("a submit or final event needs a job"),
+        _ => None,
+    }
+}
+
+impl Ctx {
+    /// Decodes one event; `None` for the events no checker reads (requests, faults, …).
+    pub fn decode<'a>(&mut self, event: &'a Event, position: usize) -> Option<Ev<'a>> {
+        if event.index != position as u64 && self.malformed.is_none() {
+            self.malformed = Some(format!("event at position {position} has index {}", event.index));
+        }
+        let src = classify(event);
+        if src == Src::Other {
+            return None;
+        }
+        if src == Src::Config {
+            self.target_mode = value_str(event, "target_mode").map(str::to_string);
+        }
+        let ev = Ev {
+            index: event.index,
+            src,
+            op: Op::parse(&event.f),
+            job: event.job.as_deref().map(|name| self.jobs_names.id(name)),
+            attempt: event.attempt.as_deref().map(|name| self.attempt_names.id(name)),
+            runner: event.runner.as_deref().map(|name| self.runner_names.id(name)),
+            key: event.key.as_deref().map(|name| self.key_names.id(name)),
+            fence: event.fence,
+            received_ms: event.received_ms,
+            observed_ms: event.observed_ms,
+            lease_ms: event.lease_expires_ms,
+            decision: event.decision,
+            outcome: event.outcome.as_deref().map(|name| self.outcome_names.id(name)),
+            seq: if src == Src::Ledger { value_u64(event, "seq") } else { None },
+            ledger_seq: if src == Src::RunnerResponse { value_u64(event, "ledger_seq") } else { None },
+            recorded_as: if src == Src::Ledger { value_str(event, "recorded_as") } else { None },
+            recorded: None,
+            raw: event,
+        };
+        let mut ev = ev;
+        ev.recorded = ev.recorded_as.map(|name| self.outcome_names.id(name));
+        self.grow(&ev);
+        if let (None, Some(why)) = (&self.malformed, missing_fields(&ev)) {
+            self.malformed = Some(format!("event {} is malformed: {why}", ev.index));
+        }
+        Some(ev)
+    }
+
+    fn grow(&mut self, ev: &Ev) {
+        if let Some(job) = ev.job {
+            if self.jobs.len() <= job as usize {
+                self.jobs.resize(job as usize + 1, Job::default());
+            }
+        }
+        if let Some(attempt) = ev.attempt {
+            if self.attempts.len() <= attempt as usize {
+                self.attempts.resize(attempt as usize + 1, Attempt::default());
+            }
+        }
+    }
+
+    pub fn attempt(&self, id: u32) -> &Attempt {
+        static EMPTY: Attempt =
+            Attempt { claim: None, lease_end: 0, expired: None, stopped: None, closed: None, committed: None };
+        self.attempts.get(id as usize).unwrap_or(&EMPTY)
+    }
+
+    pub fn job(&self, id: u32) -> &Job {
+        static EMPTY: Job = Job { key: None, latest: None, newest_seen: None };
+        self.jobs.get(id as usize).unwrap_or(&EMPTY)
+    }
+
+    pub fn job_name(&self, id: Option<u32>) -> Option<String> {
+        id.map(|id| self.jobs_names.name(id).to_string())
+    }
+
+    pub fn attempt_name(&self, id: u32) -> &str {
+        self.attempt_names.name(id)
+    }
+
+    pub fn runner_name(&self, id: u32) -> &str {
+        self.runner_names.name(id)
+    }
+
+    pub fn outcome_name(&self, id: u32) -> &str {
+        self.outcome_names.name(id)
+    }
+
+    /// `j1-a1 (fence 7)`, with the claim's fence when the ledger knows it.
+    pub fn label(&self, attempt: u32) -> String {
+        match self.attempt(attempt).claim {
+            Some(claim) => format!("{} (fence {})", self.attempt_name(attempt), claim.fence),
+            None => self.attempt_name(attempt).to_string(),
+        }
+    }
+
+    /// Whether the target ran without fencing (the harness's `config` says so).
+    pub fn target_unfenced(&self) -> bool {
+        self.target_mode.as_deref() == Some("unfenced")
+    }
+}
+
+/// Applying an event to the index, after every checker has observed it.
+impl Ctx {
+    pub fn apply(&mut self, ev: &Ev) {
+        match ev.src {
+            Src::Ledger => {
+                self.seen.ledger += 1;
+                self.seen.ledger_seqs += u64::from(ev.seq.is_some());
+                self.apply_ledger(ev);
+            }
+            Src::RunnerResponse => {
+                self.seen.responses += 1;
+                if ev.op == Op::Claim && ev.accepted() {
+                    self.see_claim(ev);
+                }
+            }
+            Src::Target => self.seen.steps += 1,
+            Src::Final => self.seen.finals += 1,
+            _ => {}
+        }
+    }
+
+    fn see_claim(&mut self, ev: &Ev) {
+        let (Some(job), Some(attempt), Some(fence)) = (ev.job, ev.attempt, ev.fence) else { return };
+        let Some(facts) = self.jobs.get_mut(job as usize) else { return };
+        if facts.newest_seen.is_none_or(|(_, newest, _)| fence > newest) {
+            facts.newest_seen = Some((attempt, fence, ev.index));
+        }
+    }
+
+    fn apply_ledger(&mut self, ev: &Ev) {
+        let (Some(job), Some(attempt)) = (ev.job, ev.attempt) else { return };
+        match ev.op {
+            Op::Claim => self.apply_claim(ev, job, attempt),
+            Op::Heartbeat if ev.accepted() => {
+                let target = self.heartbeat_target(job, attempt);
+                if let (Some(facts), Some(lease)) = (self.attempts.get_mut(target as usize), ev.lease_ms) {
+                    facts.lease_end = lease;
+                }
+            }
+            Op::Result if ev.accepted() => {
+                let facts = &mut self.attempts[attempt as usize];
+                facts.closed = facts.closed.or(Some(ev.index));
+                if let (None, Some(outcome)) = (facts.committed, ev.outcome) {
+                    facts.committed = Some((ev.index, outcome));
+                }
+            }
+            Op::Expire => {
+                let facts = &mut self.attempts[attempt as usize];
+                facts.expired = facts.expired.or(Some(ev.index));
+            }
+            Op::Reconcile => {
+                let finding = ev.outcome.map(|outcome| self.outcome_names.name(outcome));
+                let stopped = finding == Some("stopped");
+                let closes = stopped || finding == Some("completed");
+                let facts = &mut self.attempts[attempt as usize];
+                if stopped {
+                    facts.stopped = facts.stopped.or(Some(ev.index));
+                }
+                if closes {
+                    facts.closed = facts.closed.or(Some(ev.index));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn apply_claim(&mut self, ev: &Ev, job: u32, attempt: u32) {
+        let (Some(runner), Some(fence)) = (ev.runner, ev.fence) else { return };
+        let facts = &mut self.attempts[attempt as usize];
+        if facts.claim.is_none() {
+            facts.claim = Some(Claim { job, runner, key: ev.key, fence, index: ev.index });
+            facts.lease_end = ev.lease_ms.or(ev.received_ms).unwrap_or(0);
+        }
+        let facts = &mut self.jobs[job as usize];
+        facts.latest = Some(attempt);
+        facts.key = facts.key.or(ev.key);
+        self.see_claim(ev);
+    }
+
+    /// The attempt an accepted heartbeat renewed: the one it names when the claim agrees on
+    /// the job; otherwise (a report matched by bare fence) the job's current attempt.
+    pub fn heartbeat_target(&self, job: u32, attempt: u32) -> u32 {
+        match self.attempt(attempt).claim {
+            Some(claim) if claim.job == job => attempt,
+            _ => self.job(job).latest.unwrap_or(attempt),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interned_names_are_dense_and_stable() {
+        let mut names = Interner::default();
+        assert_eq!((names.id("j1"), names.id("j2"), names.id("j1")), (0, 1, 0));
+        assert_eq!((names.name(1), names.name(7)), ("j2", "?"));
+    }
+
+    #[test]
+    fn a_claim_then_an_accepted_heartbeat_move_the_lease_and_expire_is_remembered() {
+        let mut ctx = Ctx::default();
+        let mut claim = Event::new(0, "control-plane", EventType::Ledger, "claim").with_claim("j1", "j1-a1", "r1", 7);
+        claim.received_ms = Some(1_000);
+        claim.lease_expires_ms = Some(3_000);
+        claim.decision = Some(Decision::Accepted);
+        let mut beat = claim.clone();
+        beat.index = 1;
+        beat.f = "heartbeat".into();
+        beat.lease_expires_ms = Some(3_500);
+        let mut expire = beat.clone();
+        expire.index = 2;
+        expire.f = "expire".into();
+        for (position, event) in [claim, beat, expire].iter().enumerate() {
+            let ev = ctx.decode(event, position).expect("a ledger event is decoded");
+            ctx.apply(&ev);
+        }
+        let attempt = ctx.attempt(0);
+        assert_eq!(
+            (attempt.claim.map(|claim| claim.fence), attempt.lease_end, attempt.expired),
+            (Some(7), 3_500, Some(2))
+        );
+        assert_eq!(ctx.job(0).latest, Some(0));
+        assert_eq!(ctx.label(0), "j1-a1 (fence 7)");
+        assert!(ctx.malformed.is_none());
+    }
+}

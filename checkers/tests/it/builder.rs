@@ -1,0 +1,296 @@
+//! A small builder for literal histories: each method appends the events one source
+//! would write (a ledger entry with its next `seq`, a runner's request and answer, a
+//! target step, the final state), numbered and timed in order.
+
+#![allow(dead_code)]
+
+use history::{Decision, Event, EventType};
+use serde_json::json;
+use std::collections::HashMap;
+
+/// A claim: job, attempt, runner, fence.
+#[derive(Clone, Debug)]
+pub struct C {
+    pub job: String,
+    pub attempt: String,
+    pub runner: String,
+    pub fence: u64,
+}
+
+pub fn claim(job: &str, attempt: &str, runner: &str, fence: u64) -> C {
+    C { job: job.into(), attempt: attempt.into(), runner: runner.into(), fence }
+}
+
+#[derive(Default)]
+pub struct H {
+    events: Vec<Event>,
+    time_ns: u64,
+    seq: u64,
+    keys: HashMap<String, String>,
+}
+
+fn decision_str(decision: Decision) -> &'static str {
+    match decision {
+        Decision::Accepted => "accepted",
+        Decision::Rejected => "rejected",
+        Decision::Duplicate => "duplicate",
+        Decision::Conflict => "conflict",
+    }
+}
+
+impl H {
+    pub fn new() -> H {
+        H::default()
+    }
+
+    /// Appends an event; returns its index.
+    pub fn push(&mut self, mut event: Event) -> u64 {
+        self.time_ns += 1_000;
+        event.time_ns = self.time_ns;
+        event.index = self.events.len() as u64;
+        self.events.push(event);
+        self.events.len() as u64 - 1
+    }
+
+    pub fn build(self) -> Vec<Event> {
+        self.events
+    }
+
+    pub fn len(&self) -> u64 {
+        self.events.len() as u64
+    }
+
+    fn key(&self, job: &str) -> String {
+        self.keys.get(job).cloned().unwrap_or_else(|| "prod".into())
+    }
+
+    pub fn config(&mut self, target_mode: &str) -> u64 {
+        let mut event = Event::new(0, "harness", EventType::Ok, "config");
+        event.value = Some(json!({"target_mode": target_mode, "bugs": []}));
+        self.push(event)
+    }
+
+    /// The client's submit (invoke, ledger `submit`, ok); returns the ok's index.
+    pub fn submit(&mut self, job: &str, key: &str, at_ms: i64) -> u64 {
+        self.keys.insert(job.into(), key.into());
+        let mut invoke = Event::new(0, "client", EventType::Invoke, "submit").with_job(job);
+        invoke.key = Some(key.into());
+        let ok = Event { kind: EventType::Ok, ..invoke.clone() };
+        self.push(invoke);
+        let mut entry = Event::new(0, "control-plane", EventType::Ledger, "submit").with_job(job);
+        entry.key = Some(key.into());
+        entry.received_ms = Some(at_ms);
+        self.ledger(entry);
+        self.push(ok)
+    }
+
+    /// Appends a ledger entry with the next seq (plus `extra` in its value); returns the seq.
+    pub fn ledger(&mut self, mut entry: Event) -> u64 {
+        self.seq += 1;
+        let mut value = json!({"seq": self.seq});
+        if let (Some(extra), Some(map)) = (entry.value.take(), value.as_object_mut()) {
+            if let Some(extra) = extra.as_object() {
+                map.extend(extra.clone());
+            }
+        }
+        entry.value = Some(value);
+        self.push(entry);
+        self.seq
+    }
+
+    fn entry(&self, f: &str, c: &C, at_ms: i64) -> Event {
+        let mut entry =
+            Event::new(0, "control-plane", EventType::Ledger, f).with_claim(&c.job, &c.attempt, &c.runner, c.fence);
+        entry.key = Some(self.key(&c.job));
+        entry.project = Some("demo".into());
+        entry.received_ms = Some(at_ms);
+        entry
+    }
+
+    /// A ledger claim and the runner's granted answer; returns the ledger event's index.
+    pub fn ledger_claim(&mut self, c: &C, at_ms: i64, lease_end_ms: i64) -> u64 {
+        let mut entry = self.entry("claim", c, at_ms);
+        entry.lease_expires_ms = Some(lease_end_ms);
+        entry.observed_ms = Some(at_ms);
+        entry.decision = Some(Decision::Accepted);
+        self.ledger(entry);
+        let at = self.len() - 1;
+        self.runner_claim(c, lease_end_ms);
+        at
+    }
+
+    /// Only the runner's log of a granted claim.
+    pub fn runner_claim(&mut self, c: &C, lease_end_ms: i64) -> u64 {
+        let process = format!("runner:{}", c.runner);
+        let mut request = Event::new(0, &process, EventType::Request, "claim");
+        request.runner = Some(c.runner.clone());
+        self.push(request);
+        let mut answer = Event::new(0, &process, EventType::Response, "claim")
+            .with_claim(&c.job, &c.attempt, &c.runner, c.fence)
+            .with_decision(Decision::Accepted, None);
+        answer.key = Some(self.key(&c.job));
+        answer.lease_expires_ms = Some(lease_end_ms);
+        self.push(answer)
+    }
+
+    /// A ledger report entry: heartbeat, capability or result. Returns its seq.
+    #[allow(clippy::too_many_arguments)]
+    pub fn ledger_report(
+        &mut self,
+        f: &str,
+        c: &C,
+        at_ms: i64,
+        observed_ms: i64,
+        decision: Decision,
+        reason: Option<&str>,
+        outcome: Option<&str>,
+        lease_end_ms: Option<i64>,
+        recorded_as: Option<&str>,
+    ) -> u64 {
+        let mut entry = self.entry(f, c, at_ms).with_decision(decision, reason);
+        entry.observed_ms = Some(observed_ms);
+        entry.outcome = outcome.map(str::to_string);
+        entry.lease_expires_ms = lease_end_ms;
+        entry.value = recorded_as.map(|recorded_as| json!({ "recorded_as": recorded_as }));
+        self.ledger(entry)
+    }
+
+    /// A heartbeat decided by the ledger and answered to the runner; returns the ledger seq.
+    pub fn heartbeat(
+        &mut self,
+        c: &C,
+        at_ms: i64,
+        observed_ms: i64,
+        decision: Decision,
+        lease_end: Option<i64>,
+    ) -> u64 {
+        let reason = (decision != Decision::Accepted).then_some("expired");
+        let seq = self.ledger_report("heartbeat", c, at_ms, observed_ms, decision, reason, None, lease_end, None);
+        self.answer("heartbeat", c, observed_ms, None, decision, seq);
+        seq
+    }
+
+    pub fn capability(
+        &mut self,
+        c: &C,
+        at_ms: i64,
+        observed_ms: i64,
+        decision: Decision,
+        lease_end: Option<i64>,
+    ) -> u64 {
+        let reason = (decision != Decision::Accepted).then_some("expired");
+        let seq = self.ledger_report("capability", c, at_ms, observed_ms, decision, reason, None, lease_end, None);
+        self.answer("capability", c, observed_ms, None, decision, seq);
+        seq
+    }
+
+    /// A result as the correct ledger records it (reason and `recorded_as` from the
+    /// decision), answered to the runner; returns the ledger seq.
+    pub fn result(
+        &mut self,
+        c: &C,
+        at_ms: i64,
+        observed_ms: i64,
+        outcome: &str,
+        decision: Decision,
+        reason: Option<&str>,
+    ) -> u64 {
+        let recorded_as = match decision {
+            Decision::Rejected => Some("late_observation"),
+            Decision::Conflict => Some("conflict"),
+            _ => None,
+        };
+        let reason = reason.or((decision == Decision::Conflict).then_some("conflict"));
+        let seq =
+            self.ledger_report("result", c, at_ms, observed_ms, decision, reason, Some(outcome), None, recorded_as);
+        self.answer("result", c, observed_ms, Some(outcome), decision, seq);
+        seq
+    }
+
+    /// A runner's request and its answer naming a ledger seq; returns the answer's index.
+    pub fn answer(
+        &mut self,
+        f: &str,
+        c: &C,
+        observed_ms: i64,
+        outcome: Option<&str>,
+        decision: Decision,
+        seq: u64,
+    ) -> u64 {
+        let process = format!("runner:{}", c.runner);
+        let mut request =
+            Event::new(0, &process, EventType::Request, f).with_claim(&c.job, &c.attempt, &c.runner, c.fence);
+        request.observed_ms = Some(observed_ms);
+        request.outcome = outcome.map(str::to_string);
+        let mut answer = Event { kind: EventType::Response, ..request.clone() };
+        self.push(request);
+        answer.decision = Some(decision);
+        answer.value = Some(json!({ "ledger_seq": seq }));
+        self.push(answer)
+    }
+
+    pub fn expire(&mut self, c: &C, at_ms: i64, lease_end_ms: i64, recorded_as: &str) -> u64 {
+        let mut entry = self.entry("expire", c, at_ms);
+        entry.lease_expires_ms = Some(lease_end_ms);
+        entry.value = Some(json!({ "recorded_as": recorded_as }));
+        self.ledger(entry);
+        self.len() - 1
+    }
+
+    /// The operator's reconcile and its ledger entry; returns the ledger event's index.
+    pub fn reconcile(&mut self, c: &C, at_ms: i64, finding: &str, completed: Option<&str>) -> u64 {
+        let mut op = Event::new(0, "operator", EventType::Invoke, "reconcile")
+            .with_claim(&c.job, &c.attempt, &c.runner, c.fence);
+        op.outcome = Some(finding.into());
+        self.push(op.clone());
+        let mut entry = self.entry("reconcile", c, at_ms);
+        entry.outcome = Some(finding.into());
+        entry.value = completed.map(|outcome| json!({ "recorded_as": outcome }));
+        self.ledger(entry);
+        let at = self.len() - 1;
+        self.push(Event { kind: EventType::Ok, ..op });
+        at
+    }
+
+    /// A target step-log record; returns its index.
+    pub fn step(&mut self, c: &C, at_ms: i64, decision: Decision, reason: Option<&str>) -> u64 {
+        let mut step = Event::new(0, "target", EventType::Step, "step")
+            .with_claim(&c.job, &c.attempt, &c.runner, c.fence)
+            .with_decision(decision, reason);
+        step.key = Some(self.key(&c.job));
+        step.received_ms = Some(at_ms);
+        self.push(step)
+    }
+
+    pub fn final_state(&mut self, job: &str, attempt: Option<&str>, state: &str) -> u64 {
+        let mut event = Event::new(0, "harness", EventType::Ok, "final").with_job(job);
+        event.key = Some(self.key(job));
+        event.attempt = attempt.map(str::to_string);
+        event.outcome = Some(state.into());
+        event.value = Some(json!({"attempts": []}));
+        self.push(event)
+    }
+
+    pub fn nemesis_restart(&mut self) {
+        self.push(Event::new(0, "nemesis", EventType::Invoke, "restart-control-plane"));
+        self.push(Event::new(0, "nemesis", EventType::Ok, "restart-control-plane"));
+    }
+}
+
+impl H {
+    /// Swaps the `value.seq` of the ledger event at `slot` with that of the next ledger
+    /// event: the first was received first but committed second.
+    pub fn swap_seq_with_next_ledger(&mut self, slot: u64) {
+        let slot = slot as usize;
+        let first = (slot..self.events.len()).find(|&i| self.events[i].kind == EventType::Ledger);
+        let Some(first) = first else { return };
+        let second = (first + 1..self.events.len()).find(|&i| self.events[i].kind == EventType::Ledger);
+        let Some(second) = second else { return };
+        let seq = |event: &Event| event.value.as_ref().and_then(|value| value.get("seq")).cloned();
+        let (a, b) = (seq(&self.events[first]), seq(&self.events[second]));
+        if let (Some(a), Some(b)) = (a, b) {
+            self.events[first].value.as_mut().unwrap()["seq"] = b;
+            self.events[second].value.as_mut().unwrap()["seq"] = a;
+        }
+    }
+}

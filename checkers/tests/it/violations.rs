@@ -1,0 +1,245 @@
+//! One violation at a time: each test starts from a small correct history, breaks one
+//! rule, and expects exactly the anomaly kinds of the checker that owns that rule.
+
+use crate::builder::{claim, C, H};
+use crate::check;
+use history::Decision::{Accepted, Conflict, Duplicate, Rejected};
+
+/// j1 on `prod`: A1 (r1, fence 7) claimed at 1000 with a lease to 3000.
+fn start() -> (H, C) {
+    let mut h = H::new();
+    let a1 = claim("j1", "j1-a1", "r1", 7);
+    h.submit("j1", "prod", 900);
+    h.ledger_claim(&a1, 1_000, 3_000);
+    (h, a1)
+}
+
+/// The rest of a correct run for A1: a step and an accepted result, then the final state.
+fn finish(mut h: H, a1: &C) -> Vec<history::Event> {
+    h.capability(a1, 1_100, 1_100, Accepted, Some(3_000));
+    h.step(a1, 1_110, Accepted, None);
+    h.result(a1, 1_200, 1_200, "succeeded", Accepted, None);
+    h.final_state("j1", Some("j1-a1"), "succeeded");
+    h.build()
+}
+
+#[test]
+fn the_small_correct_history_is_valid() {
+    let (h, a1) = start();
+    crate::all_valid(&finish(h, &a1));
+}
+
+#[test]
+fn stale_completion_after_expiry_from_the_ledger() {
+    let (mut h, a1) = start();
+    let expired = h.expire(&a1, 3_050, 3_000, "uncertain");
+    h.result(&a1, 3_100, 2_900, "succeeded", Accepted, None);
+    h.final_state("j1", Some("j1-a1"), "succeeded");
+    let anomalies = check(&h.build(), "stale-completion", &["expired-result-accepted"]);
+    assert!(anomalies[0].events.contains(&expired));
+    assert_eq!((anomalies[0].fences.as_slice(), anomalies[0].runners.as_slice()), (&[7][..], &["r1".to_string()][..]));
+}
+
+#[test]
+fn stale_completion_acknowledged_to_a_runner_only() {
+    // The ledger is silent (e.g. truncated) but the runner was told `accepted` after A2's claim.
+    let (mut h, a1) = start();
+    let a2 = claim("j1", "j1-a2", "r2", 8);
+    h.runner_claim(&a2, 6_000);
+    h.answer("result", &a1, 4_000, Some("succeeded"), Accepted, 99);
+    check(&h.build(), "stale-completion", &["late-result-acknowledged"]);
+}
+
+#[test]
+fn heartbeat_resurrection_after_expiry_and_after_lease_end() {
+    let (mut h, a1) = start();
+    h.expire(&a1, 3_010, 3_000, "uncertain");
+    h.heartbeat(&a1, 3_020, 3_020, Accepted, Some(5_020));
+    h.heartbeat(&a1, 3_500, 3_500, Accepted, Some(5_500)); // the same revival: reported once
+    let events = h.build();
+    let anomalies = check(&events, "heartbeat-resurrection", &["heartbeat-after-expiry"]);
+    assert!(anomalies[0].message.contains("j1-a1 (fence 7)"), "{}", anomalies[0].message);
+
+    let (mut h, a1) = start();
+    h.heartbeat(&a1, 3_000, 2_000, Accepted, Some(5_000));
+    check(&h.build(), "heartbeat-resurrection", &["heartbeat-after-lease-end"]);
+}
+
+#[test]
+fn heartbeat_for_a_superseded_claim() {
+    let (mut h, a1) = start();
+    h.expire(&a1, 3_010, 3_000, "uncertain");
+    h.reconcile(&a1, 3_100, "stopped", None);
+    let a2 = claim("j1", "j1-a2", "r2", 8);
+    h.ledger_claim(&a2, 3_200, 5_200);
+    // Not expired by the ledger (say the expire entry was lost) — superseded anyway.
+    let mut events = h.build();
+    events.retain(|event| event.f != "expire");
+    let mut h2 = H::new();
+    for event in events {
+        h2.push(event);
+    }
+    h2.heartbeat(&a1, 2_500, 2_500, Accepted, Some(4_500));
+    check(&h2.build(), "heartbeat-resurrection", &["heartbeat-for-superseded-claim"]);
+}
+
+#[test]
+fn single_owner_two_attempts_of_one_job() {
+    let (mut h, _a1) = start();
+    let a2 = claim("j1", "j1-a2", "r2", 8);
+    h.ledger_claim(&a2, 2_000, 4_000);
+    let anomalies = check(&h.build(), "single-owner", &["two-attempts-one-job"]);
+    assert_eq!(anomalies[0].attempts, ["j1-a1", "j1-a2"]);
+}
+
+#[test]
+fn single_owner_two_jobs_on_one_key_and_a_resurrected_lease() {
+    let (mut h, a1) = start();
+    h.submit("j2", "prod", 950);
+    h.expire(&a1, 3_000, 3_000, "requeued");
+    let b1 = claim("j2", "j2-a1", "r2", 8);
+    h.ledger_claim(&b1, 3_100, 5_100);
+    check(&h.build(), "single-owner", &[]);
+
+    let (mut h, a1) = start();
+    h.submit("j2", "prod", 950);
+    h.expire(&a1, 3_000, 3_000, "requeued");
+    h.ledger_claim(&b1, 3_100, 5_100);
+    h.heartbeat(&a1, 3_200, 2_900, Accepted, Some(5_200)); // revived: holds prod again
+    check(&h.build(), "single-owner", &["two-jobs-one-key"]);
+}
+
+#[test]
+fn single_owner_ignores_a_claim_received_before_the_result_that_released_its_key() {
+    let (mut h, a1) = start();
+    h.submit("j2", "prod", 950);
+    h.result(&a1, 1_500, 1_500, "succeeded", Accepted, None);
+    h.ledger_claim(&claim("j2", "j2-a1", "r2", 8), 1_499, 3_499);
+    check(&h.build(), "single-owner", &[]);
+}
+
+#[test]
+fn fence_order_reuse_decrease_and_mismatched_reports() {
+    let (mut h, a1) = start();
+    h.submit("j2", "stage", 950);
+    h.expire(&a1, 3_010, 3_000, "uncertain");
+    h.reconcile(&a1, 3_100, "stopped", None);
+    h.ledger_claim(&claim("j1", "j1-a2", "r2", 6), 3_200, 5_200);
+    h.ledger_claim(&claim("j2", "j2-a1", "r3", 6), 3_300, 5_300);
+    check(&h.build(), "fence-order", &["fence-not-increasing", "fence-reused"]);
+
+    let (mut h, a1) = start();
+    h.heartbeat(&claim("j1", "j1-a1", "r1", 9), 1_500, 1_500, Accepted, Some(3_500));
+    h.result(&claim("j1", "j1-a1", "r9", 7), 1_600, 1_600, "succeeded", Accepted, None);
+    let anomalies = check(&h.build(), "fence-order", &["report-claim-mismatch", "report-claim-mismatch"]);
+    assert!(anomalies[0].message.contains("fence 9 instead of 7"), "{}", anomalies[0].message);
+    assert!(anomalies[1].message.contains("runner r9 instead of r1"), "{}", anomalies[1].message);
+    let _ = a1;
+}
+
+#[test]
+fn fence_order_catches_a_report_matched_by_bare_fence_across_jobs() {
+    let (mut h, _a1) = start();
+    h.submit("j2", "stage", 950);
+    let b1 = claim("j2", "j2-a1", "r2", 8);
+    h.ledger_claim(&b1, 1_100, 3_100);
+    // j2's runner reports against j1 with its own fence 8 >= 7: accepted under unscoped-fence.
+    h.result(&claim("j1", "j2-a1", "r2", 8), 1_500, 1_500, "failed", Accepted, None);
+    check(&h.build(), "fence-order", &["report-claim-mismatch"]);
+}
+
+#[test]
+fn terminal_stability_replaced_outcome_and_final_differs() {
+    let (mut h, a1) = start();
+    h.result(&a1, 1_200, 1_200, "succeeded", Accepted, None);
+    h.result(&a1, 1_300, 1_300, "failed", Accepted, None);
+    h.final_state("j1", Some("j1-a1"), "failed");
+    check(&h.build(), "terminal-stability", &["committed-outcome-replaced", "final-differs-from-commit"]);
+}
+
+#[test]
+fn terminal_stability_conflict_and_duplicate_answered_wrongly() {
+    let (mut h, a1) = start();
+    h.result(&a1, 1_200, 1_200, "succeeded", Accepted, None);
+    h.result(&a1, 1_300, 1_300, "failed", Rejected, Some("not_current")); // should be a conflict
+    h.result(&a1, 1_400, 1_400, "succeeded", Rejected, Some("not_current")); // should be a duplicate
+    h.result(&a1, 1_500, 1_500, "succeeded", Duplicate, None);
+    h.result(&a1, 1_600, 1_600, "failed", Conflict, None);
+    h.final_state("j1", Some("j1-a1"), "succeeded");
+    check(&h.build(), "terminal-stability", &["conflict-not-recorded", "duplicate-not-acknowledged"]);
+}
+
+#[test]
+fn explicit_uncertainty_requeue_and_reclaim_without_reconcile() {
+    let (mut h, a1) = start();
+    h.expire(&a1, 3_010, 3_000, "requeued");
+    h.ledger_claim(&claim("j1", "j1-a2", "r2", 8), 3_100, 5_100);
+    let anomalies = check(&h.build(), "explicit-uncertainty", &["expiry-not-uncertain", "reclaimed-without-reconcile"]);
+    assert_eq!(anomalies[1].attempts, ["j1-a1", "j1-a2"]);
+    assert_eq!(anomalies[1].fences, [7, 8]);
+}
+
+#[test]
+fn clock_authority_accepts_on_the_runners_clock() {
+    for f in ["heartbeat", "capability", "result"] {
+        let (mut h, a1) = start();
+        match f {
+            "heartbeat" => drop(h.heartbeat(&a1, 3_200, 2_900, Accepted, Some(5_200))),
+            "capability" => drop(h.capability(&a1, 3_200, 2_900, Accepted, Some(3_000))),
+            _ => drop(h.result(&a1, 3_200, 2_900, "succeeded", Accepted, None)),
+        }
+        let anomalies = check(&h.build(), "clock-authority", &["runner-clock-trusted"]);
+        assert!(anomalies[0].message.contains("runner's clock said 2900 ms"), "{}", anomalies[0].message);
+    }
+    // Past the lease on both clocks: not a clock-authority anomaly (heartbeat-resurrection's).
+    let (mut h, a1) = start();
+    h.heartbeat(&a1, 3_200, 3_100, Accepted, Some(5_200));
+    check(&h.build(), "clock-authority", &[]);
+}
+
+#[test]
+fn stale_side_effect_on_fenced_and_unfenced_targets() {
+    for mode in ["fenced", "unfenced"] {
+        let (mut h, a1) = start();
+        h.config(mode);
+        let a2 = claim("j1", "j1-a2", "r2", 8);
+        h.step(&a1, 1_100, Accepted, None);
+        h.step(&a2, 3_300, Accepted, None);
+        h.step(&a1, 3_310, Accepted, None);
+        h.step(&a1, 3_320, Accepted, None); // the same stale attempt: reported once
+        let expected = if mode == "fenced" { "stale-step-applied" } else { "stale-step-applied-unfenced-target" };
+        let anomalies = check(&h.build(), "stale-side-effect", &[expected]);
+        assert_eq!(anomalies[0].fences, [7, 8]);
+        assert_eq!(mode == "unfenced", anomalies[0].message.contains("residual risk of an unfenced target"));
+    }
+}
+
+#[test]
+fn lost_work_missing_job_lost_result_and_unsettled_job() {
+    let (mut h, a1) = start();
+    h.submit("j2", "stage", 950);
+    h.submit("j3", "other", 960);
+    h.result(&a1, 1_200, 1_200, "succeeded", Accepted, None);
+    h.nemesis_restart();
+    h.final_state("j1", Some("j1-a1"), "running");
+    h.final_state("j3", None, "queued");
+    check(
+        &h.build(),
+        "lost-work",
+        &["acknowledged-job-missing", "acknowledged-result-lost", "not-settled", "not-settled"],
+    );
+}
+
+#[test]
+fn ledger_completeness_answer_without_its_entry() {
+    let (mut h, a1) = start();
+    // ack-before-commit: the answer names seq N, the ledger gave N to the next entry.
+    let next = h.len();
+    h.answer("result", &a1, 1_200, Some("succeeded"), Accepted, 3);
+    h.heartbeat(&a1, 1_300, 1_300, Rejected, None);
+    h.answer("heartbeat", &a1, 1_400, None, Accepted, 42);
+    h.final_state("j1", Some("j1-a1"), "uncertain");
+    let anomalies =
+        check(&h.build(), "ledger-completeness", &["answer-differs-from-ledger", "answer-missing-from-ledger"]);
+    assert!(anomalies.iter().any(|anomaly| anomaly.events.contains(&(next + 1))));
+}
