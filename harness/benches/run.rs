@@ -30,14 +30,22 @@ async fn startup(store: &Path) {
     let mut times_ms = Vec::new();
     for index in 0..STARTS {
         let started = Instant::now();
-        let mut cluster = Cluster::start(&config, &store.join(format!("start-{index}")), Path::new(env!("CARGO_BIN_EXE_fencelab")))
-            .await.expect("cluster starts");
+        let mut cluster =
+            Cluster::start(&config, &store.join(format!("start-{index}")), Path::new(env!("CARGO_BIN_EXE_fencelab")))
+                .await
+                .expect("cluster starts");
         times_ms.push(started.elapsed().as_secs_f64() * 1_000.0);
         cluster.stop().await;
     }
     times_ms.sort_by(f64::total_cmp);
     println!("{:>24} {:>8} {:>8} {:>8}", "start to healthy (ms)", "min", "p50", "max");
-    println!("{:>24} {:>8.1} {:>8.1} {:>8.1}", "3 runners, 6 proxies", times_ms[0], times_ms[STARTS / 2], times_ms[STARTS - 1]);
+    println!(
+        "{:>24} {:>8.1} {:>8.1} {:>8.1}",
+        "3 runners, 6 proxies",
+        times_ms[0],
+        times_ms[STARTS / 2],
+        times_ms[STARTS - 1]
+    );
 }
 
 /// utime + stime of a process, in seconds.
@@ -81,10 +89,17 @@ fn cpu_share(store: &Path) {
     }
     let wall_s = started.elapsed().as_secs_f64();
     let lab_s: f64 = lab.values().sum();
-    println!("{:>24} {:>10} {:>12} {:>14} {:>16}", "20 s run, all faults", "wall (s)", "harness (s)", "lab procs (s)", "harness share");
+    println!(
+        "{:>24} {:>10} {:>12} {:>14} {:>16}",
+        "20 s run, all faults", "wall (s)", "harness (s)", "lab procs (s)", "harness share"
+    );
     println!(
         "{:>24} {:>10.1} {:>12.2} {:>14.2} {:>15.1}%",
-        "", wall_s, harness_s, lab_s, 100.0 * harness_s / (harness_s + lab_s).max(f64::EPSILON)
+        "",
+        wall_s,
+        harness_s,
+        lab_s,
+        100.0 * harness_s / (harness_s + lab_s).max(f64::EPSILON)
     );
     println!("{:>24} harness CPU per wall second: {:.1}% of one core", "", 100.0 * harness_s / wall_s);
 }

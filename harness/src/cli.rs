@@ -88,7 +88,6 @@ pub fn main() -> ExitCode {
     }
 }
 
-
 fn run_command(args: crate::run::config::RunArgs) -> ExitCode {
     let clock_seed =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
@@ -140,10 +139,16 @@ fn verdict(folder: &std::path::Path, command: &str) -> ExitCode {
                 };
                 println!("  {:<24} {:<8} {detail}", result.checker, word);
             }
-            for anomaly in run.checkers.iter().filter_map(|r| match &r.verdict {
-                checkers::Verdict::Invalid { anomalies } => Some(anomalies),
-                _ => None,
-            }).flatten().take(10) {
+            for anomaly in run
+                .checkers
+                .iter()
+                .filter_map(|r| match &r.verdict {
+                    checkers::Verdict::Invalid { anomalies } => Some(anomalies),
+                    _ => None,
+                })
+                .flatten()
+                .take(10)
+            {
                 println!("  ! {}: {}", anomaly.checker, anomaly.message);
             }
             println!("verdict      {} (report: {})", overall.as_str(), folder.join("report.html").display());

@@ -52,8 +52,8 @@ struct ControlPlaneArgs {
     /// Lease length on the server's clock.
     #[arg(long, default_value_t = 2_000)]
     lease_ms: u64,
-    /// Longest life of a capability (never beyond the lease).
-    #[arg(long, default_value_t = 2_000)]
+    /// Life of a capability; it may outlive the lease (the target enforces the fence).
+    #[arg(long, default_value_t = 30_000)]
     capability_ttl_ms: u64,
     /// How often lapsed leases are marked uncertain.
     #[arg(long, default_value_t = 50)]

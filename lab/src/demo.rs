@@ -87,7 +87,7 @@ impl LocalLab {
         let mut args = vec!["control-plane".to_string(), format!("--listen=127.0.0.1:{port}")];
         args.push(format!("--db={}", options.dir.join("control.sqlite").display()));
         args.extend([format!("--operator-token={OPERATOR_TOKEN}"), format!("--secret={CAPABILITY_SECRET}")]);
-        args.extend([format!("--lease-ms={}", options.lease_ms), format!("--capability-ttl-ms={}", options.lease_ms)]);
+        args.push(format!("--lease-ms={}", options.lease_ms));
         args.extend(options.bug_args(crate::bugs::Home::ControlPlane));
         let command = options.command(&args, &options.dir.join("control.log"))?;
         Ok(launch::server(command, "control-plane").await?)

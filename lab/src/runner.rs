@@ -192,11 +192,21 @@ impl Runner {
         let authority = Arc::new(Authority { deadline: Mutex::new(sent + lease), lost: Mutex::new(None) });
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let heartbeats = self.heartbeats(grant.claim.clone(), lease, authority.clone(), stopped);
-        let (outcome, detail) = tokio::select! {
-            outcome = self.steps(&grant, &authority) => outcome,
-            _ = heartbeats => unreachable!("heartbeats end only when stopped"),
+        let steps = self.steps(&grant, &authority);
+        tokio::pin!(heartbeats, steps);
+        let mut heartbeats_done = false;
+        let (outcome, detail) = loop {
+            tokio::select! {
+                outcome = &mut steps => break outcome,
+                _ = &mut heartbeats, if !heartbeats_done => heartbeats_done = true,
+            }
         };
         let _ = stop.send(true);
+        // A heartbeat already in flight is let finish (bounded by its own timeout): its answer
+        // is where the claim stands, and the network has it whether or not we wait.
+        if !heartbeats_done {
+            let _ = tokio::time::timeout(Duration::from_millis(self.config.request_timeout_ms), heartbeats).await;
+        }
         self.report(&grant.claim, outcome, detail).await;
     }
 
@@ -206,13 +216,16 @@ impl Runner {
         claim: ClaimRef,
         lease: Duration,
         authority: Arc<Authority>,
-        stopped: tokio::sync::watch::Receiver<bool>,
+        mut stopped: tokio::sync::watch::Receiver<bool>,
     ) {
         let interval = Duration::from_millis(self.config.heartbeat_interval_ms);
         loop {
-            tokio::time::sleep(interval).await;
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = stopped.changed() => return,
+            }
             if *stopped.borrow() || authority.lost.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
-                std::future::pending::<()>().await;
+                return;
             }
             let sent = Instant::now();
             let request = HeartbeatRequest { claim: claim.clone(), observed_ms: self.observed_ms() };

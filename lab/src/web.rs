@@ -77,13 +77,37 @@ pub async fn wrong_method() -> ApiError {
     ApiError::new(405, "method_not_allowed", "this endpoint does not take that method; see docs/protocol.md")
 }
 
-/// Serves `router` on `listener` until `stop` resolves, then finishes in-flight requests.
+/// Serves `router` on `listener` until `stop` resolves.
+///
+/// HTTP/1 half-closes are honoured: a request whose client already shut its write side (or
+/// gave up and closed) is still handled. A request that the network delivered late, after
+/// its sender stopped waiting, is exactly what a fencing lab must receive and judge.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: axum::Router,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router).with_graceful_shutdown(stop).await
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    tokio::pin!(stop);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(_) => {
+                    // Out of descriptors or a connection reset before accept: pause, go on.
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => return Ok(()),
+        };
+        let service = service.clone();
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let connection = hyper::server::conn::http1::Builder::new().half_close(true).serve_connection(io, service);
+            let _ = connection.await;
+        });
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.

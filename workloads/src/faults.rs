@@ -76,6 +76,9 @@ pub enum Variant {
     Replay,
     /// A different terminal result for an attempt that already committed.
     Conflict,
+    /// A runner's current claim reported as the result of another running job: a report
+    /// whose fence belongs to a different job, attempt and runner than it names.
+    CrossJob,
     /// Both links cut for the window; the old runner reports when they return.
     CutLinks,
     /// The runner's clock moved by `offset_ms` for the window.
@@ -86,6 +89,9 @@ pub enum Variant {
     ControlLink,
     /// The target link reset while a step is in flight.
     TargetLinkMidStep,
+    /// The control-plane link cut while a step is held in the network for `latency_ms`:
+    /// the step reaches the target after the attempt was superseded (the seed's exercise).
+    DelayedStep { latency_ms: u64 },
     /// SIGKILL the runner; start it again when the window ends.
     KillRunner,
     /// SIGKILL the control plane and start it again on the same store.
@@ -129,14 +135,27 @@ pub fn schedule(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
             round.shuffle(&mut rng);
         }
         let kind = round.pop().expect("a round is refilled when empty");
-        let fault = realise(&mut rng, kind, at_ms, options);
+        let mut fault = realise(&mut rng, kind, at_ms, options);
+        if let Some(skewed) = faults.last().filter(|last: &&Fault| overlaps_next(last, at_ms)) {
+            fault.runner = skewed.runner.or(fault.runner);
+        }
         if fault.at_ms + fault.duration_ms >= options.time_limit_ms {
             break;
         }
-        at_ms = fault.at_ms + fault.duration_ms + rng.gen_range(lease_ms..=2 * lease_ms);
+        at_ms = match fault.kind {
+            // A skewed clock matters when reports come late: the next fault starts inside
+            // the skew window, on the same runner.
+            FaultKind::ClockSkew => fault.at_ms + lease_ms,
+            _ => fault.at_ms + fault.duration_ms + rng.gen_range(lease_ms..=2 * lease_ms),
+        };
         faults.push(fault);
     }
     faults
+}
+
+/// Whether `last` is a clock skew still in effect when the next fault starts at `at_ms`.
+fn overlaps_next(last: &Fault, at_ms: u64) -> bool {
+    last.kind == FaultKind::ClockSkew && at_ms < last.at_ms + last.duration_ms
 }
 
 fn realise(rng: &mut impl Rng, kind: FaultKind, at_ms: u64, options: &ScheduleOptions) -> Fault {
@@ -150,12 +169,19 @@ fn realise(rng: &mut impl Rng, kind: FaultKind, at_ms: u64, options: &ScheduleOp
         (FaultKind::DelayedHeartbeats, false) => (2 * lease_ms, runner, Variant::Pause),
         (FaultKind::DuplicateResults, true) => (lease_ms / 2, runner, Variant::LostResponse),
         (FaultKind::DuplicateResults, false) => (0, runner, Variant::Replay),
-        (FaultKind::ConflictingResults, _) => (0, runner, Variant::Conflict),
+        (FaultKind::ConflictingResults, true) => (0, runner, Variant::Conflict),
+        (FaultKind::ConflictingResults, false) => (0, runner, Variant::CrossJob),
         (FaultKind::Reconnects, _) => (3 * lease_ms, runner, Variant::CutLinks),
         (FaultKind::ClockSkew, true) => (4 * lease_ms, runner, Variant::StaticSkew { offset_ms: skew_ms }),
         (FaultKind::ClockSkew, false) => (4 * lease_ms, runner, Variant::Jump { offset_ms: skew_ms }),
-        (FaultKind::DisconnectDuringMutation, true) => (2 * lease_ms, runner, Variant::ControlLink),
-        (FaultKind::DisconnectDuringMutation, false) => (lease_ms, runner, Variant::TargetLinkMidStep),
+        (FaultKind::DisconnectDuringMutation, true) => match rng.gen_range(0..3) {
+            0 => (2 * lease_ms, runner, Variant::ControlLink),
+            1 => (lease_ms, runner, Variant::TargetLinkMidStep),
+            _ => (6 * lease_ms, runner, Variant::DelayedStep { latency_ms: 4 * lease_ms }),
+        },
+        (FaultKind::DisconnectDuringMutation, false) => {
+            (6 * lease_ms, runner, Variant::DelayedStep { latency_ms: 4 * lease_ms })
+        }
         (FaultKind::Kill, _) => (2 * lease_ms, runner, Variant::KillRunner),
         (FaultKind::RestartControlPlane, _) => (lease_ms / 2, None, Variant::RestartControl),
     };
@@ -178,13 +204,18 @@ mod tests {
     }
 
     #[test]
-    fn every_chosen_kind_appears_and_windows_never_overlap() {
+    fn every_chosen_kind_appears_and_only_clock_skew_overlaps_the_next_fault() {
         let faults = schedule(5, &options(FaultKind::ALL.to_vec()));
         for kind in FaultKind::ALL {
             assert!(faults.iter().any(|fault| fault.kind == kind), "{kind:?} missing from {faults:?}");
         }
         for pair in faults.windows(2) {
-            assert!(pair[0].at_ms + pair[0].duration_ms < pair[1].at_ms, "{pair:?}");
+            if pair[0].kind == FaultKind::ClockSkew {
+                assert!(pair[1].at_ms < pair[0].at_ms + pair[0].duration_ms, "the next fault falls inside the skew");
+                assert_eq!(pair[0].runner, pair[1].runner.or(pair[0].runner), "on the skewed runner");
+            } else {
+                assert!(pair[0].at_ms + pair[0].duration_ms < pair[1].at_ms, "{pair:?}");
+            }
         }
         assert!(faults.iter().all(|fault| fault.at_ms + fault.duration_ms < 60_000));
         assert!(faults.iter().all(|fault| fault.runner.is_none_or(|runner| runner < 3)));

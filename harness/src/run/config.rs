@@ -42,14 +42,18 @@ pub struct RunArgs {
     /// Default: a quarter of the lease.
     #[arg(long)]
     pub heartbeat_interval_ms: Option<u64>,
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 3)]
     pub steps_min: u32,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 6)]
     pub steps_max: u32,
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 100)]
     pub step_ms_min: u64,
-    #[arg(long, default_value_t = 150)]
+    #[arg(long, default_value_t = 300)]
     pub step_ms_max: u64,
+    /// How long the operator lets an attempt stay uncertain before it reconciles it
+    /// (default: one lease).
+    #[arg(long)]
+    pub reconcile_after_ms: Option<u64>,
     /// Longest recovery phase, in seconds (faults healed, the operator reconciles, jobs settle).
     #[arg(long, default_value_t = 30)]
     pub recovery_limit: u64,
@@ -78,6 +82,7 @@ pub struct RunConfig {
     pub target_mode: Mode,
     pub lease_ms: u64,
     pub heartbeat_interval_ms: u64,
+    pub reconcile_after_ms: u64,
     pub renewal_margin_ms: u64,
     pub request_timeout_ms: u64,
     pub steps_min: u32,
@@ -151,8 +156,10 @@ pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> 
         target_mode: args.target_mode,
         lease_ms: args.lease_ms,
         heartbeat_interval_ms,
+        reconcile_after_ms: args.reconcile_after_ms.unwrap_or(args.lease_ms),
         renewal_margin_ms: args.lease_ms / 5,
-        request_timeout_ms: (args.lease_ms / 2).max(100),
+        // Longer than the lease: a heartbeat delayed in the network still arrives, late.
+        request_timeout_ms: 2 * args.lease_ms,
         steps_min: args.steps_min,
         steps_max: args.steps_max,
         step_ms_min: args.step_ms_min,
@@ -183,10 +190,10 @@ impl RunConfig {
         let nemesis: Vec<&str> = self.nemesis.iter().map(|kind| kind.name()).collect();
         let nemesis = if nemesis.is_empty() { "none".to_string() } else { nemesis.join(",") };
         let mut command = format!(
-            "fencelab run --test-name {} --seed {} --time-limit {} --runners {} --keys {} --rate {} --nemesis {} --target-mode {} --lease-ms {} --heartbeat-interval-ms {} --steps-min {} --steps-max {} --step-ms-min {} --step-ms-max {} --recovery-limit {}",
+            "fencelab run --test-name {} --seed {} --time-limit {} --runners {} --keys {} --rate {} --nemesis {} --target-mode {} --lease-ms {} --heartbeat-interval-ms {} --reconcile-after-ms {} --steps-min {} --steps-max {} --step-ms-min {} --step-ms-max {} --recovery-limit {}",
             self.test_name, self.seed, self.time_limit_ms / 1_000, self.runners, self.keys, self.rate_per_s, nemesis,
             serde_json::to_value(self.target_mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
-            self.lease_ms, self.heartbeat_interval_ms, self.steps_min, self.steps_max, self.step_ms_min, self.step_ms_max,
+            self.lease_ms, self.heartbeat_interval_ms, self.reconcile_after_ms, self.steps_min, self.steps_max, self.step_ms_min, self.step_ms_max,
             self.recovery_limit_ms / 1_000,
         );
         for bug in &self.bugs {

@@ -81,9 +81,10 @@ pub async fn execute(
     let started = Instant::now();
     let started_at = chrono::Utc::now().to_rfc3339();
     let command = config.command_in(&folder);
-    let cluster = tokio::time::timeout(HEALTHY_WAIT_MAX, Cluster::start(&config, &folder.join("lab"), &std::env::current_exe()?))
-        .await
-        .map_err(|_| anyhow::anyhow!("the cluster was not healthy within {HEALTHY_WAIT_MAX:?}"))??;
+    let cluster =
+        tokio::time::timeout(HEALTHY_WAIT_MAX, Cluster::start(&config, &folder.join("lab"), &std::env::current_exe()?))
+            .await
+            .map_err(|_| anyhow::anyhow!("the cluster was not healthy within {HEALTHY_WAIT_MAX:?}"))??;
     let healthy_ms = started.elapsed().as_millis() as u64;
     let mut full_config = serde_json::to_value(&config)?;
     full_config["clock_control"] = serde_json::to_value(&cluster.clock)?;
@@ -112,7 +113,12 @@ pub async fn execute(
         let _ = task.await;
     }
     let outcome = finish(&shared, folder, complete, healthy_ms, faults).await?;
-    let meta = crate::check::RunMeta { command, started_at, duration_ms: started.elapsed().as_millis() as u64, complete: outcome.complete };
+    let meta = crate::check::RunMeta {
+        command,
+        started_at,
+        duration_ms: started.elapsed().as_millis() as u64,
+        complete: outcome.complete,
+    };
     write_json(&outcome.folder.join("run.json"), &meta)?;
     Ok(outcome)
 }

@@ -71,14 +71,20 @@ async fn start(shared: &Shared, fault: &Fault) {
     let index = runner(fault);
     let result = match &fault.variant {
         Variant::Replay | Variant::Conflict => return resend(shared, fault).await,
+        Variant::CrossJob => return cross(shared, fault).await,
         Variant::RestartControl => restart_control(shared).await,
         variant => start_on(&shared.cluster, shared.config.as_ref(), index, variant).await,
     };
     record(&shared.recorder, fault, "start", result);
 }
 
-async fn start_on(cluster: &Mutex<Cluster>, config: &RunConfig, index: usize, variant: &Variant) -> Result<(), String> {
-    let mut cluster = cluster.lock().await;
+async fn start_on(
+    shared_cluster: &Mutex<Cluster>,
+    config: &RunConfig,
+    index: usize,
+    variant: &Variant,
+) -> Result<(), String> {
+    let mut cluster = shared_cluster.lock().await;
     let toxic = |kind| Toxic::new(kind).on(Stream::Upstream).named(TOXIC_NAME);
     let outcome = match variant {
         Variant::Latency { latency_ms } => {
@@ -99,6 +105,15 @@ async fn start_on(cluster: &Mutex<Cluster>, config: &RunConfig, index: usize, va
         }
         Variant::ControlLink => cluster.proxy.set_enabled(&control_link(index), false).await.map(drop),
         Variant::TargetLinkMidStep => cluster.proxy.set_enabled(&target_link(index), false).await.map(drop),
+        Variant::DelayedStep { latency_ms } => {
+            let kind = ToxicKind::Latency { latency_ms: *latency_ms, jitter_ms: 0 };
+            let held = cluster.proxy.add_toxic(&target_link(index), &toxic(kind)).await.map(drop);
+            drop(cluster);
+            // Let the runner put a step into the slowed link, then cut it from the control plane.
+            tokio::time::sleep(Duration::from_millis(config.lease_ms / 2)).await;
+            let cluster = shared_cluster.lock().await;
+            held.and(cluster.proxy.set_enabled(&control_link(index), false).await.map(drop))
+        }
         Variant::StaticSkew { offset_ms } | Variant::Jump { offset_ms } => {
             return cluster.set_clock(index, *offset_ms).map_err(|error| error.to_string())
         }
@@ -109,9 +124,10 @@ async fn start_on(cluster: &Mutex<Cluster>, config: &RunConfig, index: usize, va
             }
             return Ok(());
         }
-        Variant::Replay | Variant::Conflict | Variant::RestartControl => unreachable!("started elsewhere"),
+        Variant::Replay | Variant::Conflict | Variant::CrossJob | Variant::RestartControl => {
+            unreachable!("started elsewhere")
+        }
     };
-    let _ = config;
     outcome.map_err(|error| error.to_string())
 }
 
@@ -142,7 +158,11 @@ async fn heal(shared: &Shared, fault: &Fault) {
                 cluster.set_clock(index, 0).map_err(|error| error.to_string())
             }
             Variant::KillRunner => cluster.start_runner(index, &shared.config).map_err(|error| error.to_string()),
-            Variant::Replay | Variant::Conflict | Variant::RestartControl => return,
+            Variant::DelayedStep { .. } => {
+                let removed = cluster.proxy.remove_toxic(&target_link(index), TOXIC_NAME).await.map(drop);
+                removed.map_err(|error| error.to_string()).and(enable_links(&cluster, index).await)
+            }
+            Variant::Replay | Variant::Conflict | Variant::CrossJob | Variant::RestartControl => return,
         }
     };
     record(&shared.recorder, fault, "heal", result);
@@ -193,6 +213,11 @@ async fn resend(shared: &Shared, fault: &Fault) {
         (Variant::Conflict, Outcome::Failed) => Outcome::Succeeded,
         (_, outcome) => outcome,
     };
+    send_result(shared, fault, &client, claim, outcome).await;
+}
+
+/// Sends a result as runner `claim.runner` would, recording it as the nemesis's operation.
+async fn send_result(shared: &Shared, fault: &Fault, client: &lab::client::Client, claim: ClaimRef, outcome: Outcome) {
     let request =
         ResultRequest { claim: claim.clone(), outcome, observed_ms: lab::control::Now::read().ms, detail: None };
     let fill = |event: &mut history::Event| {
@@ -214,6 +239,43 @@ async fn resend(shared: &Shared, fault: &Fault) {
             Err(error) => event.reason = Some(error.to_string()),
         }
     });
+}
+
+/// The running attempts the control plane holds now.
+async fn running_claims(operator: &lab::client::Client) -> Vec<ClaimRef> {
+    let mut claims = Vec::new();
+    for job in operator.jobs().await.unwrap_or_default() {
+        if job.state != lab::protocol::JobState::Running {
+            continue;
+        }
+        let Ok(view) = operator.job(&job.id).await else { continue };
+        if let Some(attempt) = view.attempts.iter().find(|attempt| attempt.current) {
+            let (attempt, runner, fence) = (attempt.id.clone(), attempt.runner.clone(), attempt.fence);
+            claims.push(ClaimRef { job: view.id.clone(), attempt, runner, fence });
+        }
+    }
+    claims
+}
+
+/// Reports runner `index`'s current claim as the result of the running job with the lowest
+/// fence: a report scoped to the wrong job.
+async fn cross(shared: &Shared, fault: &Fault) {
+    let index = runner(fault);
+    let (operator, client, runner_id) = {
+        let cluster = shared.cluster.lock().await;
+        let slot = &cluster.runners[index];
+        (cluster.lab.operator.clone(), cluster.lab.operator.with_token(&slot.token), slot.id.clone())
+    };
+    let claims = running_claims(&operator).await;
+    let own = claims.iter().filter(|claim| claim.runner == runner_id).max_by_key(|claim| claim.fence);
+    let own_job = own.map(|own| own.job.clone());
+    let other = claims.iter().filter(|claim| Some(&claim.job) != own_job.as_ref()).min_by_key(|claim| claim.fence);
+    let (Some(own), Some(other)) = (own, other) else {
+        record(&shared.recorder, fault, "start", Err("no two running jobs to cross".into()));
+        return;
+    };
+    let crossed = ClaimRef { job: other.job.clone(), ..own.clone() };
+    send_result(shared, fault, &client, crossed, Outcome::Succeeded).await;
 }
 
 /// Heals everything: toxics removed and proxies enabled, paused runners continued, clocks

@@ -1,6 +1,8 @@
 //! The operator: for every uncertain job, establish that the old execution stopped — by
 //! freezing its runner (SIGSTOP) when it is still alive — inspect the target, and only then
-//! reconcile with what the target shows. A runner it froze is continued after the finding:
+//! reconcile with what the target shows. It lets an attempt stay uncertain for a grace
+//! period first (`--reconcile-after-ms`), as an operator gathering evidence would, so that
+//! late reports reach the control plane while the attempt is uncertain. A runner it froze is continued after the finding:
 //! it wakes without authority and its reports arrive late.
 
 use std::time::Duration;
@@ -46,6 +48,10 @@ async fn round(shared: &Shared) -> Result<(), String> {
         else {
             continue;
         };
+        let uncertain_for_ms = lab::control::Now::read().ms - attempt.lease_expires_ms;
+        if uncertain_for_ms < shared.config.reconcile_after_ms as i64 {
+            continue;
+        }
         settle(shared, &view, attempt).await?;
     }
     Ok(())

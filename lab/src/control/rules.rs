@@ -35,13 +35,14 @@ impl Now {
 pub struct Policy {
     /// How long a claim or heartbeat keeps the attempt's authority (default 2000 ms).
     pub lease_ms: u64,
-    /// Longest life of a capability; never beyond the lease (default 2000 ms).
+    /// Life of a capability (default 30 000 ms). It may outlive the lease on purpose: like
+    /// real deployment credentials it is coarse, and the target enforces the fence, not time.
     pub capability_ttl_ms: u64,
 }
 
 impl Default for Policy {
     fn default() -> Policy {
-        Policy { lease_ms: 2_000, capability_ttl_ms: 2_000 }
+        Policy { lease_ms: 2_000, capability_ttl_ms: 30_000 }
     }
 }
 
@@ -517,7 +518,7 @@ impl<S: Store> Rules<S> {
             let Some(attempt) = live else {
                 return self.reject(tx, &report, &job, None, now);
             };
-            let expires_ms = attempt.lease_expires_ms.min(now.ms + self.policy.capability_ttl_ms as i64);
+            let expires_ms = now.ms + self.policy.capability_ttl_ms as i64;
             let unsigned = Capability {
                 deployment_key: job.deployment_key.clone(),
                 job: job.id.clone(),

@@ -186,7 +186,7 @@ fn capability_is_signed_for_the_current_claim_only() {
     let capability = granted.capability.expect("a capability");
     assert!(lab::capability::verify(b"secret", &capability));
     assert_eq!((capability.fence, capability.attempt.as_str()), (a2.fence, a2.attempt.as_str()));
-    assert!(capability.expires_ms <= at(LEASE_MS + 3).ms + LEASE_MS);
+    assert_eq!(capability.expires_ms, at(LEASE_MS + 10).ms + 30 * LEASE_MS, "the capability's own life, not the lease");
     let stale = world.rules.capability(&r1, &request(&a1), at(LEASE_MS + 10)).unwrap();
     assert_eq!(
         (stale.decision, stale.reason.as_deref(), stale.capability),

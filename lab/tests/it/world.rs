@@ -30,7 +30,7 @@ impl World {
     pub fn new(bugs: &[Bug]) -> World {
         let dir = tempfile::tempdir().expect("a temp dir");
         let store = Sqlite::open(&dir.path().join("control.sqlite"), "operator").expect("the store opens");
-        let policy = Policy { lease_ms: LEASE_MS as u64, capability_ttl_ms: LEASE_MS as u64 };
+        let policy = Policy { lease_ms: LEASE_MS as u64, capability_ttl_ms: 30 * LEASE_MS as u64 };
         let rules = Rules::new(store, policy, Bugs::of(bugs.iter().copied()), b"secret");
         rules.create_project(&OPERATOR, &CreateProject { id: "p".into() }).expect("project");
         rules.create_project(&OPERATOR, &CreateProject { id: "other".into() }).expect("project");
