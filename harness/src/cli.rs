@@ -42,6 +42,9 @@ enum Command {
         /// The run folder (`store/<test>/<start-time>`, or `store/latest`).
         folder: std::path::PathBuf,
     },
+    /// For every planted bug, short runs with the faults that expose it, and the correct lab
+    /// under every fault: a table of bug × detected, also written as JSON.
+    Matrix(crate::matrix::MatrixArgs),
     /// List the lab's planted bugs, one a line: name, then the protection it removes.
     Bugs,
 }
@@ -81,6 +84,7 @@ pub fn main() -> ExitCode {
                 .map_or_else(String::new, |meta| meta.command);
             verdict(&folder, &command)
         }
+        Command::Matrix(args) => matrix_command(&args),
         Command::Bugs => {
             print!("{}", lab::bugs::listing());
             ExitCode::SUCCESS
@@ -178,4 +182,26 @@ fn summary(outcome: &crate::run::Outcome, command: &str) {
     println!("history      {} events", outcome.events);
     println!("complete     {}", if outcome.complete { "yes" } else { "no: interrupted, or jobs did not settle" });
     println!("command      {command}");
+}
+
+fn matrix_command(args: &crate::matrix::MatrixArgs) -> ExitCode {
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    let program = match std::env::current_exe() {
+        Ok(program) => program,
+        Err(error) => {
+            eprintln!("fencelab matrix: {error}");
+            return ExitCode::from(EXIT_INTERNAL);
+        }
+    };
+    match runtime.block_on(crate::matrix::run(args, &program)) {
+        Ok(matrix) => {
+            print!("{}", crate::matrix::table(&matrix));
+            println!("matrix.json in {}", args.store.display());
+            ExitCode::from(if matrix.rows.iter().all(crate::matrix::Row::holds) { 0 } else { 1 })
+        }
+        Err(error) => {
+            eprintln!("fencelab matrix: {error:#}");
+            ExitCode::from(EXIT_INTERNAL)
+        }
+    }
 }

@@ -3,4 +3,5 @@
 
 pub mod check;
 pub mod cli;
+pub mod matrix;
 pub mod run;

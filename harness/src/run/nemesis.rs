@@ -69,6 +69,10 @@ fn record(recorder: &Recorder, fault: &Fault, phase: &str, result: Result<(), St
 
 async fn start(shared: &Shared, fault: &Fault) {
     let index = runner(fault);
+    if matches!(fault.variant, Variant::DelayedStep { .. } | Variant::ControlLink | Variant::TargetLinkMidStep) {
+        // These faults are about a runner in the middle of a deployment: wait (bounded) for one.
+        wait_busy(shared, index, Duration::from_millis(2 * shared.config.lease_ms)).await;
+    }
     let result = match &fault.variant {
         Variant::Replay | Variant::Conflict => return resend(shared, fault).await,
         Variant::CrossJob => return cross(shared, fault).await,
@@ -177,6 +181,21 @@ async fn enable_links(cluster: &Cluster, index: usize) -> Result<(), String> {
 async fn restart_control(shared: &Shared) -> Result<(), String> {
     let mut cluster = shared.cluster.lock().await;
     cluster.lab.restart_control().await.map_err(|error| error.to_string())
+}
+
+/// Waits until runner `index` holds a running attempt, or `bound` passes.
+async fn wait_busy(shared: &Shared, index: usize, bound: Duration) {
+    let (operator, runner_id) = {
+        let cluster = shared.cluster.lock().await;
+        (cluster.lab.operator.clone(), cluster.runners[index].id.clone())
+    };
+    let deadline = tokio::time::Instant::now() + bound;
+    while tokio::time::Instant::now() < deadline {
+        if running_claims(&operator).await.iter().any(|claim| claim.runner == runner_id) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The last result of runner `index` that the control plane accepted, from its log.

@@ -1,0 +1,257 @@
+//! The matrix: proof that the checkers can fail. For every planted bug, short runs with the
+//! faults that expose it; for the correct lab, runs under every fault. Each run is a real
+//! `fencelab run` in a process of its own; the table says which bug was detected, by which
+//! checker, and how many seconds into the run its first anomaly's evidence sits.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use lab::bugs::Bug;
+use serde::Serialize;
+
+#[derive(Args, Clone, Debug)]
+pub struct MatrixArgs {
+    /// Seeds per planted bug.
+    #[arg(long, default_value_t = 10)]
+    pub seeds: u64,
+    /// Seeds for the correct lab under every fault.
+    #[arg(long, default_value_t = 20)]
+    pub correct_seeds: u64,
+    /// Seconds of each run.
+    #[arg(long, default_value_t = 30)]
+    pub time_limit: u64,
+    /// The first seed; run i uses seed `first_seed + i`.
+    #[arg(long, default_value_t = 1)]
+    pub first_seed: u64,
+    /// Runs at once.
+    #[arg(long, default_value_t = 3)]
+    pub parallel: usize,
+    /// Only these bugs (repeatable; default: every bug).
+    #[arg(long = "bug")]
+    pub bugs: Vec<Bug>,
+    /// Where the runs and `matrix.json` go.
+    #[arg(long, default_value = "store/matrix")]
+    pub store: PathBuf,
+}
+
+/// The faults that expose each planted bug.
+pub fn exposing_faults(bug: Bug) -> &'static str {
+    match bug {
+        Bug::AcceptStaleResult | Bug::BlindRetryOnZeroRows => "reconnects",
+        Bug::HeartbeatRevivesExpired => "delayed-heartbeats",
+        Bug::RequeueOnExpiry => "kill",
+        Bug::TrustRunnerClock => "clock-skew,delayed-heartbeats",
+        Bug::OverwriteTerminalResult | Bug::UnscopedFence => "conflicting-results",
+        Bug::AckBeforeCommit => "restart-control-plane",
+        Bug::TargetIgnoresFence => "disconnect-during-mutation",
+    }
+}
+
+/// One run of the matrix.
+#[derive(Clone, Debug, Serialize)]
+pub struct Cell {
+    /// The planted bug, or `None` for the correct lab.
+    pub bug: Option<String>,
+    pub nemesis: String,
+    pub seed: u64,
+    /// `valid`, `invalid`, `unknown`, or `error: ...` when the run itself failed.
+    pub verdict: String,
+    /// Checkers that found anomalies.
+    pub checkers: Vec<String>,
+    /// Seconds into the run of the earliest event proving an anomaly.
+    pub first_anomaly_s: Option<f64>,
+    pub folder: Option<PathBuf>,
+    pub command: String,
+}
+
+impl Cell {
+    pub fn detected(&self) -> bool {
+        self.verdict == "invalid"
+    }
+}
+
+/// Runs one matrix cell: `fencelab run` as a child process, then reads its results.json.
+pub async fn run_cell(
+    program: &Path,
+    store: &Path,
+    bug: Option<Bug>,
+    nemesis: &str,
+    seed: u64,
+    time_limit: u64,
+) -> Cell {
+    let name = bug.map_or("correct".to_string(), |bug| bug.name().to_string());
+    let store = store.join(format!("{name}-s{seed}"));
+    let mut args = vec!["run".to_string(), "--test-name".into(), name.clone(), "--seed".into(), seed.to_string()];
+    args.extend(["--time-limit".into(), time_limit.to_string(), "--nemesis".into(), nemesis.to_string()]);
+    args.extend(["--store".into(), store.display().to_string()]);
+    if let Some(bug) = bug {
+        args.extend(["--bug".into(), bug.name().to_string()]);
+    }
+    let command = format!("fencelab {}", args.join(" "));
+    let mut cell = Cell {
+        bug: bug.map(|bug| bug.name().to_string()),
+        nemesis: nemesis.to_string(),
+        seed,
+        verdict: String::new(),
+        checkers: vec![],
+        first_anomaly_s: None,
+        folder: None,
+        command,
+    };
+    let bound = Duration::from_secs(time_limit + 180);
+    let output = tokio::process::Command::new(program).args(&args).kill_on_drop(true).output();
+    match tokio::time::timeout(bound, output).await {
+        Ok(Ok(_)) => read_results(&store.join("latest"), &mut cell),
+        Ok(Err(error)) => cell.verdict = format!("error: {error}"),
+        Err(_) => cell.verdict = format!("error: no verdict within {bound:?}"),
+    }
+    cell
+}
+
+fn read_results(folder: &Path, cell: &mut Cell) {
+    let Ok(text) = std::fs::read_to_string(folder.join("results.json")) else {
+        cell.verdict = format!("error: no results.json in {}", folder.display());
+        return;
+    };
+    let Ok(results) = serde_json::from_str::<serde_json::Value>(&text) else {
+        cell.verdict = "error: unreadable results.json".into();
+        return;
+    };
+    cell.folder = std::fs::canonicalize(folder).ok();
+    cell.verdict = results["overall"].as_str().unwrap_or("unknown").to_string();
+    let events = history::read_file(&folder.join("history.jsonl")).unwrap_or_default();
+    let time_of = |index: u64| events.get(index as usize).map(|event| event.time_ns as f64 / 1e9);
+    for checker in results["checkers"].as_array().into_iter().flatten() {
+        let anomalies = checker["anomalies"].as_array().cloned().unwrap_or_default();
+        if anomalies.is_empty() {
+            continue;
+        }
+        cell.checkers.push(checker["checker"].as_str().unwrap_or("?").to_string());
+        let first = anomalies
+            .iter()
+            .filter_map(|anomaly| {
+                anomaly["events"].as_array().map(|events| events.iter().filter_map(|e| e.as_u64()).collect::<Vec<_>>())
+            })
+            .filter_map(|events| events.iter().filter_map(|index| time_of(*index)).reduce(f64::max))
+            .reduce(f64::min);
+        cell.first_anomaly_s = match (cell.first_anomaly_s, first) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
+/// What a whole matrix found.
+#[derive(Debug, Serialize)]
+pub struct Matrix {
+    pub time_limit_s: u64,
+    pub cells: Vec<Cell>,
+    pub rows: Vec<Row>,
+}
+
+/// One line of the table: a bug (or the correct lab) over its seeds.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    pub bug: Option<String>,
+    pub nemesis: String,
+    pub runs: usize,
+    /// Runs with a verdict of `invalid`.
+    pub detected: usize,
+    /// Runs that ended without a verdict (an error, or no results).
+    pub errors: usize,
+    /// Checkers that caught it, with how many runs each.
+    pub checkers: Vec<(String, usize)>,
+    /// Median seconds into the run of the first anomaly's evidence, over detecting runs.
+    pub first_anomaly_s_median: Option<f64>,
+}
+
+impl Row {
+    /// A bug row holds when at least 90% of its runs detect it; the correct lab's when none does.
+    pub fn holds(&self) -> bool {
+        match self.bug {
+            Some(_) => self.detected * 10 >= self.runs * 9,
+            None => self.detected == 0 && self.errors == 0,
+        }
+    }
+}
+
+fn row(bug: Option<String>, nemesis: &str, cells: &[&Cell]) -> Row {
+    let mut checkers = std::collections::BTreeMap::<String, usize>::new();
+    for checker in cells.iter().flat_map(|cell| &cell.checkers) {
+        *checkers.entry(checker.clone()).or_default() += 1;
+    }
+    let mut firsts: Vec<f64> =
+        cells.iter().filter(|cell| cell.detected()).filter_map(|cell| cell.first_anomaly_s).collect();
+    firsts.sort_by(f64::total_cmp);
+    Row {
+        bug,
+        nemesis: nemesis.to_string(),
+        runs: cells.len(),
+        detected: cells.iter().filter(|cell| cell.detected()).count(),
+        errors: cells.iter().filter(|cell| cell.verdict.starts_with("error")).count(),
+        checkers: checkers.into_iter().collect(),
+        first_anomaly_s_median: firsts.get(firsts.len() / 2).copied(),
+    }
+}
+
+/// Runs every cell, `parallel` at a time.
+pub async fn run(args: &MatrixArgs, program: &Path) -> anyhow::Result<Matrix> {
+    std::fs::create_dir_all(&args.store)?;
+    let bugs: Vec<Bug> = if args.bugs.is_empty() { Bug::ALL.to_vec() } else { args.bugs.clone() };
+    let mut plan: Vec<(Option<Bug>, &'static str, u64)> = Vec::new();
+    for bug in &bugs {
+        plan.extend((0..args.seeds).map(|i| (Some(*bug), exposing_faults(*bug), args.first_seed + i)));
+    }
+    plan.extend((0..args.correct_seeds).map(|i| (None, "all", args.first_seed + i)));
+    let mut cells = Vec::new();
+    let mut running = tokio::task::JoinSet::new();
+    for (bug, nemesis, seed) in plan {
+        if running.len() >= args.parallel.max(1) {
+            cells.push(running.join_next().await.expect("a running cell")?);
+        }
+        let (program, store, time_limit) = (program.to_path_buf(), args.store.clone(), args.time_limit);
+        running.spawn(async move { run_cell(&program, &store, bug, nemesis, seed, time_limit).await });
+    }
+    while let Some(cell) = running.join_next().await {
+        cells.push(cell?);
+    }
+    cells.sort_by(|a, b| (a.bug.is_none(), &a.bug, a.seed).cmp(&(b.bug.is_none(), &b.bug, b.seed)));
+    let mut rows = Vec::new();
+    for bug in &bugs {
+        let mine: Vec<&Cell> = cells.iter().filter(|cell| cell.bug.as_deref() == Some(bug.name())).collect();
+        rows.push(row(Some(bug.name().to_string()), exposing_faults(*bug), &mine));
+    }
+    let correct: Vec<&Cell> = cells.iter().filter(|cell| cell.bug.is_none()).collect();
+    if !correct.is_empty() {
+        rows.push(row(None, "all", &correct));
+    }
+    let matrix = Matrix { time_limit_s: args.time_limit, cells, rows };
+    std::fs::write(args.store.join("matrix.json"), serde_json::to_vec_pretty(&matrix)?)?;
+    Ok(matrix)
+}
+
+/// The table, one line per bug and one for the correct lab.
+pub fn table(matrix: &Matrix) -> String {
+    let mut out =
+        format!("{:<27} {:<30} {:>9} {:>13}  {}\n", "bug", "faults", "detected", "first (s)", "checkers (runs)");
+    for row in &matrix.rows {
+        let name = row.bug.clone().unwrap_or_else(|| "(correct lab)".to_string());
+        let detected = match row.bug {
+            Some(_) => format!("{}/{}", row.detected, row.runs),
+            None => format!("{} of {} flagged", row.detected, row.runs),
+        };
+        let first = row.first_anomaly_s_median.map_or("-".to_string(), |seconds| format!("{seconds:.1}"));
+        let checkers: Vec<String> = row.checkers.iter().map(|(name, runs)| format!("{name} ({runs})")).collect();
+        let mark = if row.holds() { "" } else { "  <- FAILS ITS TARGET" };
+        out.push_str(&format!(
+            "{name:<27} {:<30} {detected:>9} {first:>13}  {}{mark}\n",
+            row.nemesis,
+            checkers.join(", ")
+        ));
+    }
+    for cell in matrix.cells.iter().filter(|cell| cell.verdict.starts_with("error")) {
+        out.push_str(&format!("error in `{}`: {}\n", cell.command, cell.verdict));
+    }
+    out
+}
