@@ -198,8 +198,10 @@ async fn progress(shared: Shared) {
         let phase = if elapsed_s < limit_s { "chaos" } else { "recovery" };
         let active = shared.active.lock().await.join(" ");
         let submitted = shared.submitted.load(Ordering::Relaxed);
+        let operator = shared.cluster.lock().await.lab.operator.clone();
+        let done = operator.jobs().await.map_or(0, |jobs| jobs.iter().filter(|job| settled(job)).count());
         eprintln!(
-            "[{phase}] {elapsed_s}s/{limit_s}s  jobs submitted {submitted}  faults: {}",
+            "[{phase}] {elapsed_s}s/{limit_s}s  jobs done {done}/{submitted}  faults: {}",
             if active.is_empty() { "-" } else { &active }
         );
     }
