@@ -174,14 +174,19 @@ impl Cluster {
         self.runners.iter().map(|slot| self.lab.runner_log(&slot.id)).collect()
     }
 
-    /// Stops every runner, the lab and the embedded proxy; nothing is left listening.
-    pub async fn stop(&mut self) {
+    /// Stops every runner, so that the ledger and the step log can be read whole.
+    pub async fn stop_runners(&mut self) {
         for slot in &mut self.runners {
             if let Some(process) = slot.process.as_mut() {
                 process.signal(libc::SIGCONT);
                 process.stop(Duration::from_secs(2)).await;
             }
         }
+    }
+
+    /// Stops every runner, the lab and the embedded proxy; nothing is left listening.
+    pub async fn stop(&mut self) {
+        self.stop_runners().await;
         self.lab.stop_all().await;
         if let Some(server) = self.proxy_server.take() {
             server.shutdown().await;

@@ -104,15 +104,15 @@ pub async fn execute(
     let client = tokio::spawn(client(shared.clone(), jobs));
     let nemesis = tokio::spawn(nemesis::run(shared.clone(), schedule));
     let stoppable = [client.abort_handle(), nemesis.abort_handle()];
-    let complete = tokio::select! {
-        complete = chaos_then_recovery(&shared, &stoppable) => complete,
-        _ = interrupt => false,
+    let (complete, interrupted) = tokio::select! {
+        complete = chaos_then_recovery(&shared, &stoppable) => (complete, false),
+        _ = interrupt => (false, true),
     };
     for task in [operator, progress, client, nemesis] {
         task.abort();
         let _ = task.await;
     }
-    let outcome = finish(&shared, folder, complete, healthy_ms, faults).await?;
+    let outcome = finish(&shared, folder, complete, interrupted, healthy_ms, faults).await?;
     let meta = crate::check::RunMeta {
         command,
         started_at,
@@ -208,16 +208,20 @@ async fn progress(shared: Shared) {
 }
 
 /// Collects the ledger, the step log and the final state, stops everything and writes the
-/// whole history.
+/// whole history. An interrupted run never reached its end: it gets no `final` events, so
+/// the checkers that need them answer unknown instead of reading an unsettled job as lost.
 async fn finish(
     shared: &Shared,
     folder: PathBuf,
     complete: bool,
+    interrupted: bool,
     healthy_ms: u64,
     faults: usize,
 ) -> anyhow::Result<Outcome> {
     let (operator, target) = {
-        let cluster = shared.cluster.lock().await;
+        let mut cluster = shared.cluster.lock().await;
+        // No runner may report after the ledger is read: every answer it got is in the ledger.
+        cluster.stop_runners().await;
         (cluster.lab.operator.clone(), lab::client::Client::new(&cluster.lab.target_url(), None, COLLECT_WAIT_MAX))
     };
     let ledger = operator.ledger(10_000_000).await.unwrap_or_default();
@@ -226,7 +230,7 @@ async fn finish(
     for job in operator.jobs().await.unwrap_or_default() {
         jobs.push(operator.job(&job.id).await.unwrap_or(job));
     }
-    let finals = jobs.iter().map(final_event).collect();
+    let finals = if interrupted { vec![] } else { jobs.iter().map(final_event).collect() };
     let logs = shared.cluster.lock().await.runner_logs();
     shared.cluster.lock().await.stop().await;
     let events = shared.recorder.finish(&logs, &ledger, &steps, finals)?;

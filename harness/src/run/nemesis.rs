@@ -69,7 +69,11 @@ fn record(recorder: &Recorder, fault: &Fault, phase: &str, result: Result<(), St
 
 async fn start(shared: &Shared, fault: &Fault) {
     let index = runner(fault);
-    if matches!(fault.variant, Variant::DelayedStep { .. } | Variant::ControlLink | Variant::TargetLinkMidStep) {
+    let mid_deployment = matches!(
+        fault.variant,
+        Variant::DelayedStep { .. } | Variant::ControlLink | Variant::TargetLinkMidStep | Variant::StaticSkew { .. }
+    );
+    if mid_deployment {
         // These faults are about a runner in the middle of a deployment: wait (bounded) for one.
         wait_busy(shared, index, Duration::from_millis(2 * shared.config.lease_ms)).await;
     }
