@@ -45,8 +45,55 @@ enum Command {
     /// For every planted bug, short runs with the faults that expose it, and the correct lab
     /// under every fault: a table of bug × detected, also written as JSON.
     Matrix(crate::matrix::MatrixArgs),
+    /// Run a recorded run again (its config and realised fault schedule) and say whether the
+    /// same anomalies appeared.
+    Replay {
+        /// The run folder (`store/<test>/<start-time>`, or `store/latest`).
+        folder: std::path::PathBuf,
+        /// Replays to make; the answer counts how many reproduced.
+        #[arg(long, default_value_t = 1)]
+        tries: u32,
+        /// Where the replays' run folders go.
+        #[arg(long, default_value = "store/replays")]
+        store: std::path::PathBuf,
+    },
+    /// Run a suite file (runs × faults × seeds) within its time budget: an index page, one
+    /// aggregated junit.xml; exits non-zero if a run did not pass.
+    Suite {
+        file: std::path::PathBuf,
+        /// Run only the I-th of N slices (1-based), for a CI matrix.
+        #[arg(long)]
+        shard: Option<String>,
+        /// Where the index, junit.xml, suite.json and the runs go.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
+    /// Join the outputs of suite shards into one index, junit.xml and suite.json.
+    Merge {
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// The shards' output folders.
+        #[arg(required = true)]
+        shards: Vec<std::path::PathBuf>,
+    },
     /// List the lab's planted bugs, one a line: name, then the protection it removes.
     Bugs,
+    /// Scripted incidents against the real lab (`docs/scenarios.md`).
+    Scenario {
+        #[command(subcommand)]
+        command: ScenarioCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ScenarioCommand {
+    /// Run a scenario file: exit 0 when every expectation held, 1 when one failed.
+    Run {
+        file: std::path::PathBuf,
+        /// Where run folders go (`STORE/scenario-NAME/START-TIME`).
+        #[arg(long, default_value = "store")]
+        store: std::path::PathBuf,
+    },
 }
 
 pub fn main() -> ExitCode {
@@ -85,6 +132,10 @@ pub fn main() -> ExitCode {
             verdict(&folder, &command)
         }
         Command::Matrix(args) => matrix_command(&args),
+        Command::Replay { folder, tries, store } => replay_command(&folder, tries, &store),
+        Command::Suite { file, shard, out } => suite_command(&file, shard.as_deref(), out),
+        Command::Merge { out, shards } => merge_command(&out, &shards),
+        Command::Scenario { command: ScenarioCommand::Run { file, store } } => crate::scenario::main(&file, &store),
         Command::Bugs => {
             print!("{}", lab::bugs::listing());
             ExitCode::SUCCESS
@@ -203,5 +254,88 @@ fn matrix_command(args: &crate::matrix::MatrixArgs) -> ExitCode {
             eprintln!("fencelab matrix: {error:#}");
             ExitCode::from(EXIT_INTERNAL)
         }
+    }
+}
+
+fn replay_command(folder: &std::path::Path, tries: u32, store: &std::path::Path) -> ExitCode {
+    let Some(original) = crate::replay::invalid_checkers(folder) else {
+        eprintln!("fencelab replay: {} holds no results.json", folder.display());
+        return ExitCode::from(EXIT_BAD_ARGUMENTS);
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    let program = std::env::current_exe().expect("the running program has a path");
+    println!("original anomalies in: {:?}", original);
+    let mut reproduced = 0;
+    for index in 1..=tries.max(1) {
+        let store = store.join(format!("replay-{}-{index}", std::process::id()));
+        match runtime.block_on(crate::replay::replay(&program, folder, store)) {
+            Ok(replayed) => {
+                reproduced += u32::from(replayed.reproduced);
+                let word = if replayed.reproduced { "reproduced" } else { "NOT reproduced" };
+                println!(
+                    "replay {index}: {word}: {} in {:?} ({:?})",
+                    replayed.cell.verdict, replayed.checkers, replayed.cell.folder
+                );
+            }
+            Err(error) => {
+                eprintln!("fencelab replay: {error}");
+                return ExitCode::from(EXIT_BAD_ARGUMENTS);
+            }
+        }
+    }
+    println!("{reproduced} of {} replays reproduced the anomalies", tries.max(1));
+    ExitCode::from(if reproduced == tries.max(1) { 0 } else { 1 })
+}
+
+fn suite_command(file: &std::path::Path, shard: Option<&str>, out: Option<std::path::PathBuf>) -> ExitCode {
+    let suite = match crate::suite::read(file) {
+        Ok(suite) => suite,
+        Err(message) => return bad_arguments(&message),
+    };
+    let shard = match shard.map(crate::suite::parse_shard).transpose() {
+        Ok(shard) => shard,
+        Err(message) => return bad_arguments(&message),
+    };
+    let default_out = match shard {
+        Some((i, n)) => format!("store/suite-{}-shard-{i}-of-{n}", suite.name),
+        None => format!("store/suite-{}", suite.name),
+    };
+    let out = out.unwrap_or_else(|| default_out.into());
+    if let Err(error) = std::fs::create_dir_all(&out) {
+        return bad_arguments(&format!("--out {}: {error}", out.display()));
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    let program = std::env::current_exe().expect("the running program has a path");
+    let result = runtime.block_on(crate::suite::execute(&suite, shard, &program, &out));
+    finish_suite(&result, &out)
+}
+
+fn finish_suite(result: &crate::suite::SuiteResult, out: &std::path::Path) -> ExitCode {
+    if let Err(error) = crate::suite::write(result, out) {
+        eprintln!("fencelab: cannot write the suite's outputs into {}: {error}", out.display());
+        return ExitCode::from(EXIT_INTERNAL);
+    }
+    for entry in &result.entries {
+        let word = if entry.passed { "pass" } else { "FAIL" };
+        println!("{word}  {:<32} seed {:<6} {}", entry.name, entry.seed, entry.verdict);
+    }
+    println!("index: {}", out.join("index.html").display());
+    ExitCode::from(result.exit_code())
+}
+
+fn merge_command(out: &std::path::Path, shards: &[std::path::PathBuf]) -> ExitCode {
+    let mut results = Vec::new();
+    for shard in shards {
+        match crate::suite::read_result(shard) {
+            Ok(result) => results.push((shard.clone(), result)),
+            Err(message) => return bad_arguments(&message),
+        }
+    }
+    if let Err(error) = std::fs::create_dir_all(out) {
+        return bad_arguments(&format!("--out {}: {error}", out.display()));
+    }
+    match crate::suite::merge(results, out) {
+        Ok(merged) => finish_suite(&merged, out),
+        Err(message) => bad_arguments(&message),
     }
 }

@@ -4,4 +4,8 @@
 pub mod check;
 pub mod cli;
 pub mod matrix;
+pub mod replay;
 pub mod run;
+pub mod runs;
+pub mod scenario;
+pub mod suite;

@@ -4,11 +4,12 @@
 //! checker, and how many seconds into the run its first anomaly's evidence sits.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use clap::Args;
 use lab::bugs::Bug;
 use serde::Serialize;
+
+pub use crate::runs::{run_child, Cell, RunSpec};
 
 #[derive(Args, Clone, Debug)]
 pub struct MatrixArgs {
@@ -48,30 +49,7 @@ pub fn exposing_faults(bug: Bug) -> &'static str {
     }
 }
 
-/// One run of the matrix.
-#[derive(Clone, Debug, Serialize)]
-pub struct Cell {
-    /// The planted bug, or `None` for the correct lab.
-    pub bug: Option<String>,
-    pub nemesis: String,
-    pub seed: u64,
-    /// `valid`, `invalid`, `unknown`, or `error: ...` when the run itself failed.
-    pub verdict: String,
-    /// Checkers that found anomalies.
-    pub checkers: Vec<String>,
-    /// Seconds into the run of the earliest event proving an anomaly.
-    pub first_anomaly_s: Option<f64>,
-    pub folder: Option<PathBuf>,
-    pub command: String,
-}
-
-impl Cell {
-    pub fn detected(&self) -> bool {
-        self.verdict == "invalid"
-    }
-}
-
-/// Runs one matrix cell: `fencelab run` as a child process, then reads its results.json.
+/// Runs one matrix cell: `fencelab run` of the bug (or the correct lab) under `nemesis`.
 pub async fn run_cell(
     program: &Path,
     store: &Path,
@@ -80,66 +58,15 @@ pub async fn run_cell(
     seed: u64,
     time_limit: u64,
 ) -> Cell {
-    let name = bug.map_or("correct".to_string(), |bug| bug.name().to_string());
-    let store = store.join(format!("{name}-s{seed}"));
-    let mut args = vec!["run".to_string(), "--test-name".into(), name.clone(), "--seed".into(), seed.to_string()];
-    args.extend(["--time-limit".into(), time_limit.to_string(), "--nemesis".into(), nemesis.to_string()]);
-    args.extend(["--store".into(), store.display().to_string()]);
-    if let Some(bug) = bug {
-        args.extend(["--bug".into(), bug.name().to_string()]);
-    }
-    let command = format!("fencelab {}", args.join(" "));
-    let mut cell = Cell {
-        bug: bug.map(|bug| bug.name().to_string()),
+    let spec = RunSpec {
+        test_name: bug.map_or("correct".to_string(), |bug| bug.name().to_string()),
+        bugs: bug.into_iter().collect(),
         nemesis: nemesis.to_string(),
         seed,
-        verdict: String::new(),
-        checkers: vec![],
-        first_anomaly_s: None,
-        folder: None,
-        command,
+        time_limit,
+        extra: vec![],
     };
-    let bound = Duration::from_secs(time_limit + 180);
-    let output = tokio::process::Command::new(program).args(&args).kill_on_drop(true).output();
-    match tokio::time::timeout(bound, output).await {
-        Ok(Ok(_)) => read_results(&store.join("latest"), &mut cell),
-        Ok(Err(error)) => cell.verdict = format!("error: {error}"),
-        Err(_) => cell.verdict = format!("error: no verdict within {bound:?}"),
-    }
-    cell
-}
-
-fn read_results(folder: &Path, cell: &mut Cell) {
-    let Ok(text) = std::fs::read_to_string(folder.join("results.json")) else {
-        cell.verdict = format!("error: no results.json in {}", folder.display());
-        return;
-    };
-    let Ok(results) = serde_json::from_str::<serde_json::Value>(&text) else {
-        cell.verdict = "error: unreadable results.json".into();
-        return;
-    };
-    cell.folder = std::fs::canonicalize(folder).ok();
-    cell.verdict = results["overall"].as_str().unwrap_or("unknown").to_string();
-    let events = history::read_file(&folder.join("history.jsonl")).unwrap_or_default();
-    let time_of = |index: u64| events.get(index as usize).map(|event| event.time_ns as f64 / 1e9);
-    for checker in results["checkers"].as_array().into_iter().flatten() {
-        let anomalies = checker["anomalies"].as_array().cloned().unwrap_or_default();
-        if anomalies.is_empty() {
-            continue;
-        }
-        cell.checkers.push(checker["checker"].as_str().unwrap_or("?").to_string());
-        let first = anomalies
-            .iter()
-            .filter_map(|anomaly| {
-                anomaly["events"].as_array().map(|events| events.iter().filter_map(|e| e.as_u64()).collect::<Vec<_>>())
-            })
-            .filter_map(|events| events.iter().filter_map(|index| time_of(*index)).reduce(f64::max))
-            .reduce(f64::min);
-        cell.first_anomaly_s = match (cell.first_anomaly_s, first) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-    }
+    run_child(program, store, &spec).await
 }
 
 /// What a whole matrix found.

@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Bug {
     AcceptStaleResult,
     HeartbeatRevivesExpired,
@@ -141,6 +142,7 @@ mod tests {
     fn every_name_parses_back() {
         for bug in Bug::ALL {
             assert_eq!(bug.name().parse::<Bug>().unwrap(), bug);
+            assert_eq!(serde_json::to_value(bug).unwrap(), bug.name(), "serde speaks the same names");
         }
         let error = "stale".parse::<Bug>().unwrap_err().to_string();
         assert!(error.contains("unknown bug `stale`") && error.contains("ack-before-commit"), "{error}");

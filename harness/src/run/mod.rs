@@ -238,7 +238,7 @@ async fn finish(
     Ok(Outcome { folder, complete: complete && !ledger.is_empty(), jobs, events, healthy_ms, faults })
 }
 
-fn final_event(job: &JobView) -> history::Event {
+pub fn final_event(job: &JobView) -> history::Event {
     let state = serde_json::to_value(job.state).ok().and_then(|value| value.as_str().map(str::to_string));
     let mut event = history::Event::new(0, "harness", EventType::Ok, "final");
     event.job = Some(job.id.clone());

@@ -3,6 +3,8 @@
 
 mod matrix;
 mod run;
+mod scenario;
+mod suite;
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,0 +1,73 @@
+//! Replay: run a recorded run again — its config and its realised fault schedule — and say
+//! whether the same anomalies appeared.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use crate::check::RunMeta;
+use crate::runs::{anomaly_kinds, read_results, Cell};
+
+/// What one replay found.
+#[derive(Debug)]
+pub struct Replayed {
+    pub cell: Cell,
+    /// Checkers with anomalies in the replay.
+    pub checkers: BTreeSet<String>,
+    pub reproduced: bool,
+}
+
+/// The checkers that found anomalies in a run folder.
+pub fn invalid_checkers(folder: &Path) -> Option<BTreeSet<String>> {
+    Some(anomaly_kinds(folder)?.into_iter().map(|(checker, _)| checker).collect())
+}
+
+/// The `fencelab run` arguments of a recorded run, with its schedule and a new store.
+pub fn replay_args(folder: &Path, store: &Path) -> Result<Vec<String>, String> {
+    let path = folder.join("run.json");
+    let text = std::fs::read_to_string(&path).map_err(|error| format!("{}: {error}", path.display()))?;
+    let meta: RunMeta = serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?;
+    let words: Vec<&str> = meta.command.split_whitespace().collect();
+    if words.get(..2) != Some(&["fencelab", "run"][..]) {
+        return Err(format!("{}: not a `fencelab run` command: {}", path.display(), meta.command));
+    }
+    let mut args = vec!["run".to_string()];
+    let mut rest = words[2..].iter();
+    while let Some(word) = rest.next() {
+        if matches!(*word, "--store" | "--schedule") {
+            rest.next();
+            continue;
+        }
+        args.push(word.to_string());
+    }
+    let schedule =
+        std::fs::canonicalize(folder.join("schedule.json")).map_err(|error| format!("schedule.json: {error}"))?;
+    args.extend(["--schedule".into(), schedule.display().to_string(), "--store".into(), store.display().to_string()]);
+    Ok(args)
+}
+
+/// Replays the run in `folder` once, into `store`.
+pub async fn replay(program: &Path, folder: &Path, store: PathBuf) -> Result<Replayed, String> {
+    let original = invalid_checkers(folder).ok_or_else(|| format!("{} holds no results.json", folder.display()))?;
+    let args = replay_args(folder, &store)?;
+    let output = tokio::process::Command::new(program).args(&args).kill_on_drop(true).output();
+    let bound = std::time::Duration::from_secs(24 * 3_600);
+    tokio::time::timeout(bound, output)
+        .await
+        .map_err(|_| "the replay did not end".to_string())?
+        .map_err(|e| e.to_string())?;
+    let mut cell = Cell {
+        test_name: String::new(),
+        bug: None,
+        nemesis: String::new(),
+        seed: 0,
+        verdict: String::new(),
+        checkers: vec![],
+        first_anomaly_s: None,
+        folder: None,
+        command: format!("fencelab {}", args.join(" ")),
+    };
+    read_results(&store.join("latest"), &mut cell);
+    let checkers: BTreeSet<String> = cell.checkers.iter().cloned().collect();
+    let reproduced = if original.is_empty() { cell.verdict == "valid" } else { original.is_subset(&checkers) };
+    Ok(Replayed { cell, checkers, reproduced })
+}

@@ -1,0 +1,129 @@
+//! Running `fencelab run` as a child process and reading back its verdict: what the matrix
+//! and the suites are made of. Each run gets a store of its own, so runs can go side by side.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use lab::bugs::Bug;
+use serde::{Deserialize, Serialize};
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunSpec {
+    pub test_name: String,
+    pub bugs: Vec<Bug>,
+    pub nemesis: String,
+    pub seed: u64,
+    pub time_limit: u64,
+    /// Further `fencelab run` flags, verbatim.
+    pub extra: Vec<String>,
+}
+
+impl RunSpec {
+    pub fn args(&self, store: &Path) -> Vec<String> {
+        let mut args = vec!["run".to_string(), "--test-name".into(), self.test_name.clone()];
+        args.extend(["--seed".into(), self.seed.to_string(), "--time-limit".into(), self.time_limit.to_string()]);
+        args.extend(["--nemesis".into(), self.nemesis.clone(), "--store".into(), store.display().to_string()]);
+        for bug in &self.bugs {
+            args.extend(["--bug".into(), bug.name().to_string()]);
+        }
+        args.extend(self.extra.iter().cloned());
+        args
+    }
+}
+
+/// One finished run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cell {
+    pub test_name: String,
+    /// The planted bug, or `None` for the correct lab.
+    pub bug: Option<String>,
+    pub nemesis: String,
+    pub seed: u64,
+    /// `valid`, `invalid`, `unknown`, or `error: ...` when the run itself failed.
+    pub verdict: String,
+    /// Checkers that found anomalies.
+    pub checkers: Vec<String>,
+    /// Seconds into the run of the earliest moment an anomaly's evidence was complete.
+    pub first_anomaly_s: Option<f64>,
+    pub folder: Option<PathBuf>,
+    pub command: String,
+}
+
+impl Cell {
+    pub fn detected(&self) -> bool {
+        self.verdict == "invalid"
+    }
+}
+
+/// Runs `spec` as `fencelab run` in the store `store/<test-name>-s<seed>`, bounded in time.
+pub async fn run_child(program: &Path, store: &Path, spec: &RunSpec) -> Cell {
+    let store = store.join(format!("{}-s{}", spec.test_name, spec.seed));
+    let args = spec.args(&store);
+    let mut cell = Cell {
+        test_name: spec.test_name.clone(),
+        bug: spec.bugs.first().map(|bug| bug.name().to_string()),
+        nemesis: spec.nemesis.clone(),
+        seed: spec.seed,
+        verdict: String::new(),
+        checkers: vec![],
+        first_anomaly_s: None,
+        folder: None,
+        command: format!("fencelab {}", args.join(" ")),
+    };
+    let bound = Duration::from_secs(spec.time_limit + 180);
+    let output = tokio::process::Command::new(program).args(&args).kill_on_drop(true).output();
+    match tokio::time::timeout(bound, output).await {
+        Ok(Ok(_)) => read_results(&store.join("latest"), &mut cell),
+        Ok(Err(error)) => cell.verdict = format!("error: {error}"),
+        Err(_) => cell.verdict = format!("error: no verdict within {bound:?}"),
+    }
+    cell
+}
+
+/// The (checker, anomaly kind) pairs a run folder's results hold, in order.
+pub fn anomaly_kinds(folder: &Path) -> Option<std::collections::BTreeSet<(String, String)>> {
+    let text = std::fs::read_to_string(folder.join("results.json")).ok()?;
+    let results: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let mut kinds = std::collections::BTreeSet::new();
+    for checker in results["checkers"].as_array()? {
+        for anomaly in checker["anomalies"].as_array().into_iter().flatten() {
+            let name = checker["checker"].as_str().unwrap_or("?").to_string();
+            kinds.insert((name, anomaly["kind"].as_str().unwrap_or("?").to_string()));
+        }
+    }
+    Some(kinds)
+}
+
+/// Reads a run folder's verdict, the checkers that found anomalies, and when the first
+/// anomaly's evidence was complete (the latest of its proving events).
+pub fn read_results(folder: &Path, cell: &mut Cell) {
+    let Ok(text) = std::fs::read_to_string(folder.join("results.json")) else {
+        cell.verdict = format!("error: no results.json in {}", folder.display());
+        return;
+    };
+    let Ok(results) = serde_json::from_str::<serde_json::Value>(&text) else {
+        cell.verdict = "error: unreadable results.json".into();
+        return;
+    };
+    cell.folder = std::fs::canonicalize(folder).ok();
+    cell.verdict = results["overall"].as_str().unwrap_or("unknown").to_string();
+    let events = history::read_file(&folder.join("history.jsonl")).unwrap_or_default();
+    let time_of = |index: u64| events.get(index as usize).map(|event| event.time_ns as f64 / 1e9);
+    for checker in results["checkers"].as_array().into_iter().flatten() {
+        let anomalies = checker["anomalies"].as_array().cloned().unwrap_or_default();
+        if anomalies.is_empty() {
+            continue;
+        }
+        cell.checkers.push(checker["checker"].as_str().unwrap_or("?").to_string());
+        let complete_at = |anomaly: &serde_json::Value| {
+            let indices = anomaly["events"].as_array()?.iter().filter_map(|index| index.as_u64());
+            indices.filter_map(time_of).reduce(f64::max)
+        };
+        let first = anomalies.iter().filter_map(complete_at).reduce(f64::min);
+        cell.first_anomaly_s = match (cell.first_anomaly_s, first) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}

@@ -1,0 +1,191 @@
+//! Evaluating a condition (a `wait`'s or an `[[expect]]`'s) against what the lab shows:
+//! the job with its attempts and ledger, the target's step log, the checkers' verdicts.
+//! A failed condition answers what was expected and what was found.
+
+use std::collections::BTreeMap;
+
+use checkers::{CheckerResult, Verdict};
+use lab::protocol::{AttemptView, JobView, StepRecord};
+
+use super::format::Condition;
+
+/// What a condition is evaluated against.
+#[derive(Default)]
+pub struct View {
+    pub jobs: BTreeMap<String, JobView>,
+    pub steps: Vec<StepRecord>,
+    pub checkers: Vec<CheckerResult>,
+}
+
+fn word<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value).ok().and_then(|value| value.as_str().map(str::to_string)).unwrap_or_default()
+}
+
+/// One line saying what the condition asks.
+pub fn describe(condition: &Condition) -> String {
+    let value = serde_json::json!({
+        "job": condition.job, "attempt": condition.attempt, "state": condition.state, "outcome": condition.outcome,
+        "attempts": condition.attempts, "current": condition.current, "fence": condition.fence,
+        "closed_by": condition.closed_by, "runner": condition.runner, "ledger": condition.ledger,
+        "decision": condition.decision, "recorded_as": condition.recorded_as, "reason": condition.reason,
+        "applied_steps": condition.applied_steps, "stale_step": condition.stale_step,
+        "checker": condition.checker, "verdict": condition.verdict,
+    });
+    let fields: Vec<String> = value
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, value)| !value.is_null())
+        .map(|(key, value)| format!("{key} = {value}"))
+        .collect();
+    fields.join(", ")
+}
+
+/// Ok when the condition holds; else what was found.
+pub fn evaluate(condition: &Condition, view: &View) -> Result<(), String> {
+    if let Some(checker) = &condition.checker {
+        return evaluate_checker(checker, condition.verdict.as_deref().unwrap_or("valid"), &view.checkers);
+    }
+    if let Some(expected) = condition.stale_step {
+        let found = stale_steps(&view.steps, condition.job.as_deref());
+        return match (expected, found.first()) {
+            (true, Some(_)) | (false, None) => Ok(()),
+            (true, None) => Err("no applied step had a fence lower than one already applied on its key".into()),
+            (false, Some(step)) => Err(format!(
+                "step {} of {} (fence {}) was applied on `{}` after fence {}",
+                step.step, step.attempt, step.fence, step.deployment_key, step.highest_fence_before
+            )),
+        };
+    }
+    let name = condition.job.as_deref().unwrap_or_default();
+    let Some(job) = view.jobs.get(name) else { return Err(format!("job `{name}` does not exist")) };
+    if let Some(kind) = &condition.ledger {
+        return evaluate_ledger(kind, condition, job);
+    }
+    if let Some(number) = condition.attempt {
+        let Some(attempt) = job.attempts.get(number as usize - 1).filter(|_| number > 0) else {
+            return Err(format!("job `{name}` has {} attempts, no attempt {number}", job.attempts.len()));
+        };
+        return evaluate_attempt(condition, attempt);
+    }
+    evaluate_job(condition, job, &view.steps)
+}
+
+fn evaluate_checker(checker: &str, expected: &str, results: &[CheckerResult]) -> Result<(), String> {
+    let Some(result) = results.iter().find(|result| result.checker == checker) else {
+        return Err(format!("checker `{checker}` gave no verdict"));
+    };
+    let (found, detail) = match &result.verdict {
+        Verdict::Valid => ("valid", String::new()),
+        Verdict::Invalid { anomalies } => {
+            ("invalid", anomalies.first().map_or(String::new(), |anomaly| format!(": {}", anomaly.message)))
+        }
+        Verdict::Unknown { reason } => ("unknown", format!(": {reason}")),
+    };
+    if found == expected {
+        Ok(())
+    } else {
+        Err(format!("{checker} was {found}{detail}"))
+    }
+}
+
+fn mismatch<T: PartialEq + std::fmt::Display>(what: &str, expected: Option<T>, found: T) -> Option<String> {
+    match expected {
+        Some(expected) if expected != found => Some(format!("{what} {found}")),
+        _ => None,
+    }
+}
+
+fn evaluate_attempt(condition: &Condition, attempt: &AttemptView) -> Result<(), String> {
+    let closed_by = attempt.closed_by.clone().unwrap_or_else(|| "-".into());
+    let found: Vec<String> = [
+        mismatch("state", condition.state.clone(), word(&attempt.state)),
+        mismatch("fence", condition.fence, attempt.fence),
+        mismatch("current", condition.current, attempt.current),
+        mismatch("closed_by", condition.closed_by.clone(), closed_by),
+        mismatch("runner", condition.runner.clone(), attempt.runner.clone()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if found.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{} has {}", attempt.id, found.join(", ")))
+    }
+}
+
+fn evaluate_job(condition: &Condition, job: &JobView, steps: &[StepRecord]) -> Result<(), String> {
+    let outcome = job.outcome.map_or_else(|| "-".to_string(), |outcome| outcome.as_str().to_string());
+    let applied = steps.iter().filter(|step| step.applied && step.job == job.id).count();
+    let claimed = condition.runner.as_ref().filter(|runner| !job.attempts.iter().any(|a| &&a.runner == runner));
+    let found: Vec<String> = [
+        mismatch("state", condition.state.clone(), word(&job.state)),
+        mismatch("outcome", condition.outcome.clone(), outcome),
+        mismatch("attempts", condition.attempts, job.attempts.len()),
+        condition.applied_steps.filter(|wanted| applied < *wanted).map(|_| format!("{applied} applied steps")),
+        claimed.map(|runner| format!("no attempt by {runner}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if found.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("job `{}` has {}", job.id, found.join(", ")))
+    }
+}
+
+fn evaluate_ledger(kind: &str, condition: &Condition, job: &JobView) -> Result<(), String> {
+    let attempt = condition.attempt.map(|number| format!("{}-a{number}", job.id));
+    let entries: Vec<_> = job
+        .ledger
+        .iter()
+        .filter(|entry| entry.kind == kind && (attempt.is_none() || entry.attempt == attempt))
+        .collect();
+    let matches = |entry: &&lab::protocol::LedgerEntry| {
+        let decision = entry.decision.as_ref().map(word);
+        condition.decision.as_ref().is_none_or(|wanted| decision.as_ref() == Some(wanted))
+            && condition.recorded_as.as_ref().is_none_or(|wanted| entry.recorded_as.as_ref() == Some(wanted))
+            && condition.reason.as_ref().is_none_or(|wanted| entry.reason.as_ref() == Some(wanted))
+            && condition.outcome.as_ref().is_none_or(|wanted| entry.outcome.as_ref() == Some(wanted))
+            && condition.runner.as_ref().is_none_or(|wanted| entry.runner.as_ref() == Some(wanted))
+    };
+    if entries.iter().any(matches) {
+        return Ok(());
+    }
+    let seen: Vec<String> = entries
+        .iter()
+        .map(|entry| {
+            format!(
+                "#{} {} {} decision={} recorded_as={} reason={} outcome={}",
+                entry.seq,
+                entry.attempt.as_deref().unwrap_or("-"),
+                entry.runner.as_deref().unwrap_or("-"),
+                entry.decision.as_ref().map_or("-".into(), word),
+                entry.recorded_as.as_deref().unwrap_or("-"),
+                entry.reason.as_deref().unwrap_or("-"),
+                entry.outcome.as_deref().unwrap_or("-"),
+            )
+        })
+        .collect();
+    if seen.is_empty() {
+        Err(format!("no `{kind}` entry for {}", attempt.unwrap_or_else(|| job.id.clone())))
+    } else {
+        Err(format!("the `{kind}` entries were: {}", seen.join("; ")))
+    }
+}
+
+/// Applied steps whose fence is lower than one already applied on their key.
+pub fn stale_steps<'a>(steps: &'a [StepRecord], job: Option<&str>) -> Vec<&'a StepRecord> {
+    let mut highest: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut stale = Vec::new();
+    for step in steps.iter().filter(|step| step.applied) {
+        let top = highest.entry(&step.deployment_key).or_insert(0);
+        if step.fence < *top && job.is_none_or(|job| job == step.job) {
+            stale.push(step);
+        }
+        *top = (*top).max(step.fence);
+    }
+    stale
+}

@@ -1,0 +1,373 @@
+//! The scenario file format (`docs/scenarios.md`): a header, `[[step]]` entries run in
+//! order and `[[expect]]` entries checked at the end. Parsing validates everything before
+//! anything starts; every error names the step or expectation and its line.
+
+use serde::Deserialize;
+
+/// Longest bound a `wait` may give (2 minutes).
+pub const WITHIN_MAX_MS: u64 = 120_000;
+
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    pub description: String,
+    pub seed: u64,
+    pub runners: u32,
+    pub idle: Vec<String>,
+    pub lease_ms: u64,
+    pub target_mode: String,
+    pub bugs: Vec<String>,
+    pub steps: Vec<Step>,
+    pub expects: Vec<Condition>,
+}
+
+/// One step and where it is in the file.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub index: usize,
+    pub line: usize,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Link {
+    Control,
+    Target,
+    Both,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Action {
+    Submit {
+        job: String,
+        key: String,
+        #[serde(default = "one")]
+        steps: u32,
+        #[serde(default)]
+        step_ms: u64,
+    },
+    Wait(Box<Condition>),
+    Elapse {
+        ms: u64,
+    },
+    Cut {
+        runner: String,
+        link: Link,
+    },
+    Heal {
+        runner: String,
+        link: Link,
+    },
+    Latency {
+        runner: String,
+        link: Link,
+        ms: u64,
+    },
+    Clear {
+        runner: String,
+        link: Link,
+    },
+    Pause {
+        runner: String,
+    },
+    Resume {
+        runner: String,
+    },
+    Kill {
+        runner: String,
+    },
+    Restart {
+        runner: String,
+    },
+    RestartControlPlane {},
+    Skew {
+        runner: String,
+        offset_ms: i64,
+    },
+    Reconcile {
+        job: String,
+        attempt: u32,
+        finding: String,
+        outcome: Option<String>,
+    },
+    Claim {
+        as_runner: String,
+        job: Option<String>,
+    },
+    Heartbeat {
+        as_runner: String,
+        job: String,
+        attempt: u32,
+        fence: Option<u64>,
+        #[serde(default)]
+        observed_offset_ms: i64,
+    },
+    Report {
+        as_runner: String,
+        job: String,
+        attempt: u32,
+        attempt_job: Option<String>,
+        fence: Option<u64>,
+        outcome: String,
+        #[serde(default)]
+        observed_offset_ms: i64,
+    },
+    Capability {
+        as_runner: String,
+        job: String,
+        attempt: u32,
+    },
+    TargetStep {
+        as_runner: String,
+        job: String,
+        attempt: u32,
+        step: u32,
+        steps: u32,
+    },
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A condition on the lab: what a `wait` waits for and what an `[[expect]]` asserts.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Condition {
+    pub job: Option<String>,
+    pub state: Option<String>,
+    pub outcome: Option<String>,
+    pub attempt: Option<u32>,
+    pub attempts: Option<usize>,
+    pub current: Option<bool>,
+    pub fence: Option<u64>,
+    pub closed_by: Option<String>,
+    pub runner: Option<String>,
+    pub ledger: Option<String>,
+    pub decision: Option<String>,
+    pub recorded_as: Option<String>,
+    pub reason: Option<String>,
+    pub applied_steps: Option<usize>,
+    pub stale_step: Option<bool>,
+    pub checker: Option<String>,
+    pub verdict: Option<String>,
+    pub within_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    seed: u64,
+    #[serde(default = "two")]
+    runners: u32,
+    #[serde(default)]
+    idle: Vec<String>,
+    #[serde(default = "lease")]
+    lease_ms: u64,
+    #[serde(default = "fenced")]
+    target_mode: String,
+    #[serde(default)]
+    bugs: Vec<String>,
+    #[serde(default)]
+    step: Vec<toml::Table>,
+    #[serde(default)]
+    expect: Vec<toml::Table>,
+}
+
+fn two() -> u32 {
+    2
+}
+fn lease() -> u64 {
+    600
+}
+fn fenced() -> String {
+    "fenced".into()
+}
+
+/// Lines (1-based) of every `[[name]]` header, in order.
+fn header_lines(text: &str, name: &str) -> Vec<usize> {
+    let header = format!("[[{name}]]");
+    text.lines().enumerate().filter(|(_, line)| line.trim() == header).map(|(index, _)| index + 1).collect()
+}
+
+/// Parses and validates a scenario; the error is one message for people.
+pub fn parse(text: &str) -> Result<Scenario, String> {
+    let raw: Raw = toml::from_str(text).map_err(|error| error.to_string().trim_end().to_string())?;
+    let step_lines = header_lines(text, "step");
+    let expect_lines = header_lines(text, "expect");
+    let mut steps = Vec::new();
+    for (index, table) in raw.step.into_iter().enumerate() {
+        let line = step_lines.get(index).copied().unwrap_or(0);
+        let name = table.get("action").and_then(|value| value.as_str()).unwrap_or("?").to_string();
+        let place = format!("step {} (line {line}, action `{name}`)", index + 1);
+        let action: Action = toml::Value::Table(table)
+            .try_into()
+            .map_err(|error: toml::de::Error| format!("{place}: {}", error.message()))?;
+        let step = Step { index: index + 1, line, action };
+        check_step(&step, raw.runners).map_err(|message| format!("{place}: {message}"))?;
+        steps.push(step);
+    }
+    let mut expects = Vec::new();
+    for (index, table) in raw.expect.into_iter().enumerate() {
+        let place = format!("expect {} (line {})", index + 1, expect_lines.get(index).copied().unwrap_or(0));
+        let condition: Condition = toml::Value::Table(table)
+            .try_into()
+            .map_err(|error: toml::de::Error| format!("{place}: {}", error.message()))?;
+        check_condition(&condition, false, raw.runners).map_err(|message| format!("{place}: {message}"))?;
+        expects.push(condition);
+    }
+    let scenario = Scenario {
+        name: raw.name,
+        description: raw.description,
+        seed: raw.seed,
+        runners: raw.runners,
+        idle: raw.idle,
+        lease_ms: raw.lease_ms,
+        target_mode: raw.target_mode,
+        bugs: raw.bugs,
+        steps,
+        expects,
+    };
+    check_header(&scenario)?;
+    Ok(scenario)
+}
+
+fn check_header(scenario: &Scenario) -> Result<(), String> {
+    if scenario.name.is_empty() || !scenario.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(format!("name `{}`: must be letters, digits, `-`, `_` or `.`", scenario.name));
+    }
+    if scenario.runners == 0 || scenario.runners > 16 {
+        return Err(format!("runners = {}: must be 1..=16", scenario.runners));
+    }
+    if !(100..=60_000).contains(&scenario.lease_ms) {
+        return Err(format!("lease_ms = {}: must be 100..=60000", scenario.lease_ms));
+    }
+    if !["fenced", "idempotent", "unfenced"].contains(&scenario.target_mode.as_str()) {
+        return Err(format!("target_mode = `{}`: must be fenced, idempotent or unfenced", scenario.target_mode));
+    }
+    for bug in &scenario.bugs {
+        bug.parse::<lab::bugs::Bug>().map_err(|error| format!("bugs: {error}"))?;
+    }
+    for runner in &scenario.idle {
+        runner_index(runner, scenario.runners).map_err(|message| format!("idle: {message}"))?;
+    }
+    if scenario.expects.is_empty() {
+        return Err("a scenario needs at least one [[expect]]".into());
+    }
+    Ok(())
+}
+
+/// `rK` → K-1, when 1 <= K <= runners.
+pub fn runner_index(name: &str, runners: u32) -> Result<usize, String> {
+    let number = name.strip_prefix('r').and_then(|rest| rest.parse::<u32>().ok());
+    match number {
+        Some(number) if (1..=runners).contains(&number) => Ok(number as usize - 1),
+        _ => Err(format!("runner `{name}` is not one of r1..r{runners}")),
+    }
+}
+
+fn check_step(step: &Step, runners: u32) -> Result<(), String> {
+    let index = |name: &str| runner_index(name, runners).map(drop);
+    match &step.action {
+        Action::Wait(condition) => check_condition(condition, true, runners),
+        Action::Submit { steps, step_ms, .. } => match (*steps, *step_ms) {
+            (1..=1000, 0..=600_000) => Ok(()),
+            _ => Err("steps must be 1..=1000 and step_ms at most 600000".into()),
+        },
+        Action::Elapse { ms } if *ms == 0 || *ms > WITHIN_MAX_MS => Err(format!("ms must be 1..={WITHIN_MAX_MS}")),
+        Action::Cut { runner, .. }
+        | Action::Heal { runner, .. }
+        | Action::Clear { runner, .. }
+        | Action::Pause { runner }
+        | Action::Resume { runner }
+        | Action::Kill { runner }
+        | Action::Restart { runner }
+        | Action::Skew { runner, .. } => index(runner),
+        Action::Latency { runner, ms, .. } => {
+            index(runner)?;
+            if *ms == 0 || *ms > WITHIN_MAX_MS {
+                return Err(format!("ms must be 1..={WITHIN_MAX_MS}"));
+            }
+            Ok(())
+        }
+        Action::Reconcile { finding, outcome, .. } => check_finding(finding, outcome.as_deref()),
+        Action::Report { as_runner, outcome, .. } => {
+            index(as_runner)?;
+            check_outcome(outcome)
+        }
+        Action::Claim { as_runner, .. }
+        | Action::Heartbeat { as_runner, .. }
+        | Action::Capability { as_runner, .. }
+        | Action::TargetStep { as_runner, .. } => index(as_runner),
+        _ => Ok(()),
+    }
+}
+
+fn check_outcome(outcome: &str) -> Result<(), String> {
+    match outcome {
+        "succeeded" | "failed" => Ok(()),
+        other => Err(format!("outcome `{other}`: must be succeeded or failed")),
+    }
+}
+
+fn check_finding(finding: &str, outcome: Option<&str>) -> Result<(), String> {
+    match (finding, outcome) {
+        ("completed", Some(outcome)) => check_outcome(outcome),
+        ("completed", None) => Err("finding `completed` needs an outcome".into()),
+        ("stopped" | "still-running", None) => Ok(()),
+        ("stopped" | "still-running", Some(_)) => Err(format!("finding `{finding}` takes no outcome")),
+        (other, _) => Err(format!("finding `{other}`: must be stopped, completed or still-running")),
+    }
+}
+
+/// A condition names one subject: a checker, the target's stale steps, a ledger entry, an
+/// attempt, or a job. Waits need a bound and cannot wait for a checker.
+fn check_condition(condition: &Condition, wait: bool, runners: u32) -> Result<(), String> {
+    match (wait, condition.within_ms) {
+        (true, None) => return Err("a wait needs a bound: within_ms".into()),
+        (true, Some(ms)) if ms == 0 || ms > WITHIN_MAX_MS => {
+            return Err(format!("within_ms = {ms}: must be 1..={WITHIN_MAX_MS}"))
+        }
+        (false, Some(_)) => return Err("within_ms is for waits, not expectations".into()),
+        _ => {}
+    }
+    if let Some(checker) = &condition.checker {
+        if wait {
+            return Err("a wait cannot wait for a checker's verdict".into());
+        }
+        if !checkers::names().iter().any(|(name, _)| name == checker) {
+            return Err(format!("unknown checker `{checker}`"));
+        }
+        return match condition.verdict.as_deref() {
+            Some("valid" | "invalid" | "unknown") => Ok(()),
+            _ => Err("checker needs verdict = valid, invalid or unknown".into()),
+        };
+    }
+    if condition.stale_step.is_some() {
+        return Ok(());
+    }
+    if let Some(runner) = &condition.runner {
+        runner_index(runner, runners)?;
+    }
+    let Some(_) = &condition.job else {
+        return Err("a condition names a job (or a checker, or stale_step)".into());
+    };
+    if condition.ledger.is_none() && condition.attempt.is_none() && nothing_about_job(condition) {
+        return Err("a condition on a job needs state, outcome, attempts, runner or applied_steps".into());
+    }
+    Ok(())
+}
+
+fn nothing_about_job(condition: &Condition) -> bool {
+    condition.state.is_none()
+        && condition.outcome.is_none()
+        && condition.attempts.is_none()
+        && condition.runner.is_none()
+        && condition.applied_steps.is_none()
+}

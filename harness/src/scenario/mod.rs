@@ -1,0 +1,208 @@
+//! Scenario files: an incident scripted step by step against the real lab
+//! (`fencelab scenario run FILE`, format in `docs/scenarios.md`). The run starts the same
+//! cluster as `fencelab run`, executes the steps in order, collects and checks the history
+//! like a run, and then asserts every `[[expect]]`.
+
+pub mod conditions;
+pub mod format;
+mod player;
+mod steps;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use history::EventType;
+
+use crate::run::cluster::Cluster;
+use crate::run::config::{validate, RunArgs, RunConfig};
+use crate::run::recorder::Recorder;
+use conditions::{describe, evaluate, View};
+use format::Scenario;
+
+/// Why a scenario could not be run to a verdict.
+#[derive(Debug)]
+pub enum ScenarioError {
+    /// The file is unreadable or not a valid scenario: nothing was started (exit 254).
+    Bad(String),
+    /// Something broke while running it (exit 255).
+    Internal(anyhow::Error),
+}
+
+/// What a scenario run found.
+pub struct Report {
+    pub folder: PathBuf,
+    pub passed: bool,
+}
+
+/// Reads and validates a scenario file.
+pub fn load(file: &Path) -> Result<Scenario, ScenarioError> {
+    let text =
+        std::fs::read_to_string(file).map_err(|error| ScenarioError::Bad(format!("{}: {error}", file.display())))?;
+    format::parse(&text).map_err(|message| ScenarioError::Bad(format!("{}: {message}", file.display())))
+}
+
+fn config(scenario: &Scenario, store: &Path) -> Result<RunConfig, ScenarioError> {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+    let store = store.to_string_lossy().into_owned();
+    let args = Wrapper::try_parse_from(["scenario", "--store", &store, "--nemesis", "none"])
+        .map_err(|error| ScenarioError::Internal(anyhow::anyhow!("{error}")))?;
+    let mut args = args.run;
+    args.test_name = format!("scenario-{}", scenario.name);
+    args.seed = Some(scenario.seed);
+    args.runners = scenario.runners;
+    args.lease_ms = scenario.lease_ms;
+    args.bugs = scenario.bugs.clone();
+    args.target_mode = clap::ValueEnum::from_str(&scenario.target_mode, true).map_err(ScenarioError::Bad)?;
+    validate(&args, scenario.seed).map_err(ScenarioError::Bad)
+}
+
+/// Runs a scenario file into `store`; `program` is the `fencelab` binary.
+pub async fn run_file(file: &Path, store: &Path, program: &Path) -> Result<Report, ScenarioError> {
+    let scenario = load(file)?;
+    let config = config(&scenario, store)?;
+    let folder = crate::run::create_folder(&config).map_err(ScenarioError::Bad)?;
+    eprintln!("fencelab scenario: {} — run folder {}", scenario.name, folder.display());
+    execute(&scenario, &config, &folder, file, program).await.map_err(ScenarioError::Internal)
+}
+
+async fn execute(
+    scenario: &Scenario,
+    config: &RunConfig,
+    folder: &Path,
+    file: &Path,
+    program: &Path,
+) -> anyhow::Result<Report> {
+    let started = Instant::now();
+    let started_at = chrono::Utc::now().to_rfc3339();
+    let recorder = Recorder::create(&folder.join("history.jsonl"))?;
+    let mut cluster =
+        tokio::time::timeout(crate::run::HEALTHY_WAIT_MAX, Cluster::start(config, &folder.join("lab"), program))
+            .await
+            .map_err(|_| anyhow::anyhow!("the cluster was not healthy in time"))??;
+    for runner in &scenario.idle {
+        cluster.signal_runner(format::runner_index(runner, scenario.runners).unwrap_or(0), libc::SIGSTOP);
+    }
+    let mut full_config = serde_json::to_value(config)?;
+    full_config["clock_control"] = serde_json::to_value(&cluster.clock)?;
+    full_config["scenario"] =
+        serde_json::json!({"name": scenario.name, "description": scenario.description, "file": file});
+    write_json(&folder.join("config.json"), &full_config)?;
+    write_json(&folder.join("schedule.json"), &serde_json::json!([]))?;
+    recorder.record("harness", EventType::Ok, "config", |event| event.value = Some(full_config.clone()));
+    let steps_passed = run_steps(scenario, &mut cluster, config, &recorder).await;
+    let view = collect(&mut cluster, &recorder).await?;
+    link_latest(&config.store, folder);
+    let meta = crate::check::RunMeta {
+        command: format!("fencelab scenario run {}", file.display()),
+        started_at,
+        duration_ms: started.elapsed().as_millis() as u64,
+        complete: true,
+    };
+    write_json(&folder.join("run.json"), &meta)?;
+    let (_, run) = crate::check::check_folder(folder)?;
+    let view = View { checkers: run.checkers, ..view };
+    let expects_passed = expectations(scenario, &view);
+    Ok(Report { folder: folder.to_path_buf(), passed: steps_passed && expects_passed })
+}
+
+/// Points `store/latest` at the newest run folder.
+fn link_latest(store: &Path, folder: &Path) {
+    let latest = store.join("latest");
+    let _ = std::fs::remove_file(&latest);
+    let relative = folder.strip_prefix(store).unwrap_or(folder);
+    let _ = std::os::unix::fs::symlink(relative, &latest);
+}
+
+fn write_json(path: &Path, value: &impl serde::Serialize) -> std::io::Result<()> {
+    std::fs::write(path, serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?)
+}
+
+/// Runs the steps in order; stops at the first that fails.
+async fn run_steps(scenario: &Scenario, cluster: &mut Cluster, config: &RunConfig, recorder: &Recorder) -> bool {
+    let mut driver = steps::Driver { cluster, config, recorder, capabilities: BTreeMap::new() };
+    for step in &scenario.steps {
+        if let Err(error) = driver.step(step).await {
+            println!("  FAILED step {} (line {}): {error}", step.index, step.line);
+            return false;
+        }
+    }
+    true
+}
+
+/// Stops the runners, reads every record, stops everything and writes the whole history.
+async fn collect(cluster: &mut Cluster, recorder: &Recorder) -> anyhow::Result<View> {
+    cluster.stop_runners().await;
+    let wait = crate::run::COLLECT_WAIT_MAX;
+    let operator = cluster.lab.operator.clone();
+    let target = lab::client::Client::new(&cluster.lab.target_url(), None, wait);
+    let ledger = operator.ledger(10_000_000).await.unwrap_or_default();
+    let steps = target.steps(10_000_000).await.unwrap_or_default();
+    let mut jobs = BTreeMap::new();
+    for job in operator.jobs().await.unwrap_or_default() {
+        let full = operator.job(&job.id).await.unwrap_or(job);
+        jobs.insert(full.id.clone(), full);
+    }
+    let finals = jobs.values().map(crate::run::final_event).collect();
+    let logs = cluster.runner_logs();
+    cluster.stop().await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    recorder.finish(&logs, &ledger, &steps, finals)?;
+    Ok(View { jobs, steps, checkers: vec![] })
+}
+
+/// Checks every expectation, printing each; true when all hold.
+fn expectations(scenario: &Scenario, view: &View) -> bool {
+    let mut passed = true;
+    for (index, expect) in scenario.expects.iter().enumerate() {
+        match evaluate(expect, view) {
+            Ok(()) => println!("  ok      expect {}: {}", index + 1, describe(expect)),
+            Err(found) => {
+                passed = false;
+                println!("  FAILED  expect {}: expected {}\n          found {found}", index + 1, describe(expect));
+            }
+        }
+    }
+    passed
+}
+
+/// `fencelab scenario run FILE`: 0 every expectation held, 1 one failed, 254 a bad file,
+/// 255 an internal error.
+pub fn main(file: &Path, store: &Path) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let program = match std::env::current_exe() {
+        Ok(program) => program,
+        Err(error) => {
+            eprintln!("fencelab scenario: {error}");
+            return ExitCode::from(crate::cli::EXIT_INTERNAL);
+        }
+    };
+    if let Err(ScenarioError::Bad(message)) = load(file) {
+        eprintln!("fencelab scenario: {message}");
+        return ExitCode::from(crate::cli::EXIT_BAD_ARGUMENTS);
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    match runtime.block_on(run_file(file, store, &program)) {
+        Ok(report) => {
+            let word = if report.passed { "passed" } else { "FAILED" };
+            println!("scenario     {word} (report: {})", report.folder.join("report.html").display());
+            if !report.passed {
+                println!("repeat with  fencelab scenario run {}", file.display());
+            }
+            ExitCode::from(if report.passed { 0 } else { 1 })
+        }
+        Err(ScenarioError::Bad(message)) => {
+            eprintln!("fencelab scenario: {message}");
+            ExitCode::from(crate::cli::EXIT_BAD_ARGUMENTS)
+        }
+        Err(ScenarioError::Internal(error)) => {
+            eprintln!("fencelab scenario: {error:#}");
+            ExitCode::from(crate::cli::EXIT_INTERNAL)
+        }
+    }
+}

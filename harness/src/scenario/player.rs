@@ -1,0 +1,116 @@
+//! Steps played as a runner with its token (`as_runner`): claims, heartbeats, results,
+//! capabilities and target steps sent straight to the control plane and the target, so a
+//! scenario can send a late, duplicate, conflicting or stale report at a precise moment.
+
+use std::time::Duration;
+
+use history::EventType;
+use lab::client::Client;
+use lab::protocol::*;
+
+use super::format::Action;
+use super::steps::Driver;
+
+fn claim_ref(attempt: &AttemptView, job: &str, runner: &str, fence: Option<u64>) -> ClaimRef {
+    ClaimRef {
+        job: job.to_string(),
+        attempt: attempt.id.clone(),
+        runner: runner.to_string(),
+        fence: fence.unwrap_or(attempt.fence),
+    }
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+impl Driver<'_> {
+    pub(super) async fn runner_action(&mut self, action: &Action) -> Result<(), String> {
+        match action {
+            Action::Claim { as_runner, job } => self.claim(as_runner, job.as_deref()).await,
+            Action::Heartbeat { as_runner, job, attempt, fence, observed_offset_ms } => {
+                let (client, runner) = self.as_runner(as_runner)?;
+                let found = self.attempt(job, *attempt).await?;
+                let request = HeartbeatRequest {
+                    claim: claim_ref(&found, job, &runner, *fence),
+                    observed_ms: now_ms() + observed_offset_ms,
+                };
+                let verdict = client.heartbeat(&request).await.map_err(|error| error.to_string())?;
+                self.note("heartbeat", &request.claim, &verdict);
+                Ok(())
+            }
+            Action::Report { as_runner, job, attempt, attempt_job, fence, outcome, observed_offset_ms } => {
+                let (client, runner) = self.as_runner(as_runner)?;
+                let found = self.attempt(attempt_job.as_deref().unwrap_or(job), *attempt).await?;
+                let request = ResultRequest {
+                    claim: claim_ref(&found, job, &runner, *fence),
+                    outcome: serde_json::from_value(outcome.as_str().into()).map_err(|error| error.to_string())?,
+                    observed_ms: now_ms() + observed_offset_ms,
+                    detail: Some("scenario".into()),
+                };
+                let verdict = client.result(&request).await.map_err(|error| error.to_string())?;
+                self.note("result", &request.claim, &verdict);
+                Ok(())
+            }
+            Action::Capability { as_runner, job, attempt } => {
+                let (client, runner) = self.as_runner(as_runner)?;
+                let found = self.attempt(job, *attempt).await?;
+                let request = CapabilityRequest { claim: claim_ref(&found, job, &runner, None), observed_ms: now_ms() };
+                let verdict = client.capability(&request).await.map_err(|error| error.to_string())?;
+                self.note("capability", &request.claim, &verdict);
+                let capability =
+                    verdict.capability.ok_or_else(|| format!("capability refused: {:?}", verdict.reason))?;
+                self.capabilities.insert(found.id, capability);
+                Ok(())
+            }
+            Action::TargetStep { job, attempt, step, steps, .. } => {
+                self.target_step(job, *attempt, *step, *steps).await
+            }
+            other => Err(format!("not a step: {other:?}")),
+        }
+    }
+
+    async fn claim(&self, as_runner: &str, job: Option<&str>) -> Result<(), String> {
+        let (client, runner) = self.as_runner(as_runner)?;
+        let request = ClaimRequest { runner, observed_ms: now_ms() };
+        let answer = client.claim(&request).await.map_err(|error| error.to_string())?;
+        let Some(grant) = answer.grant else { return Err("nothing was claimable".into()) };
+        self.recorder.record("scenario", EventType::Ok, "claim", |event| {
+            event.job = Some(grant.claim.job.clone());
+            event.attempt = Some(grant.claim.attempt.clone());
+            event.fence = Some(grant.claim.fence);
+        });
+        match job {
+            Some(job) if job != grant.claim.job => Err(format!("claimed job `{}`, not `{job}`", grant.claim.job)),
+            _ => Ok(()),
+        }
+    }
+
+    async fn target_step(&self, job: &str, number: u32, step: u32, steps: u32) -> Result<(), String> {
+        let attempt = self.attempt(job, number).await?;
+        let capability = self
+            .capabilities
+            .get(&attempt.id)
+            .cloned()
+            .ok_or_else(|| format!("no capability for {}: add a `capability` step first", attempt.id))?;
+        let target = Client::new(&self.cluster.lab.target_url(), None, Duration::from_secs(10));
+        let request = StepRequest { capability, step, steps, duration_ms: 0 };
+        // A refused step (409) is an answer, recorded in the step log: the step itself succeeded.
+        match target.step(&request).await {
+            Ok(_) => Ok(()),
+            Err(error) if !error.is_transport() => Ok(()),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+
+    /// Records a played report's verdict in the history.
+    fn note(&self, f: &str, claim: &ClaimRef, verdict: &Verdict) {
+        self.recorder.record("scenario", EventType::Ok, f, |event| {
+            event.job = Some(claim.job.clone());
+            event.attempt = Some(claim.attempt.clone());
+            event.fence = Some(claim.fence);
+            event.decision = Some(verdict.decision);
+            event.reason = verdict.reason.clone();
+        });
+    }
+}

@@ -1,0 +1,201 @@
+//! Executing a scenario's steps against a running cluster: faults through the proxies and
+//! signals, operator calls, and reports played as a runner with its token. Each step is
+//! recorded in the history as `scenario` events.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use history::EventType;
+use lab::client::Client;
+use lab::protocol::*;
+use proxy::{Stream, Toxic, ToxicKind};
+
+use super::conditions::{evaluate, View};
+use super::format::{runner_index, Action, Condition, Link, Step};
+use crate::run::cluster::{control_link, target_link, Cluster};
+use crate::run::config::RunConfig;
+use crate::run::recorder::Recorder;
+
+const TOXIC_NAME: &str = "scenario";
+const REQUEST_MAX: Duration = Duration::from_secs(10);
+
+pub struct Driver<'a> {
+    pub cluster: &'a mut Cluster,
+    pub config: &'a RunConfig,
+    pub recorder: &'a Recorder,
+    pub capabilities: BTreeMap<String, Capability>,
+}
+
+fn links(runner: usize, link: Link) -> Vec<String> {
+    match link {
+        Link::Control => vec![control_link(runner)],
+        Link::Target => vec![target_link(runner)],
+        Link::Both => vec![control_link(runner), target_link(runner)],
+    }
+}
+
+fn index(name: &str, cluster: &Cluster) -> Result<usize, String> {
+    runner_index(name, cluster.runners.len() as u32)
+}
+
+impl Driver<'_> {
+    fn operator(&self) -> Client {
+        self.cluster.lab.operator.clone()
+    }
+
+    pub(super) fn as_runner(&self, name: &str) -> Result<(Client, String), String> {
+        let slot = &self.cluster.runners[index(name, self.cluster)?];
+        Ok((self.cluster.lab.operator.with_token(&slot.token), slot.id.clone()))
+    }
+
+    /// Runs one step; an error says why the step failed (the scenario then fails).
+    pub async fn step(&mut self, step: &Step) -> Result<(), String> {
+        let label = format!("step {} (line {})", step.index, step.line);
+        self.recorder.record("scenario", EventType::Invoke, "step", |event| event.reason = Some(label.clone()));
+        let outcome = self.action(&step.action).await;
+        let kind = if outcome.is_ok() { EventType::Ok } else { EventType::Fail };
+        self.recorder.record("scenario", kind, "step", |event| {
+            event.reason = Some(match &outcome {
+                Ok(()) => label.clone(),
+                Err(error) => format!("{label}: {error}"),
+            })
+        });
+        outcome
+    }
+
+    async fn action(&mut self, action: &Action) -> Result<(), String> {
+        let error = |error: proxy::ClientError| error.to_string();
+        match action {
+            Action::Submit { job, key, steps, step_ms } => {
+                let request = SubmitJob {
+                    project: lab::demo::PROJECT.to_string(),
+                    id: Some(job.clone()),
+                    deployment_key: key.clone(),
+                    spec: JobSpec { steps: *steps, step_ms: *step_ms },
+                };
+                self.operator().submit(&request).await.map(drop).map_err(|error| error.to_string())
+            }
+            Action::Wait(condition) => self.wait(condition).await,
+            Action::Elapse { ms } => {
+                tokio::time::sleep(Duration::from_millis(*ms)).await;
+                Ok(())
+            }
+            Action::Cut { runner, link } | Action::Heal { runner, link } => {
+                let enabled = matches!(action, Action::Heal { .. });
+                for name in links(index(runner, self.cluster)?, *link) {
+                    self.cluster.proxy.set_enabled(&name, enabled).await.map_err(error)?;
+                }
+                Ok(())
+            }
+            Action::Latency { runner, link, ms } => {
+                let kind = ToxicKind::Latency { latency_ms: *ms, jitter_ms: 0 };
+                let toxic = Toxic::new(kind).on(Stream::Upstream).named(TOXIC_NAME);
+                for name in links(index(runner, self.cluster)?, *link) {
+                    self.cluster.proxy.add_toxic(&name, &toxic).await.map_err(error)?;
+                }
+                Ok(())
+            }
+            Action::Clear { runner, link } => {
+                for name in links(index(runner, self.cluster)?, *link) {
+                    self.cluster.proxy.remove_toxic(&name, TOXIC_NAME).await.map_err(error)?;
+                }
+                Ok(())
+            }
+            _ => self.process_action(action).await,
+        }
+    }
+
+    async fn process_action(&mut self, action: &Action) -> Result<(), String> {
+        match action {
+            Action::Pause { runner } => self.signal(runner, libc::SIGSTOP),
+            Action::Resume { runner } => self.signal(runner, libc::SIGCONT),
+            Action::Kill { runner } => {
+                let at = index(runner, self.cluster)?;
+                if let Some(process) = self.cluster.runners[at].process.as_mut() {
+                    process.kill().await;
+                }
+                Ok(())
+            }
+            Action::Restart { runner } => {
+                let at = index(runner, self.cluster)?;
+                if let Some(process) = self.cluster.runners[at].process.as_mut() {
+                    process.kill().await;
+                }
+                self.cluster.start_runner(at, self.config).map_err(|error| error.to_string())
+            }
+            Action::RestartControlPlane {} => {
+                self.cluster.lab.restart_control().await.map_err(|error| format!("{error:#}"))
+            }
+            Action::Skew { runner, offset_ms } => {
+                self.cluster.set_clock(index(runner, self.cluster)?, *offset_ms).map_err(|error| error.to_string())
+            }
+            Action::Reconcile { job, attempt, finding, outcome } => {
+                self.reconcile(job, *attempt, finding, outcome.as_deref()).await
+            }
+            _ => self.runner_action(action).await,
+        }
+    }
+
+    fn signal(&self, runner: &str, signal: i32) -> Result<(), String> {
+        let at = index(runner, self.cluster)?;
+        if self.cluster.signal_runner(at, signal) {
+            Ok(())
+        } else {
+            Err(format!("runner {runner} has no process to signal"))
+        }
+    }
+
+    /// Polls the condition every 50 ms until it holds or its bound passes.
+    async fn wait(&self, condition: &Condition) -> Result<(), String> {
+        let bound = Duration::from_millis(condition.within_ms.unwrap_or(1));
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let found = match self.view(condition).await {
+                Ok(view) => evaluate(condition, &view),
+                Err(error) => Err(error),
+            };
+            match found {
+                Ok(()) => return Ok(()),
+                Err(found) if tokio::time::Instant::now() >= deadline => {
+                    return Err(format!("not within {} ms: found {found}", bound.as_millis()))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    async fn view(&self, condition: &Condition) -> Result<View, String> {
+        let mut view = View::default();
+        if let Some(job) = &condition.job {
+            if let Ok(found) = self.operator().job(job).await {
+                view.jobs.insert(job.clone(), found);
+            }
+        }
+        if condition.applied_steps.is_some() || condition.stale_step.is_some() {
+            let target = Client::new(&self.cluster.lab.target_url(), None, REQUEST_MAX);
+            view.steps = target.steps(10_000_000).await.map_err(|error| error.to_string())?;
+        }
+        Ok(view)
+    }
+
+    /// Attempt `number` of `job`: its id, fence and runner.
+    pub(super) async fn attempt(&self, job: &str, number: u32) -> Result<AttemptView, String> {
+        let view = self.operator().job(job).await.map_err(|error| format!("job `{job}`: {error}"))?;
+        let found = view.attempts.get((number as usize).wrapping_sub(1)).cloned();
+        found.ok_or_else(|| format!("job `{job}` has {} attempts, no attempt {number}", view.attempts.len()))
+    }
+
+    async fn reconcile(&self, job: &str, number: u32, finding: &str, outcome: Option<&str>) -> Result<(), String> {
+        let attempt = self.attempt(job, number).await?;
+        let finding = serde_json::from_value(finding.into()).map_err(|error| error.to_string())?;
+        let outcome = outcome.map(|outcome| serde_json::from_value(outcome.into())).transpose();
+        let request = ReconcileRequest {
+            job: job.to_string(),
+            attempt: attempt.id,
+            finding,
+            outcome: outcome.map_err(|error| error.to_string())?,
+            evidence: Some("scenario".into()),
+        };
+        self.operator().reconcile(&request).await.map(drop).map_err(|error| error.to_string())
+    }
+}

@@ -1,0 +1,383 @@
+//! Nightly suites: a TOML list of runs (workloads × faults × seeds) executed within a total
+//! time budget, optionally one shard of N, leaving an index page linking every run's report,
+//! one aggregated `junit.xml` and `suite.json`. `merge` joins shard outputs into one.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use lab::bugs::Bug;
+use serde::{Deserialize, Serialize};
+
+use crate::runs::{run_child, RunSpec};
+
+/// A suite file (see `docs/suites.md`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuiteFile {
+    pub name: String,
+    /// Total seconds the suite may take; runs that would not fit are skipped (default 3600).
+    #[serde(default = "default_budget")]
+    pub time_budget_s: u64,
+    /// Runs at once (default 2).
+    #[serde(default = "default_parallel")]
+    pub parallel: usize,
+    #[serde(rename = "run")]
+    pub runs: Vec<SuiteRun>,
+}
+
+fn default_budget() -> u64 {
+    3_600
+}
+
+fn default_parallel() -> usize {
+    2
+}
+
+/// One `[[run]]`: a workload under faults, for each seed.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuiteRun {
+    pub name: String,
+    #[serde(default = "default_nemesis")]
+    pub nemesis: String,
+    pub seeds: Vec<u64>,
+    #[serde(default = "default_time_limit")]
+    pub time_limit: u64,
+    #[serde(default)]
+    pub bugs: Vec<Bug>,
+    /// The verdict that counts as a pass: `valid` (default) or `invalid` (a planted bug caught).
+    #[serde(default = "default_expect")]
+    pub expect: String,
+    /// Further `fencelab run` flags, verbatim.
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+fn default_nemesis() -> String {
+    "all".into()
+}
+
+fn default_time_limit() -> u64 {
+    30
+}
+
+fn default_expect() -> String {
+    "valid".into()
+}
+
+/// One run's place in the suite and what came of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Position in the whole (unsharded) suite.
+    pub index: usize,
+    pub name: String,
+    pub seed: u64,
+    pub expect: String,
+    /// `valid`, `invalid`, `unknown`, `error: ...`, or `skipped: ...`.
+    pub verdict: String,
+    pub passed: bool,
+    pub command: String,
+    /// The run's report, relative to the suite's output folder, when it ran.
+    pub report: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SuiteResult {
+    pub suite: String,
+    pub entries: Vec<Entry>,
+}
+
+impl SuiteResult {
+    /// 0 when every entry passed, 1 when one failed, 2 when none failed but some did not run.
+    pub fn exit_code(&self) -> u8 {
+        if self.entries.iter().any(|entry| !entry.passed && !entry.verdict.starts_with("skipped")) {
+            1
+        } else if self.entries.iter().any(|entry| !entry.passed) {
+            2
+        } else {
+            0
+        }
+    }
+
+    /// The pass/fail table: (index, name, seed, passed), in suite order.
+    pub fn table(&self) -> Vec<(usize, String, u64, bool)> {
+        self.entries.iter().map(|entry| (entry.index, entry.name.clone(), entry.seed, entry.passed)).collect()
+    }
+}
+
+pub fn read(path: &Path) -> Result<SuiteFile, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| format!("{}: {error}", path.display()))?;
+    let suite: SuiteFile = toml::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?;
+    for run in &suite.runs {
+        if run.seeds.is_empty() || !matches!(run.expect.as_str(), "valid" | "invalid") {
+            return Err(format!("{}: run `{}` needs seeds and expect = valid|invalid", path.display(), run.name));
+        }
+    }
+    Ok(suite)
+}
+
+/// Parses `I/N` (1-based).
+pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
+    let parsed = text.split_once('/').and_then(|(i, n)| Some((i.parse().ok()?, n.parse().ok()?)));
+    match parsed {
+        Some((i, n)) if i >= 1 && i <= n => Ok((i, n)),
+        _ => Err(format!("--shard `{text}`: expected I/N with 1 <= I <= N")),
+    }
+}
+
+/// Every (index, run, seed) of the suite, and the ones shard `(i, n)` takes.
+pub fn plan(suite: &SuiteFile, shard: Option<(usize, usize)>) -> Vec<(usize, SuiteRun, u64)> {
+    let all = suite.runs.iter().flat_map(|run| run.seeds.iter().map(move |seed| (run.clone(), *seed)));
+    all.enumerate()
+        .filter(|(index, _)| shard.is_none_or(|(i, n)| index % n == i - 1))
+        .map(|(index, (run, seed))| (index, run, seed))
+        .collect()
+}
+
+/// Runs the planned entries, `parallel` at a time, skipping what would exceed the budget.
+pub async fn execute(suite: &SuiteFile, shard: Option<(usize, usize)>, program: &Path, store: &Path) -> SuiteResult {
+    let started = Instant::now();
+    let mut entries = Vec::new();
+    let mut running = tokio::task::JoinSet::new();
+    for (index, run, seed) in plan(suite, shard) {
+        if running.len() >= suite.parallel.max(1) {
+            entries.push(running.join_next().await.expect("a running entry").expect("an entry task"));
+        }
+        let spec = RunSpec {
+            test_name: run.name.clone(),
+            bugs: run.bugs.clone(),
+            nemesis: run.nemesis.clone(),
+            seed,
+            time_limit: run.time_limit,
+            extra: run.args.clone(),
+        };
+        // A run takes its time limit and about as long again to start, recover and check.
+        if started.elapsed().as_secs() + 2 * run.time_limit > suite.time_budget_s {
+            let command = format!("fencelab {}", spec.args(&store.join("runs")).join(" "));
+            let verdict = format!("skipped: the {} s budget would be exceeded", suite.time_budget_s);
+            entries.push(Entry {
+                index,
+                name: run.name,
+                seed,
+                expect: run.expect,
+                verdict,
+                passed: false,
+                command,
+                report: None,
+            });
+            continue;
+        }
+        let (program, out) = (program.to_path_buf(), store.to_path_buf());
+        running.spawn(async move {
+            let cell = run_child(&program, &out.join("runs"), &spec).await;
+            let passed = cell.verdict == run.expect;
+            let report = cell.folder.as_ref().map(|folder| relative(&out, &folder.join("report.html")));
+            Entry {
+                index,
+                name: run.name,
+                seed,
+                expect: run.expect,
+                verdict: cell.verdict,
+                passed,
+                command: cell.command,
+                report,
+            }
+        });
+    }
+    while let Some(entry) = running.join_next().await {
+        entries.push(entry.expect("an entry task"));
+    }
+    entries.sort_by_key(|entry| entry.index);
+    SuiteResult { suite: suite.name.clone(), entries }
+}
+
+/// Joins shard results into one, in suite order. Each result comes with the folder it was
+/// read from; report links are rewritten to be relative to `out`.
+pub fn merge(results: Vec<(PathBuf, SuiteResult)>, out: &Path) -> Result<SuiteResult, String> {
+    let results: Vec<SuiteResult> = results
+        .into_iter()
+        .map(|(folder, mut result)| {
+            for entry in &mut result.entries {
+                entry.report = entry.report.take().map(|report| relative(out, &folder.join(report)));
+            }
+            result
+        })
+        .collect();
+    let suite = results.first().map(|result| result.suite.clone()).ok_or("nothing to merge")?;
+    if let Some(other) = results.iter().find(|result| result.suite != suite) {
+        return Err(format!("shards of different suites: `{suite}` and `{}`", other.suite));
+    }
+    let mut entries: Vec<Entry> = results.into_iter().flat_map(|result| result.entries).collect();
+    entries.sort_by_key(|entry| entry.index);
+    if entries.windows(2).any(|pair| pair[0].index == pair[1].index) {
+        return Err("two shards ran the same entry".into());
+    }
+    Ok(SuiteResult { suite, entries })
+}
+
+/// A path to `target` relative to the folder `from` (both made absolute first).
+pub fn relative(from: &Path, target: &Path) -> PathBuf {
+    let absolute = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let (from, target) = (absolute(from), absolute(target));
+    let common = from.components().zip(target.components()).take_while(|(a, b)| a == b).count();
+    let mut path = PathBuf::new();
+    for _ in from.components().skip(common) {
+        path.push("..");
+    }
+    path.extend(target.components().skip(common));
+    path
+}
+
+/// The index page: one table row per entry, linking its report.
+pub fn index_html(result: &SuiteResult) -> String {
+    use results::escape::html;
+    let passed = result.entries.iter().filter(|entry| entry.passed).count();
+    let mut rows = String::new();
+    for entry in &result.entries {
+        let report = entry.report.as_ref().map_or("—".to_string(), |report| {
+            format!("<a href=\"{}\">report</a>", html(&report.display().to_string()))
+        });
+        let class = if entry.passed { "pass" } else { "fail" };
+        rows.push_str(&format!(
+            "<tr class=\"{class}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>\n",
+            entry.index, html(&entry.name), entry.seed, html(&entry.expect), html(&entry.verdict), report, html(&entry.command)
+        ));
+    }
+    format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>fencelab suite {name}</title>\
+         <style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:.2em .6em;text-align:left}}\
+         tr.pass td:nth-child(5){{color:#070}}tr.fail td:nth-child(5){{color:#b00;font-weight:bold}}</style></head>\
+         <body><h1>fencelab suite {name}</h1><p>{passed} of {total} passed</p><table>\
+         <tr><th>#</th><th>run</th><th>seed</th><th>expected</th><th>verdict</th><th>report</th><th>repeat with</th></tr>\n{rows}</table></body></html>\n",
+        name = html(&result.suite),
+        total = result.entries.len(),
+    )
+}
+
+/// One aggregated JUnit file: a test case per run.
+pub fn junit_xml(result: &SuiteResult) -> String {
+    use results::escape::xml;
+    let failures = result.entries.iter().filter(|entry| !entry.passed && !entry.verdict.starts_with("skipped")).count();
+    let skipped = result.entries.iter().filter(|entry| entry.verdict.starts_with("skipped")).count();
+    let mut out = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"fencelab.suite.{}\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\">\n",
+        xml(&result.suite),
+        result.entries.len()
+    );
+    for entry in &result.entries {
+        out.push_str(&format!(
+            "  <testcase classname=\"fencelab.suite.{}\" name=\"{}-s{}\">",
+            xml(&result.suite),
+            xml(&entry.name),
+            entry.seed
+        ));
+        if entry.verdict.starts_with("skipped") {
+            out.push_str(&format!("<skipped message=\"{}\"/>", xml(&entry.verdict)));
+        } else if !entry.passed {
+            let message = format!("expected {}, got {}; repeat with: {}", entry.expect, entry.verdict, entry.command);
+            out.push_str(&format!("<failure type=\"{}\" message=\"{}\"/>", xml(&entry.verdict), xml(&message)));
+        }
+        out.push_str("</testcase>\n");
+    }
+    out.push_str("</testsuite>\n");
+    out
+}
+
+/// Writes `suite.json`, `index.html` and `junit.xml` into `out`.
+pub fn write(result: &SuiteResult, out: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(out)?;
+    std::fs::write(out.join("suite.json"), serde_json::to_vec_pretty(result).map_err(std::io::Error::other)?)?;
+    std::fs::write(out.join("index.html"), index_html(result))?;
+    std::fs::write(out.join("junit.xml"), junit_xml(result))
+}
+
+/// Reads a `suite.json` written by [`write`].
+pub fn read_result(folder: &Path) -> Result<SuiteResult, String> {
+    let path = folder.join("suite.json");
+    let text = std::fs::read_to_string(&path).map_err(|error| format!("{}: {error}", path.display()))?;
+    serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SUITE: &str = r#"
+name = "small"
+time_budget_s = 600
+[[run]]
+name = "a"
+seeds = [1, 2, 3]
+time_limit = 5
+[[run]]
+name = "b"
+nemesis = "kill"
+bugs = ["requeue-on-expiry"]
+seeds = [7]
+expect = "invalid"
+"#;
+
+    fn suite() -> SuiteFile {
+        toml::from_str(SUITE).unwrap()
+    }
+
+    #[test]
+    fn shards_split_the_plan_without_overlap_or_loss() {
+        let whole: Vec<usize> = plan(&suite(), None).into_iter().map(|(index, _, _)| index).collect();
+        assert_eq!(whole, vec![0, 1, 2, 3]);
+        let mut joined: Vec<usize> =
+            (1..=3).flat_map(|i| plan(&suite(), Some((i, 3))).into_iter().map(|(index, _, _)| index)).collect();
+        joined.sort();
+        assert_eq!(joined, whole);
+        assert_eq!(plan(&suite(), Some((2, 3)))[0].2, 2, "shard 2 of 3 takes the second entry, seed 2");
+    }
+
+    #[test]
+    fn bad_shards_and_bad_suites_are_refused() {
+        for bad in ["0/2", "3/2", "1", "a/b", "1/0"] {
+            assert!(parse_shard(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_shard("2/4"), Ok((2, 4)));
+        assert!(toml::from_str::<SuiteFile>("name = \"x\"\n[[run]]\nname = \"a\"\nseeds = [1]\ncolour = 1\n").is_err());
+    }
+
+    fn entry(index: usize, passed: bool) -> Entry {
+        let verdict = if passed { "valid" } else { "invalid" }.to_string();
+        Entry {
+            index,
+            name: "a".into(),
+            seed: index as u64,
+            expect: "valid".into(),
+            verdict,
+            passed,
+            command: "fencelab run".into(),
+            report: Some("runs/x/report.html".into()),
+        }
+    }
+
+    #[test]
+    fn merge_restores_suite_order_and_refuses_overlaps() {
+        let out = Path::new("/merged");
+        let first = SuiteResult { suite: "s".into(), entries: vec![entry(0, true), entry(2, false)] };
+        let second = SuiteResult { suite: "s".into(), entries: vec![entry(1, true)] };
+        let merged = merge(vec![("/s1".into(), first.clone()), ("/s2".into(), second)], out).unwrap();
+        assert_eq!(
+            merged.table().iter().map(|row| (row.0, row.3)).collect::<Vec<_>>(),
+            vec![(0, true), (1, true), (2, false)]
+        );
+        assert_eq!(merged.entries[1].report.as_deref(), Some(Path::new("../s2/runs/x/report.html")));
+        assert_eq!(merged.exit_code(), 1);
+        assert!(merge(vec![("/s1".into(), first.clone()), ("/s1".into(), first)], out).is_err());
+    }
+
+    #[test]
+    fn junit_counts_failures_and_skips() {
+        let mut skipped = entry(1, false);
+        skipped.verdict = "skipped: budget".into();
+        let result = SuiteResult { suite: "s<&>".into(), entries: vec![entry(0, false), skipped, entry(2, true)] };
+        let xml = junit_xml(&result);
+        assert!(xml.contains("tests=\"3\" failures=\"1\" skipped=\"1\""), "{xml}");
+        assert!(xml.contains("fencelab.suite.s&lt;&amp;&gt;"), "{xml}");
+        assert_eq!(result.exit_code(), 1);
+    }
+}

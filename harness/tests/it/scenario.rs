@@ -1,0 +1,97 @@
+//! `fencelab scenario run`: every shipped scenario in `workloads/scenarios/` passes against
+//! the real lab, and a bad scenario file exits 254 naming the step, before anything starts.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+/// Longest one scenario may take (generous: the machine may be loaded).
+const SCENARIO_WAIT_MAX: Duration = Duration::from_secs(180);
+/// Scenarios run at once.
+const PARALLEL: usize = 4;
+
+fn scenarios_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../workloads/scenarios")
+}
+
+/// Runs `fencelab scenario run FILE` into `store`: exit code and output.
+async fn run(file: &Path, store: &Path) -> (Option<i32>, String) {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
+    command.args(["scenario", "run"]).arg(file).arg("--store").arg(store);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let output =
+        tokio::time::timeout(SCENARIO_WAIT_MAX, command.output()).await.expect("the scenario ends in time").unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.code(), text)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_shipped_scenario_passes() {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(scenarios_dir())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 9, "{files:?}");
+    let store = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for chunk in files.chunks(PARALLEL) {
+        let mut set = tokio::task::JoinSet::new();
+        for file in chunk {
+            let (file, store) = (file.clone(), store.path().to_path_buf());
+            set.spawn(async move {
+                let (code, text) = run(&file, &store).await;
+                (file, code, text)
+            });
+        }
+        while let Some(joined) = set.join_next().await {
+            let (file, code, text) = joined.unwrap();
+            if code != Some(0) {
+                let name = file.file_name().unwrap().to_string_lossy().into_owned();
+                failures.push(format!(
+                    "{name} exited {code:?}\n{text}\nrepeat with: fencelab scenario run workloads/scenarios/{name}"
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Writes `text` as a scenario file, runs it, and expects 254 with `needle` in the message.
+async fn bad(text: &str, needle: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, text).unwrap();
+    let (code, output) = run(&file, &dir.path().join("store")).await;
+    assert_eq!(code, Some(254), "{output}");
+    assert!(output.contains(needle), "expected `{needle}` in:\n{output}");
+    assert!(!dir.path().join("store").exists(), "nothing is started for a bad file");
+}
+
+const HEAD: &str = "name = \"bad\"\nrunners = 1\n\n[[step]]\naction = \"submit\"\njob = \"j\"\nkey = \"k\"\n\n";
+const TAIL: &str = "\n[[expect]]\njob = \"j\"\nstate = \"succeeded\"\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_action_is_named_with_its_step_and_line() {
+    bad(&format!("{HEAD}[[step]]\naction = \"cutt\"\nrunner = \"r1\"\n{TAIL}"), "step 2 (line 9, action `cutt`)").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_field_is_named() {
+    bad(&format!("{HEAD}[[step]]\naction = \"cut\"\nrunner = \"r1\"\n{TAIL}"), "missing field `link`").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wait_without_a_good_bound_is_refused() {
+    let unbounded = format!("{HEAD}[[step]]\naction = \"wait\"\njob = \"j\"\nstate = \"running\"\n{TAIL}");
+    bad(&unbounded, "step 2 (line 9, action `wait`): a wait needs a bound").await;
+    let zero = format!("{HEAD}[[step]]\naction = \"wait\"\njob = \"j\"\nstate = \"running\"\nwithin_ms = 0\n{TAIL}");
+    bad(&zero, "within_ms = 0").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_runner_is_refused() {
+    bad(&format!("{HEAD}[[step]]\naction = \"pause\"\nrunner = \"r7\"\n{TAIL}"), "runner `r7` is not one of r1..r1")
+        .await;
+}

@@ -1,0 +1,107 @@
+//! Suites end to end: a small suite run whole, and the same suite as two shards merged,
+//! give the same pass/fail table; a replay of a run that caught a planted bug catches it again.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+const WAIT_MAX: Duration = Duration::from_secs(600);
+
+/// The one fault of the invalid entry: a conflicting result for runner 1's committed job.
+const CONFLICT_AT_3S: &str = r#"[{"at_ms": 3000, "duration_ms": 0, "kind": "conflicting-results", "runner": 0, "variant": {"how": "conflict"}}]"#;
+
+async fn fencelab(args: &[String]) -> (Option<i32>, String) {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
+    command.args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let output = tokio::time::timeout(WAIT_MAX, command.output()).await.expect("fencelab ends in time").unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.code(), said)
+}
+
+fn write_suite(dir: &Path) -> String {
+    let schedule = dir.join("conflict.json");
+    std::fs::write(&schedule, CONFLICT_AT_3S).unwrap();
+    let suite = format!(
+        r#"name = "small"
+time_budget_s = 900
+parallel = 3
+[[run]]
+name = "correct"
+nemesis = "none"
+seeds = [1, 2]
+time_limit = 4
+[[run]]
+name = "overwrite"
+bugs = ["overwrite-terminal-result"]
+nemesis = "conflicting-results"
+seeds = [1]
+time_limit = 6
+expect = "invalid"
+args = ["--runners", "1", "--schedule", "{}"]
+[[run]]
+name = "overwrite-expected-valid"
+bugs = ["overwrite-terminal-result"]
+nemesis = "conflicting-results"
+seeds = [1]
+time_limit = 6
+args = ["--runners", "1", "--schedule", "{}"]
+"#,
+        schedule.display(),
+        schedule.display()
+    );
+    let path = dir.join("small.toml");
+    std::fs::write(&path, suite).unwrap();
+    path.display().to_string()
+}
+
+fn table(folder: &Path) -> Vec<(usize, String, u64, bool)> {
+    harness::suite::read_result(folder).unwrap().table()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_shards_merged_give_the_same_table_as_the_whole_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let suite = write_suite(dir.path());
+    let out = |name: &str| dir.path().join(name).display().to_string();
+    let whole_args = ["suite".into(), suite.clone(), "--out".into(), out("whole")];
+    let first_args = ["suite".into(), suite.clone(), "--shard".into(), "1/2".into(), "--out".into(), out("s1")];
+    let second_args = ["suite".into(), suite.clone(), "--shard".into(), "2/2".into(), "--out".into(), out("s2")];
+    let (whole, first, second) = tokio::join!(fencelab(&whole_args), fencelab(&first_args), fencelab(&second_args));
+    assert_eq!(whole.0, Some(1), "one entry expects valid from a planted bug: {}", whole.1);
+    assert_eq!((first.0.is_some(), second.0.is_some()), (true, true));
+    let merged = fencelab(&["merge".into(), "--out".into(), out("merged"), out("s1"), out("s2")]).await;
+    assert_eq!(merged.0, Some(1), "{}", merged.1);
+    let expected = vec![
+        (0, "correct".to_string(), 1, true),
+        (1, "correct".to_string(), 2, true),
+        (2, "overwrite".to_string(), 1, true),
+        (3, "overwrite-expected-valid".to_string(), 1, false),
+    ];
+    assert_eq!(table(&dir.path().join("whole")), expected, "{}", whole.1);
+    assert_eq!(table(&dir.path().join("merged")), expected, "{}", merged.1);
+    let index = std::fs::read_to_string(dir.path().join("merged/index.html")).unwrap();
+    let link = index.split("href=\"").nth(1).and_then(|rest| rest.split('"').next()).expect("a report link");
+    let link = link.replace("&#47;", "/");
+    assert!(dir.path().join("merged").join(&link).exists(), "the merged index links a report that exists: {link}");
+    let junit = std::fs::read_to_string(dir.path().join("merged/junit.xml")).unwrap();
+    assert!(junit.contains("tests=\"4\" failures=\"1\""), "{junit}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replay_of_a_run_that_caught_a_bug_catches_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let schedule = dir.path().join("conflict.json");
+    std::fs::write(&schedule, CONFLICT_AT_3S).unwrap();
+    let store = dir.path().join("store").display().to_string();
+    let args = ["run", "--seed", "1", "--time-limit", "6", "--runners", "1", "--bug", "overwrite-terminal-result"];
+    let mut run: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+    run.extend(["--schedule".into(), schedule.display().to_string(), "--store".into(), store.clone()]);
+    let (code, said) = fencelab(&run).await;
+    assert_eq!(code, Some(1), "{said}");
+    let folder = dir.path().join("store/latest").display().to_string();
+    let replays = dir.path().join("replays").display().to_string();
+    let (code, said) =
+        fencelab(&["replay".into(), folder, "--tries".into(), "2".into(), "--store".into(), replays]).await;
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("2 of 2 replays reproduced"), "{said}");
+}
