@@ -3,6 +3,7 @@
 //!    over repeated starts in this process;
 //! 2. the harness's own CPU share during a 20-second run with every fault, beside the CPU
 //!    of the lab processes it drives.
+//!
 //! Run: `cargo bench -p harness --bench run`.
 
 use std::path::Path;

@@ -57,14 +57,14 @@ pub fn create_folder(config: &RunConfig) -> Result<PathBuf, String> {
 }
 
 /// Points `store/latest` at the newest run folder.
-fn link_latest(store: &Path, folder: &Path) {
+pub(crate) fn link_latest(store: &Path, folder: &Path) {
     let latest = store.join("latest");
     let _ = std::fs::remove_file(&latest);
     let relative = folder.strip_prefix(store).unwrap_or(folder);
     let _ = std::os::unix::fs::symlink(relative, &latest);
 }
 
-fn write_json(path: &Path, value: &impl serde::Serialize) -> std::io::Result<()> {
+pub(crate) fn write_json(path: &Path, value: &impl serde::Serialize) -> std::io::Result<()> {
     std::fs::write(path, serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?)
 }
 

@@ -8,6 +8,7 @@ pub mod format;
 mod player;
 mod steps;
 
+use crate::run::{link_latest, write_json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -109,18 +110,6 @@ async fn execute(
     let view = View { checkers: run.checkers, ..view };
     let expects_passed = expectations(scenario, &view);
     Ok(Report { folder: folder.to_path_buf(), passed: steps_passed && expects_passed })
-}
-
-/// Points `store/latest` at the newest run folder.
-fn link_latest(store: &Path, folder: &Path) {
-    let latest = store.join("latest");
-    let _ = std::fs::remove_file(&latest);
-    let relative = folder.strip_prefix(store).unwrap_or(folder);
-    let _ = std::os::unix::fs::symlink(relative, &latest);
-}
-
-fn write_json(path: &Path, value: &impl serde::Serialize) -> std::io::Result<()> {
-    std::fs::write(path, serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?)
 }
 
 /// Runs the steps in order; stops at the first that fails.

@@ -721,37 +721,14 @@ impl<S: Store> Rules<S> {
         };
         let attempts = tx.attempts_of(id)?.into_iter().map(|attempt| attempt_view(&job, attempt)).collect();
         let ledger = tx.ledger_of(id)?;
-        Ok(JobView {
-            id: job.id,
-            project: job.project,
-            deployment_key: job.deployment_key,
-            spec: job.spec,
-            state: job.state,
-            current_attempt: job.current_attempt,
-            outcome: job.outcome,
-            attempts,
-            ledger,
-        })
+        Ok(job_view(job, attempts, ledger))
     }
 
     /// Every job, without attempts and ledger (see [`Rules::job_view`] for one job whole).
     pub fn jobs(&self, principal: &Principal) -> RuleResult<Vec<JobView>> {
         operator_only(principal)?;
         let jobs = self.store.transact(|tx| tx.jobs().map_err(RuleError::from))?;
-        Ok(jobs
-            .into_iter()
-            .map(|job| JobView {
-                id: job.id,
-                project: job.project,
-                deployment_key: job.deployment_key,
-                spec: job.spec,
-                state: job.state,
-                current_attempt: job.current_attempt,
-                outcome: job.outcome,
-                attempts: vec![],
-                ledger: vec![],
-            })
-            .collect())
+        Ok(jobs.into_iter().map(|job| job_view(job, vec![], vec![])).collect())
     }
 
     /// The ledger after `after_seq`, at most `limit` entries, in order.
@@ -760,6 +737,20 @@ impl<S: Store> Rules<S> {
         // No sequence number exceeds i64::MAX (SQLite's INTEGER): a larger `after` reads nothing.
         let after_seq = after_seq.min(i64::MAX as u64);
         self.store.transact(|tx| tx.ledger_after(after_seq, limit.clamp(1, 10_000)).map_err(RuleError::from))
+    }
+}
+
+fn job_view(job: JobRow, attempts: Vec<AttemptView>, ledger: Vec<LedgerEntry>) -> JobView {
+    JobView {
+        id: job.id,
+        project: job.project,
+        deployment_key: job.deployment_key,
+        spec: job.spec,
+        state: job.state,
+        current_attempt: job.current_attempt,
+        outcome: job.outcome,
+        attempts,
+        ledger,
     }
 }
 
