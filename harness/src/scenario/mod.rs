@@ -89,6 +89,9 @@ async fn execute(
     for runner in &scenario.idle {
         cluster.signal_runner(format::runner_index(runner, scenario.runners).unwrap_or(0), libc::SIGSTOP);
     }
+    if !scenario.idle.is_empty() {
+        tokio::time::sleep(steps::SETTLE).await;
+    }
     let mut full_config = serde_json::to_value(config)?;
     full_config["clock_control"] = serde_json::to_value(&cluster.clock)?;
     full_config["scenario"] =

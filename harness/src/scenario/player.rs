@@ -36,7 +36,7 @@ impl Driver<'_> {
                     observed_ms: now_ms() + observed_offset_ms,
                 };
                 let verdict = client.heartbeat(&request).await.map_err(|error| error.to_string())?;
-                self.note("heartbeat", &request.claim, &verdict);
+                self.note("heartbeat", &request.claim, request.observed_ms, None, &verdict);
                 Ok(())
             }
             Action::Report { as_runner, job, attempt, attempt_job, fence, outcome, observed_offset_ms } => {
@@ -49,7 +49,7 @@ impl Driver<'_> {
                     detail: Some("scenario".into()),
                 };
                 let verdict = client.result(&request).await.map_err(|error| error.to_string())?;
-                self.note("result", &request.claim, &verdict);
+                self.note("result", &request.claim, request.observed_ms, Some(request.outcome), &verdict);
                 Ok(())
             }
             Action::Capability { as_runner, job, attempt } => {
@@ -57,7 +57,7 @@ impl Driver<'_> {
                 let found = self.attempt(job, *attempt).await?;
                 let request = CapabilityRequest { claim: claim_ref(&found, job, &runner, None), observed_ms: now_ms() };
                 let verdict = client.capability(&request).await.map_err(|error| error.to_string())?;
-                self.note("capability", &request.claim, &verdict);
+                self.note("capability", &request.claim, request.observed_ms, None, &verdict);
                 let capability =
                     verdict.capability.ok_or_else(|| format!("capability refused: {:?}", verdict.reason))?;
                 self.capabilities.insert(found.id, capability);
@@ -103,14 +103,23 @@ impl Driver<'_> {
         }
     }
 
-    /// Records a played report's verdict in the history.
-    fn note(&self, f: &str, claim: &ClaimRef, verdict: &Verdict) {
-        self.recorder.record("scenario", EventType::Ok, f, |event| {
+    /// Records a played report's answer in the history as the runner's own answer (a
+    /// `runner:ID` `response` event, as its log would hold it, with the `ledger_seq` the
+    /// answer names): the played runner was told this, so the checkers that read what
+    /// runners were told (`lost-work`, `ledger-completeness`, `stale-completion`) see it.
+    fn note(&self, f: &str, claim: &ClaimRef, observed_ms: i64, outcome: Option<Outcome>, verdict: &Verdict) {
+        let process = format!("runner:{}", claim.runner);
+        self.recorder.record(&process, EventType::Response, f, |event| {
             event.job = Some(claim.job.clone());
             event.attempt = Some(claim.attempt.clone());
+            event.runner = Some(claim.runner.clone());
             event.fence = Some(claim.fence);
+            event.observed_ms = Some(observed_ms);
+            event.outcome = outcome.map(|outcome| outcome.as_str().to_string());
             event.decision = Some(verdict.decision);
             event.reason = verdict.reason.clone();
+            event.lease_expires_ms = verdict.lease_expires_ms;
+            event.value = Some(serde_json::json!({"ledger_seq": verdict.ledger_seq, "played": true}));
         });
     }
 }

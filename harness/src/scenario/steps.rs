@@ -18,6 +18,9 @@ use crate::run::recorder::Recorder;
 
 const TOXIC_NAME: &str = "scenario";
 const REQUEST_MAX: Duration = Duration::from_secs(10);
+/// How long a runner just stopped (SIGSTOP) is given for a request it had already sent to
+/// land and be answered: without it a claim in flight could take a job the next step submits.
+pub(super) const SETTLE: Duration = Duration::from_millis(250);
 
 pub struct Driver<'a> {
     pub cluster: &'a mut Cluster,
@@ -107,7 +110,11 @@ impl Driver<'_> {
 
     async fn process_action(&mut self, action: &Action) -> Result<(), String> {
         match action {
-            Action::Pause { runner } => self.signal(runner, libc::SIGSTOP),
+            Action::Pause { runner } => {
+                self.signal(runner, libc::SIGSTOP)?;
+                tokio::time::sleep(SETTLE).await;
+                Ok(())
+            }
             Action::Resume { runner } => self.signal(runner, libc::SIGCONT),
             Action::Kill { runner } => {
                 let at = index(runner, self.cluster)?;

@@ -54,6 +54,11 @@ pub async fn run(args: &[&str]) -> Finished {
 
 /// A run of two busy runners with exactly one fault, given as a schedule.
 async fn one_fault(fault: serde_json::Value) -> Finished {
+    one_fault_at_rate(fault, "2").await
+}
+
+/// As [`one_fault`], with `rate_per_s` jobs a second (a higher rate keeps both runners busy).
+async fn one_fault_at_rate(fault: serde_json::Value, rate_per_s: &str) -> Finished {
     let dir = tempfile::tempdir().unwrap();
     let schedule = dir.path().join("schedule.json");
     std::fs::write(&schedule, serde_json::to_vec(&json!([fault])).unwrap()).unwrap();
@@ -68,7 +73,7 @@ async fn one_fault(fault: serde_json::Value) -> Finished {
         "--keys",
         "2",
         "--rate",
-        "2",
+        rate_per_s,
         "--lease-ms",
         "600",
         "--steps-min",
@@ -201,8 +206,9 @@ async fn reconnect_after_reconciliation_gives_the_seeds_stale_completion() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_skewed_runner_clock_shows_in_observation_times_only() {
-    let finished =
-        one_fault(fault("clock-skew", Some(0), 2_000, 2_400, json!({"how": "static-skew", "offset_ms": 90_000}))).await;
+    let skew = fault("clock-skew", Some(0), 2_000, 2_400, json!({"how": "static-skew", "offset_ms": 90_000}));
+    // Four jobs a second keep the queue full, so the skewed runner reports all through the window.
+    let finished = one_fault_at_rate(skew, "4").await;
     let events = finished.history();
     let window = nemesis_window(&events);
     let skews: Vec<i64> = events
