@@ -38,10 +38,7 @@ fn claim_never_hands_out_a_key_held_by_a_running_or_uncertain_attempt() {
 
 #[test]
 fn heartbeat_extends_only_the_current_unexpired_claim() {
-    let world = World::new(&[]);
-    let runner = world.runner("r1");
-    world.submit("j1", "k", 0);
-    let claim = world.claim(&runner, 0).unwrap().claim;
+    let (world, runner, claim) = World::claimed(&[]);
     let verdict = world.heartbeat(&runner, &claim, 900, observed(900));
     assert_eq!(verdict.decision, Decision::Accepted);
     assert_eq!(verdict.lease_expires_ms, Some(at(900).ms + LEASE_MS));
@@ -67,10 +64,7 @@ fn heartbeat_of_a_superseded_attempt_is_refused_as_superseded() {
 
 #[test]
 fn lease_expiry_names_uncertainty_and_never_requeues() {
-    let world = World::new(&[]);
-    let runner = world.runner("r1");
-    world.submit("j1", "k", 0);
-    let claim = world.claim(&runner, 0).unwrap().claim;
+    let (world, runner, claim) = World::claimed(&[]);
     assert_eq!(world.rules.expire(at(LEASE_MS - 1)).unwrap(), 0, "not yet");
     assert_eq!(world.rules.expire(at(LEASE_MS)).unwrap(), 1);
     let view = world.view("j1");
@@ -84,10 +78,7 @@ fn lease_expiry_names_uncertainty_and_never_requeues() {
 
 #[test]
 fn result_is_accepted_once_then_duplicates_are_acknowledged_and_conflicts_recorded() {
-    let world = World::new(&[]);
-    let runner = world.runner("r1");
-    world.submit("j1", "k", 0);
-    let claim = world.claim(&runner, 0).unwrap().claim;
+    let (world, runner, claim) = World::claimed(&[]);
     assert_eq!(world.result(&runner, &claim, Outcome::Succeeded, 100).decision, Decision::Accepted);
     let lease_after_commit = world.attempt("j1", &claim.attempt).lease_expires_ms;
     let duplicate = world.result(&runner, &claim, Outcome::Succeeded, 5 * LEASE_MS);
@@ -131,10 +122,7 @@ fn stale_completion_is_kept_as_a_late_observation_and_changes_nothing() {
 
 #[test]
 fn result_after_expiry_but_before_reconciliation_is_a_late_observation() {
-    let world = World::new(&[]);
-    let runner = world.runner("r1");
-    world.submit("j1", "k", 0);
-    let claim = world.claim(&runner, 0).unwrap().claim;
+    let (world, runner, claim) = World::claimed(&[]);
     let verdict = world.result(&runner, &claim, Outcome::Succeeded, LEASE_MS + 1);
     assert_eq!(verdict.reason.as_deref(), Some("expired"));
     assert_eq!(world.view("j1").state, JobState::Uncertain);
@@ -163,10 +151,7 @@ fn reconcile_findings_close_or_keep_the_uncertain_attempt() {
 
 #[test]
 fn runner_clock_is_recorded_apart_and_never_decides_the_lease() {
-    let world = World::new(&[]);
-    let runner = world.runner("r1");
-    world.submit("j1", "k", 0);
-    let claim = world.claim(&runner, 0).unwrap().claim;
+    let (world, runner, claim) = World::claimed(&[]);
     let skew_ms = -120_000;
     let within = world.heartbeat(&runner, &claim, 500, observed(500) + skew_ms);
     assert_eq!(within.decision, Decision::Accepted, "a skewed clock does not refuse a live claim");

@@ -37,6 +37,15 @@ impl World {
         World { rules, _dir: dir }
     }
 
+    /// A world where runner `r1` holds a claim on job `j1` (key `k`), granted at 0.
+    pub fn claimed(bugs: &[Bug]) -> (World, Principal, ClaimRef) {
+        let world = World::new(bugs);
+        let runner = world.runner("r1");
+        world.submit("j1", "k", 0);
+        let claim = world.claim(&runner, 0).expect("j1 is claimable").claim;
+        (world, runner, claim)
+    }
+
     pub fn runner(&self, id: &str) -> Principal {
         self.runner_in(id, "p")
     }
