@@ -221,10 +221,14 @@ async fn a_skewed_runner_clock_shows_in_observation_times_only() {
     assert!(skews.iter().all(|skew| (89_000..=91_000).contains(skew)), "skews {skews:?}; {}", context(&finished));
     let config: serde_json::Value =
         serde_json::from_slice(&std::fs::read(finished.folder().join("config.json")).unwrap()).unwrap();
-    assert!(
-        config["clock_control"].is_string() || config["clock_control"].is_object(),
-        "the run records how clocks were moved"
-    );
+    // With libfaketime the runner's whole process clock was moved; without it, its own offset.
+    let faked = config["clock_control"].get("libfaketime").is_some();
+    assert!(faked || config["clock_control"] == "runner-offset", "the run records how clocks were moved: {config}");
+    if !faked {
+        let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
+        assert!(!require_all, "libfaketime is not installed (Debian: faketime), and FENCELAB_REQUIRE_ALL=1");
+        eprintln!("SKIPPED: libfaketime is not installed; the runner's own clock offset was used instead");
+    }
 }
 
 /// When the (only) fault of a run started and was healed, from the nemesis's records (ms).
