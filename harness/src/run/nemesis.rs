@@ -19,25 +19,34 @@ use super::Shared;
 const NEMESIS: &str = "nemesis";
 const TOXIC_NAME: &str = "fencelab";
 
-/// Runs every fault of the schedule at its time.
+/// Runs every fault of the schedule at its time. Each fault runs in a task of its own, so
+/// that a clock skew stays in effect while the next fault (scheduled inside its window)
+/// happens; the others never overlap by construction. Aborting this aborts them all.
 pub async fn run(shared: Shared, schedule: Vec<Fault>) {
+    let mut faults = tokio::task::JoinSet::new();
     for fault in schedule {
         let wait_ms = fault.at_ms.saturating_sub(shared.recorder.now_ms());
         tokio::time::sleep(Duration::from_millis(wait_ms)).await;
-        let label = label(&fault);
-        shared.active.lock().await.push(label.clone());
-        start(&shared, &fault).await;
-        if let Variant::Jump { offset_ms } = fault.variant {
-            tokio::time::sleep(Duration::from_millis(fault.duration_ms / 2)).await;
-            let result = shared.cluster.lock().await.set_clock(runner(&fault), -offset_ms);
-            record(&shared.recorder, &fault, "jump-back", result.map_err(|error| error.to_string()));
-            tokio::time::sleep(Duration::from_millis(fault.duration_ms / 2)).await;
-        } else {
-            tokio::time::sleep(Duration::from_millis(fault.duration_ms)).await;
-        }
-        heal(&shared, &fault).await;
-        shared.active.lock().await.retain(|active| active != &label);
+        faults.spawn(one(shared.clone(), fault));
     }
+    while faults.join_next().await.is_some() {}
+}
+
+/// One fault: start, hold for its duration (jumping back halfway for a jump), heal.
+async fn one(shared: Shared, fault: Fault) {
+    let label = label(&fault);
+    shared.active.lock().await.push(label.clone());
+    start(&shared, &fault).await;
+    if let Variant::Jump { offset_ms } = fault.variant {
+        tokio::time::sleep(Duration::from_millis(fault.duration_ms / 2)).await;
+        let result = shared.cluster.lock().await.set_clock(runner(&fault), -offset_ms);
+        record(&shared.recorder, &fault, "jump-back", result.map_err(|error| error.to_string()));
+        tokio::time::sleep(Duration::from_millis(fault.duration_ms / 2)).await;
+    } else {
+        tokio::time::sleep(Duration::from_millis(fault.duration_ms)).await;
+    }
+    heal(&shared, &fault).await;
+    shared.active.lock().await.retain(|active| active != &label);
 }
 
 fn label(fault: &Fault) -> String {
@@ -69,12 +78,11 @@ fn record(recorder: &Recorder, fault: &Fault, phase: &str, result: Result<(), St
 
 async fn start(shared: &Shared, fault: &Fault) {
     let index = runner(fault);
-    let mid_deployment = matches!(
-        fault.variant,
-        Variant::DelayedStep { .. } | Variant::ControlLink | Variant::TargetLinkMidStep | Variant::StaticSkew { .. }
-    );
+    // A fault on a runner matters while it holds a claim: wait (bounded) for one. Resent
+    // results pick their own claim.
+    let mid_deployment =
+        fault.runner.is_some() && !matches!(fault.variant, Variant::Replay | Variant::Conflict | Variant::CrossJob);
     if mid_deployment {
-        // These faults are about a runner in the middle of a deployment: wait (bounded) for one.
         wait_busy(shared, index, Duration::from_millis(2 * shared.config.lease_ms)).await;
     }
     let result = match &fault.variant {

@@ -136,7 +136,7 @@ fn context(finished: &Finished) -> String {
 async fn paused_runner_outlives_its_lease_and_its_late_reports_are_refused() {
     let finished = one_fault(fault("delayed-heartbeats", Some(0), 2_000, 2_000, json!({"how": "pause"}))).await;
     let events = finished.history();
-    let expired = expired_attempts(&events, "r1", 2_000, 4_500);
+    let expired = expired_attempts(&events, "r1", nemesis_window(&events).0, nemesis_window(&events).1 + 500);
     assert!(!expired.is_empty(), "no attempt of r1 expired while it was paused; {}", context(&finished));
     assert!(expired.iter().any(|attempt| late_report_rejected(&events, attempt)), "{}", context(&finished));
 }
@@ -147,7 +147,11 @@ async fn heartbeats_delayed_beyond_the_lease_expire_it() {
         one_fault(fault("delayed-heartbeats", Some(0), 2_000, 2_000, json!({"how": "latency", "latency_ms": 900})))
             .await;
     let events = finished.history();
-    assert!(!expired_attempts(&events, "r1", 2_000, 5_000).is_empty(), "{}", context(&finished));
+    assert!(
+        !expired_attempts(&events, "r1", nemesis_window(&events).0, nemesis_window(&events).1 + 1_000).is_empty(),
+        "{}",
+        context(&finished)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -188,7 +192,7 @@ async fn a_conflicting_result_is_recorded_and_the_outcome_stays() {
 async fn reconnect_after_reconciliation_gives_the_seeds_stale_completion() {
     let finished = one_fault(fault("reconnects", Some(0), 2_000, 2_400, json!({"how": "cut-links"}))).await;
     let events = finished.history();
-    let expired = expired_attempts(&events, "r1", 2_000, 4_400);
+    let expired = expired_attempts(&events, "r1", nemesis_window(&events).0, nemesis_window(&events).1);
     let Some(attempt) = expired.first() else { panic!("r1's lease never expired; {}", context(&finished)) };
     let reconciled = events.iter().any(|event| {
         event.process == "operator"
@@ -248,7 +252,11 @@ async fn control_link_cut_between_steps_expires_the_lease() {
     let finished =
         one_fault(fault("disconnect-during-mutation", Some(0), 2_000, 1_500, json!({"how": "control-link"}))).await;
     let events = finished.history();
-    assert!(!expired_attempts(&events, "r1", 2_000, 4_000).is_empty(), "{}", context(&finished));
+    assert!(
+        !expired_attempts(&events, "r1", nemesis_window(&events).0, nemesis_window(&events).1 + 500).is_empty(),
+        "{}",
+        context(&finished)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -261,7 +269,7 @@ async fn target_link_cut_mid_step_leaves_a_step_without_an_answer() {
         event.process == "runner:r1"
             && event.f == "step"
             && event.kind == EventType::Info
-            && (2_000..=3_500).contains(&ms(event))
+            && (nemesis_window(&events).0..=nemesis_window(&events).1 + 500).contains(&ms(event))
     });
     assert!(unanswered, "no step of r1 lost its answer; {}", context(&finished));
 }
@@ -270,9 +278,13 @@ async fn target_link_cut_mid_step_leaves_a_step_without_an_answer() {
 async fn a_killed_runner_loses_its_lease_and_claims_again_after_restart() {
     let finished = one_fault(fault("kill", Some(0), 2_000, 1_200, json!({"how": "kill-runner"}))).await;
     let events = finished.history();
-    assert!(!expired_attempts(&events, "r1", 2_000, 3_500).is_empty(), "{}", context(&finished));
-    let claimed_again =
-        ledger(&events, "claim").any(|event| event.runner.as_deref() == Some("r1") && ms(event) > 3_200);
+    assert!(
+        !expired_attempts(&events, "r1", nemesis_window(&events).0, nemesis_window(&events).1 + 300).is_empty(),
+        "{}",
+        context(&finished)
+    );
+    let claimed_again = ledger(&events, "claim")
+        .any(|event| event.runner.as_deref() == Some("r1") && ms(event) > nemesis_window(&events).1);
     assert!(claimed_again, "the restarted runner never claimed; {}", context(&finished));
 }
 
