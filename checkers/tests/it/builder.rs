@@ -164,10 +164,7 @@ impl H {
         decision: Decision,
         lease_end: Option<i64>,
     ) -> u64 {
-        let reason = (decision != Decision::Accepted).then_some("expired");
-        let seq = self.ledger_report("heartbeat", c, at_ms, observed_ms, decision, reason, None, lease_end, None);
-        self.answer("heartbeat", c, observed_ms, None, decision, seq);
-        seq
+        self.answered("heartbeat", c, at_ms, observed_ms, decision, lease_end)
     }
 
     pub fn capability(
@@ -178,9 +175,22 @@ impl H {
         decision: Decision,
         lease_end: Option<i64>,
     ) -> u64 {
+        self.answered("capability", c, at_ms, observed_ms, decision, lease_end)
+    }
+
+    /// A heartbeat or capability decided by the ledger (refused as `expired`) and answered.
+    fn answered(
+        &mut self,
+        kind: &str,
+        c: &C,
+        at_ms: i64,
+        observed_ms: i64,
+        decision: Decision,
+        lease_end: Option<i64>,
+    ) -> u64 {
         let reason = (decision != Decision::Accepted).then_some("expired");
-        let seq = self.ledger_report("capability", c, at_ms, observed_ms, decision, reason, None, lease_end, None);
-        self.answer("capability", c, observed_ms, None, decision, seq);
+        let seq = self.ledger_report(kind, c, at_ms, observed_ms, decision, reason, None, lease_end, None);
+        self.answer(kind, c, observed_ms, None, decision, seq);
         seq
     }
 
