@@ -79,9 +79,8 @@ fn record(recorder: &Recorder, fault: &Fault, phase: &str, result: Result<(), St
 async fn start(shared: &Shared, fault: &Fault) {
     let index = runner(fault);
     // A fault on a runner matters while it holds a claim: wait (bounded) for one. Resent
-    // results pick their own claim.
-    let mid_deployment =
-        fault.runner.is_some() && !matches!(fault.variant, Variant::Replay | Variant::Conflict | Variant::CrossJob);
+    // results pick a claim the runner already finished.
+    let mid_deployment = fault.runner.is_some() && !matches!(fault.variant, Variant::Replay | Variant::Conflict);
     if mid_deployment {
         wait_busy(shared, index, Duration::from_millis(2 * shared.config.lease_ms)).await;
     }
