@@ -52,9 +52,10 @@ pub async fn run(args: &[&str]) -> Finished {
     finished
 }
 
-/// A run of two busy runners with exactly one fault, given as a schedule.
+/// A run of two busy runners with exactly one fault, given as a schedule. Four jobs a
+/// second keep the queue full, so the runner a fault hits is working whenever it hits.
 async fn one_fault(fault: serde_json::Value) -> Finished {
-    one_fault_at_rate(fault, "2").await
+    one_fault_at_rate(fault, "4").await
 }
 
 /// As [`one_fault`], with `rate_per_s` jobs a second (a higher rate keeps both runners busy).
