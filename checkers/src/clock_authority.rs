@@ -24,10 +24,6 @@ impl Check for ClockAuthority {
         NAME
     }
 
-    fn lacking(&self, ctx: &Ctx) -> Option<String> {
-        crate::driver::need_ledger(ctx)
-    }
-
     fn observe(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings) {
         if ev.src != Src::Ledger || !ev.op.is_report() || !ev.accepted() {
             return;

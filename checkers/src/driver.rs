@@ -21,8 +21,10 @@ const LISTED_MAX: usize = 1_000;
 pub(crate) trait Check {
     fn name(&self) -> &'static str;
     /// The evidence the checker needs that the history lacks, if any (then it cannot say
-    /// Valid, only Invalid or Unknown).
-    fn lacking(&self, ctx: &Ctx) -> Option<String>;
+    /// Valid, only Invalid or Unknown). Most checkers read the ledger, hence the default.
+    fn lacking(&self, ctx: &Ctx) -> Option<String> {
+        need_ledger(ctx)
+    }
     fn observe(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings);
     fn finish(&mut self, _ctx: &Ctx, _out: &mut Findings) {}
 }

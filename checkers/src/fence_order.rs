@@ -33,10 +33,6 @@ impl Check for FenceOrder {
         NAME
     }
 
-    fn lacking(&self, ctx: &Ctx) -> Option<String> {
-        crate::driver::need_ledger(ctx)
-    }
-
     fn observe(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings) {
         if ev.src != Src::Ledger {
             return;

@@ -30,10 +30,6 @@ impl Check for HeartbeatResurrection {
         NAME
     }
 
-    fn lacking(&self, ctx: &Ctx) -> Option<String> {
-        crate::driver::need_ledger(ctx)
-    }
-
     fn observe(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings) {
         if ev.src != Src::Ledger || ev.op != Op::Heartbeat || !ev.accepted() {
             return;

@@ -98,42 +98,32 @@ fn mismatch<T: PartialEq + std::fmt::Display>(what: &str, expected: Option<T>, f
 
 fn evaluate_attempt(condition: &Condition, attempt: &AttemptView) -> Result<(), String> {
     let closed_by = attempt.closed_by.clone().unwrap_or_else(|| "-".into());
-    let found: Vec<String> = [
-        mismatch("state", condition.state.clone(), word(&attempt.state)),
-        mismatch("fence", condition.fence, attempt.fence),
-        mismatch("current", condition.current, attempt.current),
-        mismatch("closed_by", condition.closed_by.clone(), closed_by),
-        mismatch("runner", condition.runner.clone(), attempt.runner.clone()),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    if found.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("{} has {}", attempt.id, found.join(", ")))
-    }
+    held(
+        attempt.id.clone(),
+        [
+            mismatch("state", condition.state.clone(), word(&attempt.state)),
+            mismatch("fence", condition.fence, attempt.fence),
+            mismatch("current", condition.current, attempt.current),
+            mismatch("closed_by", condition.closed_by.clone(), closed_by),
+            mismatch("runner", condition.runner.clone(), attempt.runner.clone()),
+        ],
+    )
 }
 
 fn evaluate_job(condition: &Condition, job: &JobView, steps: &[StepRecord]) -> Result<(), String> {
     let outcome = job.outcome.map_or_else(|| "-".to_string(), |outcome| outcome.as_str().to_string());
     let applied = steps.iter().filter(|step| step.applied && step.job == job.id).count();
     let claimed = condition.runner.as_ref().filter(|runner| !job.attempts.iter().any(|a| &&a.runner == runner));
-    let found: Vec<String> = [
-        mismatch("state", condition.state.clone(), word(&job.state)),
-        mismatch("outcome", condition.outcome.clone(), outcome),
-        mismatch("attempts", condition.attempts, job.attempts.len()),
-        condition.applied_steps.filter(|wanted| applied < *wanted).map(|_| format!("{applied} applied steps")),
-        claimed.map(|runner| format!("no attempt by {runner}")),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    if found.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("job `{}` has {}", job.id, found.join(", ")))
-    }
+    held(
+        format!("job `{}`", job.id),
+        [
+            mismatch("state", condition.state.clone(), word(&job.state)),
+            mismatch("outcome", condition.outcome.clone(), outcome),
+            mismatch("attempts", condition.attempts, job.attempts.len()),
+            condition.applied_steps.filter(|wanted| applied < *wanted).map(|_| format!("{applied} applied steps")),
+            claimed.map(|runner| format!("no attempt by {runner}")),
+        ],
+    )
 }
 
 fn evaluate_ledger(kind: &str, condition: &Condition, job: &JobView) -> Result<(), String> {
@@ -188,4 +178,14 @@ pub fn stale_steps<'a>(steps: &'a [StepRecord], job: Option<&str>) -> Vec<&'a St
         *top = (*top).max(step.fence);
     }
     stale
+}
+
+/// `Ok` when no mismatch was found, else one sentence naming the subject and every mismatch.
+fn held<const N: usize>(subject: String, mismatches: [Option<String>; N]) -> Result<(), String> {
+    let found: Vec<String> = mismatches.into_iter().flatten().collect();
+    if found.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{subject} has {}", found.join(", ")))
+    }
 }

@@ -7,12 +7,7 @@ use crate::world::{at, observed, refused_code, World, LEASE_MS};
 
 #[test]
 fn fences_strictly_increase_across_attempts_and_jobs() {
-    let world = World::new(&[]);
-    let runner = world.runner("r1");
-    world.submit("j1", "k1", 0);
-    world.submit("j2", "k2", 0);
-    let first = world.claim(&runner, 0).unwrap().claim;
-    let second = world.claim(&runner, 0).unwrap().claim;
+    let (world, runner, first, second) = World::two_claims();
     world.rules.expire(at(LEASE_MS)).unwrap();
     world.reconcile("j1", &first.attempt, Finding::Stopped, None, LEASE_MS).unwrap();
     let retry = world.claim(&runner, LEASE_MS + 1).unwrap().claim;
@@ -130,12 +125,7 @@ fn result_after_expiry_but_before_reconciliation_is_a_late_observation() {
 
 #[test]
 fn reconcile_findings_close_or_keep_the_uncertain_attempt() {
-    let world = World::new(&[]);
-    let runner = world.runner("r1");
-    world.submit("j1", "k1", 0);
-    world.submit("j2", "k2", 0);
-    let first = world.claim(&runner, 0).unwrap().claim;
-    let second = world.claim(&runner, 0).unwrap().claim;
+    let (world, _, first, second) = World::two_claims();
     let code = refused_code(world.reconcile("j1", &first.attempt, Finding::Stopped, None, 10).unwrap_err());
     assert_eq!(code, "not_uncertain", "a running attempt cannot be reconciled");
     world.rules.expire(at(LEASE_MS)).unwrap();

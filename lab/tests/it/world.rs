@@ -46,6 +46,17 @@ impl World {
         (world, runner, claim)
     }
 
+    /// A world where runner `r1` holds claims on `j1` (key `k1`) and `j2` (key `k2`), in that order.
+    pub fn two_claims() -> (World, Principal, ClaimRef, ClaimRef) {
+        let world = World::new(&[]);
+        let runner = world.runner("r1");
+        world.submit("j1", "k1", 0);
+        world.submit("j2", "k2", 0);
+        let first = world.claim(&runner, 0).expect("j1 is claimable").claim;
+        let second = world.claim(&runner, 0).expect("j2 is claimable").claim;
+        (world, runner, first, second)
+    }
+
     pub fn runner(&self, id: &str) -> Principal {
         self.runner_in(id, "p")
     }
