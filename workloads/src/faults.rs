@@ -98,6 +98,24 @@ pub enum Variant {
     RestartControl,
 }
 
+impl Variant {
+    /// The fault of the mission this variant realises.
+    pub fn kind(&self) -> FaultKind {
+        match self {
+            Variant::Latency { .. } | Variant::Pause => FaultKind::DelayedHeartbeats,
+            Variant::LostResponse | Variant::Replay => FaultKind::DuplicateResults,
+            Variant::Conflict | Variant::CrossJob => FaultKind::ConflictingResults,
+            Variant::CutLinks => FaultKind::Reconnects,
+            Variant::StaticSkew { .. } | Variant::Jump { .. } => FaultKind::ClockSkew,
+            Variant::ControlLink | Variant::TargetLinkMidStep | Variant::DelayedStep { .. } => {
+                FaultKind::DisconnectDuringMutation
+            }
+            Variant::KillRunner => FaultKind::Kill,
+            Variant::RestartControl => FaultKind::RestartControlPlane,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fault {
     /// When it begins, ms after the run started.
@@ -219,6 +237,15 @@ mod tests {
         }
         assert!(faults.iter().all(|fault| fault.at_ms + fault.duration_ms < 60_000));
         assert!(faults.iter().all(|fault| fault.runner.is_none_or(|runner| runner < 3)));
+    }
+
+    #[test]
+    fn every_scheduled_variant_realises_its_kind() {
+        for seed in 0..20 {
+            for fault in schedule(seed, &options(FaultKind::ALL.to_vec())) {
+                assert_eq!(fault.variant.kind(), fault.kind, "{fault:?}");
+            }
+        }
     }
 
     #[test]

@@ -142,30 +142,36 @@ async fn client(shared: Shared, jobs: Vec<PlannedJob>) {
     for job in jobs {
         let wait_ms = job.at_ms.saturating_sub(shared.recorder.now_ms());
         tokio::time::sleep(Duration::from_millis(wait_ms)).await;
-        let operator = shared.cluster.lock().await.lab.operator.clone();
-        let fill = |event: &mut history::Event| {
-            event.job = Some(job.id.clone());
-            event.key = Some(job.deployment_key.clone());
-        };
-        shared.recorder.record("client", EventType::Invoke, "submit", fill);
-        let request = SubmitJob {
-            project: lab::demo::PROJECT.to_string(),
-            id: Some(job.id.clone()),
-            deployment_key: job.deployment_key.clone(),
-            spec: JobSpec { steps: job.steps, step_ms: job.step_ms },
-        };
-        let answer = operator.submit(&request).await;
-        let kind = match &answer {
-            Ok(_) => EventType::Ok,
-            Err(error) if error.is_transport() => EventType::Info,
-            Err(_) => EventType::Fail,
-        };
-        shared.recorder.record("client", kind, "submit", |event| {
-            fill(event);
-            event.reason = answer.as_ref().err().map(|error| error.to_string());
-        });
-        shared.submitted.fetch_add(1, Ordering::Relaxed);
+        let _ = submit(&shared, &job).await;
     }
+}
+
+/// Submits one job as the client, recording the request and its answer.
+pub(crate) async fn submit(shared: &Shared, job: &PlannedJob) -> Result<(), String> {
+    let operator = shared.cluster.lock().await.lab.operator.clone();
+    let fill = |event: &mut history::Event| {
+        event.job = Some(job.id.clone());
+        event.key = Some(job.deployment_key.clone());
+    };
+    shared.recorder.record("client", EventType::Invoke, "submit", fill);
+    let request = SubmitJob {
+        project: lab::demo::PROJECT.to_string(),
+        id: Some(job.id.clone()),
+        deployment_key: job.deployment_key.clone(),
+        spec: JobSpec { steps: job.steps, step_ms: job.step_ms },
+    };
+    let answer = operator.submit(&request).await;
+    let kind = match &answer {
+        Ok(_) => EventType::Ok,
+        Err(error) if error.is_transport() => EventType::Info,
+        Err(_) => EventType::Fail,
+    };
+    shared.recorder.record("client", kind, "submit", |event| {
+        fill(event);
+        event.reason = answer.as_ref().err().map(|error| error.to_string());
+    });
+    shared.submitted.fetch_add(1, Ordering::Relaxed);
+    answer.map(drop).map_err(|error| error.to_string())
 }
 
 fn settled(job: &JobView) -> bool {
@@ -173,7 +179,7 @@ fn settled(job: &JobView) -> bool {
 }
 
 /// Waits (bounded by the recovery limit) until every job is terminal.
-async fn settle(shared: &Shared) -> bool {
+pub(crate) async fn settle(shared: &Shared) -> bool {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(shared.config.recovery_limit_ms);
     loop {
         let operator = shared.cluster.lock().await.lab.operator.clone();

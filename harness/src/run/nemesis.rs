@@ -33,7 +33,7 @@ pub async fn run(shared: Shared, schedule: Vec<Fault>) {
 }
 
 /// One fault: start, hold for its duration (jumping back halfway for a jump), heal.
-async fn one(shared: Shared, fault: Fault) {
+pub(crate) async fn one(shared: Shared, fault: Fault) {
     let label = label(&fault);
     shared.active.lock().await.push(label.clone());
     start(&shared, &fault).await;

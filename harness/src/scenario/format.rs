@@ -17,6 +17,13 @@ pub struct Scenario {
     pub lease_ms: u64,
     pub target_mode: String,
     pub bugs: Vec<String>,
+    /// `automatic`: the run's operator reconciles uncertain attempts in the background.
+    pub operator: OperatorMode,
+    pub heartbeat_interval_ms: Option<u64>,
+    pub reconcile_after_ms: Option<u64>,
+    /// With background work (an automatic operator or `fault` steps): the longest wait,
+    /// after the last step and the faults it started, for every job to settle.
+    pub settle_within_ms: u64,
     pub steps: Vec<Step>,
     pub expects: Vec<Condition>,
 }
@@ -26,7 +33,26 @@ pub struct Scenario {
 pub struct Step {
     pub index: usize,
     pub line: usize,
+    /// Not before this many ms after the scenario started (the history's time 0).
+    pub at_ms: Option<u64>,
     pub action: Action,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperatorMode {
+    /// Only the scenario's `reconcile` steps reconcile.
+    Scripted,
+    /// The operator of `fencelab run`: it stops, inspects and reconciles every uncertain attempt.
+    Automatic,
+}
+
+impl Scenario {
+    /// Whether work goes on besides the steps: jobs then settle at the end, as in a run.
+    pub fn background(&self) -> bool {
+        self.operator == OperatorMode::Automatic
+            || self.steps.iter().any(|step| matches!(step.action, Action::Fault { .. }))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -82,6 +108,17 @@ pub enum Action {
         runner: String,
     },
     RestartControlPlane {},
+    /// A fault exactly as the nemesis of `fencelab run` realises it, started in the
+    /// background and healed after `duration_ms`.
+    Fault {
+        fault: Option<workloads::faults::FaultKind>,
+        how: String,
+        runner: Option<String>,
+        #[serde(default)]
+        duration_ms: u64,
+        latency_ms: Option<u64>,
+        offset_ms: Option<i64>,
+    },
     Skew {
         runner: String,
         offset_ms: i64,
@@ -174,6 +211,12 @@ struct Raw {
     target_mode: String,
     #[serde(default)]
     bugs: Vec<String>,
+    #[serde(default = "scripted")]
+    operator: OperatorMode,
+    heartbeat_interval_ms: Option<u64>,
+    reconcile_after_ms: Option<u64>,
+    #[serde(default = "settle_within")]
+    settle_within_ms: u64,
     #[serde(default)]
     step: Vec<toml::Table>,
     #[serde(default)]
@@ -189,6 +232,12 @@ fn lease() -> u64 {
 fn fenced() -> String {
     "fenced".into()
 }
+fn scripted() -> OperatorMode {
+    OperatorMode::Scripted
+}
+fn settle_within() -> u64 {
+    30_000
+}
 
 /// Lines (1-based) of every `[[name]]` header, in order.
 fn header_lines(text: &str, name: &str) -> Vec<usize> {
@@ -202,14 +251,26 @@ pub fn parse(text: &str) -> Result<Scenario, String> {
     let step_lines = header_lines(text, "step");
     let expect_lines = header_lines(text, "expect");
     let mut steps = Vec::new();
-    for (index, table) in raw.step.into_iter().enumerate() {
+    let mut last_at_ms = 0;
+    for (index, mut table) in raw.step.into_iter().enumerate() {
         let line = step_lines.get(index).copied().unwrap_or(0);
         let name = table.get("action").and_then(|value| value.as_str()).unwrap_or("?").to_string();
         let place = format!("step {} (line {line}, action `{name}`)", index + 1);
+        let at_ms = match table.remove("at_ms") {
+            None => None,
+            Some(toml::Value::Integer(ms)) if (0..=86_400_000).contains(&ms) && ms as u64 >= last_at_ms => {
+                last_at_ms = ms as u64;
+                Some(ms as u64)
+            }
+            Some(toml::Value::Integer(ms)) if (0..=86_400_000).contains(&ms) => {
+                return Err(format!("{place}: at_ms = {ms} comes before an earlier step's at_ms = {last_at_ms}"))
+            }
+            Some(other) => return Err(format!("{place}: at_ms = {other}: must be 0..=86400000 ms")),
+        };
         let action: Action = toml::Value::Table(table)
             .try_into()
             .map_err(|error: toml::de::Error| format!("{place}: {}", error.message()))?;
-        let step = Step { index: index + 1, line, action };
+        let step = Step { index: index + 1, line, at_ms, action };
         check_step(&step, raw.runners).map_err(|message| format!("{place}: {message}"))?;
         steps.push(step);
     }
@@ -231,6 +292,10 @@ pub fn parse(text: &str) -> Result<Scenario, String> {
         lease_ms: raw.lease_ms,
         target_mode: raw.target_mode,
         bugs: raw.bugs,
+        operator: raw.operator,
+        heartbeat_interval_ms: raw.heartbeat_interval_ms,
+        reconcile_after_ms: raw.reconcile_after_ms,
+        settle_within_ms: raw.settle_within_ms,
         steps,
         expects,
     };
@@ -256,6 +321,17 @@ fn check_header(scenario: &Scenario) -> Result<(), String> {
     }
     for runner in &scenario.idle {
         runner_index(runner, scenario.runners).map_err(|message| format!("idle: {message}"))?;
+    }
+    if let Some(ms) = scenario.heartbeat_interval_ms {
+        if ms == 0 || ms >= scenario.lease_ms {
+            return Err(format!("heartbeat_interval_ms = {ms}: must be above 0 and below lease_ms"));
+        }
+    }
+    if scenario.reconcile_after_ms.is_some_and(|ms| ms > 600_000) {
+        return Err("reconcile_after_ms: must be at most 600000".into());
+    }
+    if !(1..=3_600_000).contains(&scenario.settle_within_ms) {
+        return Err(format!("settle_within_ms = {}: must be 1..=3600000", scenario.settle_within_ms));
     }
     if scenario.expects.is_empty() {
         return Err("a scenario needs at least one [[expect]]".into());
@@ -297,6 +373,7 @@ fn check_step(step: &Step, runners: u32) -> Result<(), String> {
             Ok(())
         }
         Action::Reconcile { finding, outcome, .. } => check_finding(finding, outcome.as_deref()),
+        Action::Fault { .. } => fault_of(&step.action, step.at_ms.unwrap_or(0), runners).map(drop),
         Action::Report { as_runner, outcome, .. } => {
             index(as_runner)?;
             check_outcome(outcome)
@@ -307,6 +384,47 @@ fn check_step(step: &Step, runners: u32) -> Result<(), String> {
         | Action::TargetStep { as_runner, .. } => index(as_runner),
         _ => Ok(()),
     }
+}
+
+/// Longest window a `fault` step may hold a fault (10 minutes).
+pub const FAULT_DURATION_MAX_MS: u64 = 600_000;
+
+/// The nemesis fault a `fault` step describes, starting at `at_ms`.
+pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<workloads::faults::Fault, String> {
+    let Action::Fault { fault, how, runner, duration_ms, latency_ms, offset_ms } = action else {
+        return Err("not a fault step".into());
+    };
+    let mut fields = serde_json::json!({ "how": how });
+    if let Some(ms) = latency_ms {
+        fields["latency_ms"] = (*ms).into();
+    }
+    if let Some(ms) = offset_ms {
+        fields["offset_ms"] = (*ms).into();
+    }
+    let variant: workloads::faults::Variant =
+        serde_json::from_value(fields.clone()).map_err(|error| format!("how = `{how}`: {error}"))?;
+    let parameters = serde_json::to_value(&variant).map_err(|error| error.to_string())?;
+    for key in ["latency_ms", "offset_ms"] {
+        if fields.get(key).is_some() && parameters.get(key).is_none() {
+            return Err(format!("how = `{how}` takes no {key}"));
+        }
+    }
+    let kind = variant.kind();
+    if let Some(named) = fault.filter(|named| *named != kind) {
+        return Err(format!("how = `{how}` realises `{}`, not `{}`", kind.name(), named.name()));
+    }
+    if *duration_ms > FAULT_DURATION_MAX_MS {
+        return Err(format!("duration_ms = {duration_ms}: must be at most {FAULT_DURATION_MAX_MS}"));
+    }
+    let runner = match (runner, kind) {
+        (Some(_), workloads::faults::FaultKind::RestartControlPlane) => {
+            return Err("restart-control hits the control plane, not a runner".into())
+        }
+        (None, workloads::faults::FaultKind::RestartControlPlane) => None,
+        (None, _) => return Err(format!("how = `{how}` needs a runner")),
+        (Some(name), _) => Some(runner_index(name, runners)? as u32),
+    };
+    Ok(workloads::faults::Fault { at_ms, duration_ms: *duration_ms, kind, runner, variant })
 }
 
 fn check_outcome(outcome: &str) -> Result<(), String> {

@@ -11,15 +11,21 @@ mod steps;
 use crate::run::{link_latest, write_json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use history::EventType;
+use tokio::sync::Mutex;
+use tokio::task::JoinSet;
 
 use crate::run::cluster::Cluster;
 use crate::run::config::{validate, RunArgs, RunConfig};
+use crate::run::operator;
 use crate::run::recorder::Recorder;
+use crate::run::{Shared, State};
 use conditions::{describe, evaluate, View};
-use format::Scenario;
+use format::{OperatorMode, Scenario};
 
 /// Why a scenario could not be run to a verdict.
 #[derive(Debug)]
@@ -59,8 +65,12 @@ fn config(scenario: &Scenario, store: &Path) -> Result<RunConfig, ScenarioError>
     args.runners = scenario.runners;
     args.lease_ms = scenario.lease_ms;
     args.bugs = scenario.bugs.clone();
+    args.heartbeat_interval_ms = scenario.heartbeat_interval_ms;
+    args.reconcile_after_ms = scenario.reconcile_after_ms;
     args.target_mode = clap::ValueEnum::from_str(&scenario.target_mode, true).map_err(ScenarioError::Bad)?;
-    validate(&args, scenario.seed).map_err(ScenarioError::Bad)
+    let mut config = validate(&args, scenario.seed).map_err(ScenarioError::Bad)?;
+    config.recovery_limit_ms = scenario.settle_within_ms;
+    Ok(config)
 }
 
 /// Runs a scenario file into `store`; `program` is the `fencelab` binary.
@@ -82,7 +92,7 @@ async fn execute(
     let started = Instant::now();
     let started_at = chrono::Utc::now().to_rfc3339();
     let recorder = Recorder::create(&folder.join("history.jsonl"))?;
-    let mut cluster =
+    let cluster =
         tokio::time::timeout(crate::run::HEALTHY_WAIT_MAX, Cluster::start(config, &folder.join("lab"), program))
             .await
             .map_err(|_| anyhow::anyhow!("the cluster was not healthy in time"))??;
@@ -99,14 +109,27 @@ async fn execute(
     write_json(&folder.join("config.json"), &full_config)?;
     write_json(&folder.join("schedule.json"), &serde_json::json!([]))?;
     recorder.record("harness", EventType::Ok, "config", |event| event.value = Some(full_config.clone()));
-    let steps_passed = run_steps(scenario, &mut cluster, config, &recorder).await;
-    let view = collect(&mut cluster, &recorder).await?;
+    let shared: Shared = Arc::new(State {
+        config: Arc::new(config.clone()),
+        recorder,
+        cluster: Arc::new(Mutex::new(cluster)),
+        active: Mutex::new(vec![]),
+        submitted: AtomicU64::new(0),
+    });
+    let operator = (scenario.operator == OperatorMode::Automatic).then(|| tokio::spawn(operator::run(shared.clone())));
+    let steps_passed = run_steps(scenario, &shared).await;
+    let settled = if steps_passed && scenario.background() { settle(&shared).await } else { true };
+    if let Some(operator) = operator {
+        operator.abort();
+        let _ = operator.await;
+    }
+    let view = collect(&shared).await?;
     link_latest(&config.store, folder);
     let meta = crate::check::RunMeta {
         command: format!("fencelab scenario run {}", file.display()),
         started_at,
         duration_ms: started.elapsed().as_millis() as u64,
-        complete: true,
+        complete: settled,
     };
     write_json(&folder.join("run.json"), &meta)?;
     let (_, run) = crate::check::check_folder(folder)?;
@@ -115,20 +138,64 @@ async fn execute(
     Ok(Report { folder: folder.to_path_buf(), passed: steps_passed && expects_passed })
 }
 
-/// Runs the steps in order; stops at the first that fails.
-async fn run_steps(scenario: &Scenario, cluster: &mut Cluster, config: &RunConfig, recorder: &Recorder) -> bool {
-    let mut driver = steps::Driver { cluster, config, recorder, capabilities: BTreeMap::new() };
+/// Runs the steps in order, stopping at the first that fails; then lets the faults the
+/// steps started run out their windows (bounded) and heals whatever is left of them.
+async fn run_steps(scenario: &Scenario, shared: &Shared) -> bool {
+    let mut driver = steps::Driver { shared: shared.clone(), capabilities: BTreeMap::new(), faults: JoinSet::new() };
+    let mut passed = true;
     for step in &scenario.steps {
         if let Err(error) = driver.step(step).await {
             println!("  FAILED step {} (line {}): {error}", step.index, step.line);
-            return false;
+            passed = false;
+            break;
         }
     }
-    true
+    if driver.faults.is_empty() {
+        return passed;
+    }
+    if passed {
+        let bound = faults_bound(scenario, &shared.config);
+        if tokio::time::timeout(bound, async { while driver.faults.join_next().await.is_some() {} }).await.is_err() {
+            println!("  FAILED the faults the steps started did not end within {} ms", bound.as_millis());
+            passed = false;
+        }
+    }
+    driver.faults.shutdown().await;
+    if let Err(error) = crate::run::nemesis::heal_all(&shared.cluster, &shared.config).await {
+        println!("  FAILED healing the faults: {error}");
+        passed = false;
+    }
+    passed
+}
+
+/// How long the faults of a scenario may take to end after its last step: the longest
+/// window, plus the bounded waits a fault makes before it starts, plus a margin.
+fn faults_bound(scenario: &Scenario, config: &RunConfig) -> Duration {
+    let longest_ms = scenario
+        .steps
+        .iter()
+        .filter_map(|step| match &step.action {
+            format::Action::Fault { duration_ms, .. } => Some(*duration_ms),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    Duration::from_millis(longest_ms + 10 * config.lease_ms + 30_000)
+}
+
+/// With background work, waits (bounded by `settle_within_ms`) for every job to settle,
+/// as the recovery of a run does; says whether they did.
+async fn settle(shared: &Shared) -> bool {
+    let settled = crate::run::settle(shared).await;
+    if !settled {
+        println!("  note: not every job settled within {} ms", shared.config.recovery_limit_ms);
+    }
+    settled
 }
 
 /// Stops the runners, reads every record, stops everything and writes the whole history.
-async fn collect(cluster: &mut Cluster, recorder: &Recorder) -> anyhow::Result<View> {
+async fn collect(shared: &Shared) -> anyhow::Result<View> {
+    let mut cluster = shared.cluster.lock().await;
     cluster.stop_runners().await;
     let wait = crate::run::COLLECT_WAIT_MAX;
     let operator = cluster.lab.operator.clone();
@@ -144,7 +211,7 @@ async fn collect(cluster: &mut Cluster, recorder: &Recorder) -> anyhow::Result<V
     let logs = cluster.runner_logs();
     cluster.stop().await;
     tokio::time::sleep(Duration::from_millis(10)).await;
-    recorder.finish(&logs, &ledger, &steps, finals)?;
+    shared.recorder.finish(&logs, &ledger, &steps, finals)?;
     Ok(View { jobs, steps, checkers: vec![] })
 }
 

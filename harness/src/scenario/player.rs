@@ -24,12 +24,12 @@ fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-impl Driver<'_> {
+impl Driver {
     pub(super) async fn runner_action(&mut self, action: &Action) -> Result<(), String> {
         match action {
             Action::Claim { as_runner, job } => self.claim(as_runner, job.as_deref()).await,
             Action::Heartbeat { as_runner, job, attempt, fence, observed_offset_ms } => {
-                let (client, runner) = self.as_runner(as_runner)?;
+                let (client, runner) = self.as_runner(as_runner).await?;
                 let found = self.attempt(job, *attempt).await?;
                 let request = HeartbeatRequest {
                     claim: claim_ref(&found, job, &runner, *fence),
@@ -40,7 +40,7 @@ impl Driver<'_> {
                 Ok(())
             }
             Action::Report { as_runner, job, attempt, attempt_job, fence, outcome, observed_offset_ms } => {
-                let (client, runner) = self.as_runner(as_runner)?;
+                let (client, runner) = self.as_runner(as_runner).await?;
                 let found = self.attempt(attempt_job.as_deref().unwrap_or(job), *attempt).await?;
                 let request = ResultRequest {
                     claim: claim_ref(&found, job, &runner, *fence),
@@ -53,7 +53,7 @@ impl Driver<'_> {
                 Ok(())
             }
             Action::Capability { as_runner, job, attempt } => {
-                let (client, runner) = self.as_runner(as_runner)?;
+                let (client, runner) = self.as_runner(as_runner).await?;
                 let found = self.attempt(job, *attempt).await?;
                 let request = CapabilityRequest { claim: claim_ref(&found, job, &runner, None), observed_ms: now_ms() };
                 let verdict = client.capability(&request).await.map_err(|error| error.to_string())?;
@@ -71,11 +71,11 @@ impl Driver<'_> {
     }
 
     async fn claim(&self, as_runner: &str, job: Option<&str>) -> Result<(), String> {
-        let (client, runner) = self.as_runner(as_runner)?;
+        let (client, runner) = self.as_runner(as_runner).await?;
         let request = ClaimRequest { runner, observed_ms: now_ms() };
         let answer = client.claim(&request).await.map_err(|error| error.to_string())?;
         let Some(grant) = answer.grant else { return Err("nothing was claimable".into()) };
-        self.recorder.record("scenario", EventType::Ok, "claim", |event| {
+        self.shared.recorder.record("scenario", EventType::Ok, "claim", |event| {
             event.job = Some(grant.claim.job.clone());
             event.attempt = Some(grant.claim.attempt.clone());
             event.fence = Some(grant.claim.fence);
@@ -93,7 +93,7 @@ impl Driver<'_> {
             .get(&attempt.id)
             .cloned()
             .ok_or_else(|| format!("no capability for {}: add a `capability` step first", attempt.id))?;
-        let target = Client::new(&self.cluster.lab.target_url(), None, Duration::from_secs(10));
+        let target = Client::new(&self.cluster().await.lab.target_url(), None, Duration::from_secs(10));
         let request = StepRequest { capability, step, steps, duration_ms: 0 };
         // A refused step (409) is an answer, recorded in the step log: the step itself succeeded.
         match target.step(&request).await {
@@ -109,7 +109,7 @@ impl Driver<'_> {
     /// runners were told (`lost-work`, `ledger-completeness`, `stale-completion`) see it.
     fn note(&self, f: &str, claim: &ClaimRef, observed_ms: i64, outcome: Option<Outcome>, verdict: &Verdict) {
         let process = format!("runner:{}", claim.runner);
-        self.recorder.record(&process, EventType::Response, f, |event| {
+        self.shared.recorder.record(&process, EventType::Response, f, |event| {
             event.job = Some(claim.job.clone());
             event.attempt = Some(claim.attempt.clone());
             event.runner = Some(claim.runner.clone());

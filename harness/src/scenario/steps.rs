@@ -11,10 +11,9 @@ use lab::protocol::*;
 use proxy::{Stream, Toxic, ToxicKind};
 
 use super::conditions::{evaluate, View};
-use super::format::{runner_index, Action, Condition, Link, Step};
+use super::format::{fault_of, runner_index, Action, Condition, Link, Step};
 use crate::run::cluster::{control_link, target_link, Cluster};
-use crate::run::config::RunConfig;
-use crate::run::recorder::Recorder;
+use crate::run::Shared;
 
 const TOXIC_NAME: &str = "scenario";
 const REQUEST_MAX: Duration = Duration::from_secs(10);
@@ -22,11 +21,11 @@ const REQUEST_MAX: Duration = Duration::from_secs(10);
 /// land and be answered: without it a claim in flight could take a job the next step submits.
 pub(super) const SETTLE: Duration = Duration::from_millis(250);
 
-pub struct Driver<'a> {
-    pub cluster: &'a mut Cluster,
-    pub config: &'a RunConfig,
-    pub recorder: &'a Recorder,
+pub struct Driver {
+    pub shared: Shared,
     pub capabilities: BTreeMap<String, Capability>,
+    /// Faults started by `fault` steps, each healing itself when its window ends.
+    pub faults: tokio::task::JoinSet<()>,
 }
 
 fn links(runner: usize, link: Link) -> Vec<String> {
@@ -41,23 +40,37 @@ fn index(name: &str, cluster: &Cluster) -> Result<usize, String> {
     runner_index(name, cluster.runners.len() as u32)
 }
 
-impl Driver<'_> {
-    fn operator(&self) -> Client {
-        self.cluster.lab.operator.clone()
+impl Driver {
+    pub(super) async fn cluster(&self) -> tokio::sync::MutexGuard<'_, Cluster> {
+        self.shared.cluster.lock().await
     }
 
-    pub(super) fn as_runner(&self, name: &str) -> Result<(Client, String), String> {
-        let slot = &self.cluster.runners[index(name, self.cluster)?];
-        Ok((self.cluster.lab.operator.with_token(&slot.token), slot.id.clone()))
+    async fn operator(&self) -> Client {
+        self.cluster().await.lab.operator.clone()
     }
 
-    /// Runs one step; an error says why the step failed (the scenario then fails).
+    pub(super) async fn as_runner(&self, name: &str) -> Result<(Client, String), String> {
+        let cluster = self.cluster().await;
+        let slot = &cluster.runners[index(name, &cluster)?];
+        Ok((cluster.lab.operator.with_token(&slot.token), slot.id.clone()))
+    }
+
+    /// Runs one step (at its `at_ms`, if it has one); an error says why the step failed
+    /// (the scenario then fails).
     pub async fn step(&mut self, step: &Step) -> Result<(), String> {
+        if let Some(at_ms) = step.at_ms {
+            let wait_ms = at_ms.saturating_sub(self.shared.recorder.now_ms());
+            tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+        }
         let label = format!("step {} (line {})", step.index, step.line);
-        self.recorder.record("scenario", EventType::Invoke, "step", |event| event.reason = Some(label.clone()));
-        let outcome = self.action(&step.action).await;
+        let recorder = &self.shared.recorder;
+        recorder.record("scenario", EventType::Invoke, "step", |event| event.reason = Some(label.clone()));
+        let outcome = match &step.action {
+            Action::Fault { .. } => self.fault(&step.action).await,
+            action => self.action(action).await,
+        };
         let kind = if outcome.is_ok() { EventType::Ok } else { EventType::Fail };
-        self.recorder.record("scenario", kind, "step", |event| {
+        self.shared.recorder.record("scenario", kind, "step", |event| {
             event.reason = Some(match &outcome {
                 Ok(()) => label.clone(),
                 Err(error) => format!("{label}: {error}"),
@@ -66,17 +79,26 @@ impl Driver<'_> {
         outcome
     }
 
+    /// Starts a nemesis fault in the background, now: it heals itself after its window.
+    async fn fault(&mut self, action: &Action) -> Result<(), String> {
+        let runners = self.shared.config.runners;
+        let fault = fault_of(action, self.shared.recorder.now_ms(), runners)?;
+        self.faults.spawn(crate::run::nemesis::one(self.shared.clone(), fault));
+        Ok(())
+    }
+
     async fn action(&mut self, action: &Action) -> Result<(), String> {
         let error = |error: proxy::ClientError| error.to_string();
         match action {
             Action::Submit { job, key, steps, step_ms } => {
-                let request = SubmitJob {
-                    project: lab::demo::PROJECT.to_string(),
-                    id: Some(job.clone()),
+                let planned = workloads::jobs::PlannedJob {
+                    at_ms: self.shared.recorder.now_ms(),
+                    id: job.clone(),
                     deployment_key: key.clone(),
-                    spec: JobSpec { steps: *steps, step_ms: *step_ms },
+                    steps: *steps,
+                    step_ms: *step_ms,
                 };
-                self.operator().submit(&request).await.map(drop).map_err(|error| error.to_string())
+                crate::run::submit(&self.shared, &planned).await
             }
             Action::Wait(condition) => self.wait(condition).await,
             Action::Elapse { ms } => {
@@ -85,22 +107,25 @@ impl Driver<'_> {
             }
             Action::Cut { runner, link } | Action::Heal { runner, link } => {
                 let enabled = matches!(action, Action::Heal { .. });
-                for name in links(index(runner, self.cluster)?, *link) {
-                    self.cluster.proxy.set_enabled(&name, enabled).await.map_err(error)?;
+                let cluster = self.cluster().await;
+                for name in links(index(runner, &cluster)?, *link) {
+                    cluster.proxy.set_enabled(&name, enabled).await.map_err(error)?;
                 }
                 Ok(())
             }
             Action::Latency { runner, link, ms } => {
                 let kind = ToxicKind::Latency { latency_ms: *ms, jitter_ms: 0 };
                 let toxic = Toxic::new(kind).on(Stream::Upstream).named(TOXIC_NAME);
-                for name in links(index(runner, self.cluster)?, *link) {
-                    self.cluster.proxy.add_toxic(&name, &toxic).await.map_err(error)?;
+                let cluster = self.cluster().await;
+                for name in links(index(runner, &cluster)?, *link) {
+                    cluster.proxy.add_toxic(&name, &toxic).await.map_err(error)?;
                 }
                 Ok(())
             }
             Action::Clear { runner, link } => {
-                for name in links(index(runner, self.cluster)?, *link) {
-                    self.cluster.proxy.remove_toxic(&name, TOXIC_NAME).await.map_err(error)?;
+                let cluster = self.cluster().await;
+                for name in links(index(runner, &cluster)?, *link) {
+                    cluster.proxy.remove_toxic(&name, TOXIC_NAME).await.map_err(error)?;
                 }
                 Ok(())
             }
@@ -111,30 +136,29 @@ impl Driver<'_> {
     async fn process_action(&mut self, action: &Action) -> Result<(), String> {
         match action {
             Action::Pause { runner } => {
-                self.signal(runner, libc::SIGSTOP)?;
+                self.signal(runner, libc::SIGSTOP).await?;
                 tokio::time::sleep(SETTLE).await;
                 Ok(())
             }
-            Action::Resume { runner } => self.signal(runner, libc::SIGCONT),
-            Action::Kill { runner } => {
-                let at = index(runner, self.cluster)?;
-                if let Some(process) = self.cluster.runners[at].process.as_mut() {
+            Action::Resume { runner } => self.signal(runner, libc::SIGCONT).await,
+            Action::Kill { runner } | Action::Restart { runner } => {
+                let mut cluster = self.cluster().await;
+                let at = index(runner, &cluster)?;
+                if let Some(process) = cluster.runners[at].process.as_mut() {
                     process.kill().await;
                 }
-                Ok(())
-            }
-            Action::Restart { runner } => {
-                let at = index(runner, self.cluster)?;
-                if let Some(process) = self.cluster.runners[at].process.as_mut() {
-                    process.kill().await;
+                if matches!(action, Action::Kill { .. }) {
+                    return Ok(());
                 }
-                self.cluster.start_runner(at, self.config).map_err(|error| error.to_string())
+                cluster.start_runner(at, &self.shared.config).map_err(|error| error.to_string())
             }
             Action::RestartControlPlane {} => {
-                self.cluster.lab.restart_control().await.map_err(|error| format!("{error:#}"))
+                self.cluster().await.lab.restart_control().await.map_err(|error| format!("{error:#}"))
             }
             Action::Skew { runner, offset_ms } => {
-                self.cluster.set_clock(index(runner, self.cluster)?, *offset_ms).map_err(|error| error.to_string())
+                let cluster = self.cluster().await;
+                let at = index(runner, &cluster)?;
+                cluster.set_clock(at, *offset_ms).map_err(|error| error.to_string())
             }
             Action::Reconcile { job, attempt, finding, outcome } => {
                 self.reconcile(job, *attempt, finding, outcome.as_deref()).await
@@ -143,9 +167,10 @@ impl Driver<'_> {
         }
     }
 
-    fn signal(&self, runner: &str, signal: i32) -> Result<(), String> {
-        let at = index(runner, self.cluster)?;
-        if self.cluster.signal_runner(at, signal) {
+    async fn signal(&self, runner: &str, signal: i32) -> Result<(), String> {
+        let cluster = self.cluster().await;
+        let at = index(runner, &cluster)?;
+        if cluster.signal_runner(at, signal) {
             Ok(())
         } else {
             Err(format!("runner {runner} has no process to signal"))
@@ -174,12 +199,12 @@ impl Driver<'_> {
     async fn view(&self, condition: &Condition) -> Result<View, String> {
         let mut view = View::default();
         if let Some(job) = &condition.job {
-            if let Ok(found) = self.operator().job(job).await {
+            if let Ok(found) = self.operator().await.job(job).await {
                 view.jobs.insert(job.clone(), found);
             }
         }
         if condition.applied_steps.is_some() || condition.stale_step.is_some() {
-            let target = Client::new(&self.cluster.lab.target_url(), None, REQUEST_MAX);
+            let target = Client::new(&self.cluster().await.lab.target_url(), None, REQUEST_MAX);
             view.steps = target.steps(10_000_000).await.map_err(|error| error.to_string())?;
         }
         Ok(view)
@@ -187,7 +212,7 @@ impl Driver<'_> {
 
     /// Attempt `number` of `job`: its id, fence and runner.
     pub(super) async fn attempt(&self, job: &str, number: u32) -> Result<AttemptView, String> {
-        let view = self.operator().job(job).await.map_err(|error| format!("job `{job}`: {error}"))?;
+        let view = self.operator().await.job(job).await.map_err(|error| format!("job `{job}`: {error}"))?;
         let found = view.attempts.get((number as usize).wrapping_sub(1)).cloned();
         found.ok_or_else(|| format!("job `{job}` has {} attempts, no attempt {number}", view.attempts.len()))
     }
@@ -203,6 +228,6 @@ impl Driver<'_> {
             outcome: outcome.map_err(|error| error.to_string())?,
             evidence: Some("scenario".into()),
         };
-        self.operator().reconcile(&request).await.map(drop).map_err(|error| error.to_string())
+        self.operator().await.reconcile(&request).await.map(drop).map_err(|error| error.to_string())
     }
 }
