@@ -57,6 +57,27 @@ enum Command {
         #[arg(long, default_value = "store/replays")]
         store: std::path::PathBuf,
     },
+    /// Cut a run that found an anomaly down to the smallest scenario that still finds it:
+    /// remove faults, runners and jobs while the anomaly persists, each try a real run.
+    Shrink {
+        /// The run folder (`store/<test>/<start-time>`, or `store/latest`).
+        folder: std::path::PathBuf,
+        /// Most tries (each a real scenario run), 1..=500.
+        #[arg(long, default_value_t = 40)]
+        tries: u32,
+        /// A checker whose anomaly must persist (repeatable; default: the first to find one).
+        #[arg(long = "checker")]
+        checkers: Vec<String>,
+        /// The scenario file to write (default: FOLDER/shrunk.toml).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// Where the tries go (default: FOLDER/shrink).
+        #[arg(long)]
+        work: Option<std::path::PathBuf>,
+        /// Runs confirming the result, 0..=20.
+        #[arg(long, default_value_t = 3)]
+        confirm: u32,
+    },
     /// Run a suite file (runs × faults × seeds) within its time budget: an index page, one
     /// aggregated junit.xml; exits non-zero if a run did not pass.
     Suite {
@@ -133,6 +154,17 @@ pub fn main() -> ExitCode {
         }
         Command::Matrix(args) => matrix_command(&args),
         Command::Replay { folder, tries, store } => replay_command(&folder, tries, &store),
+        Command::Shrink { folder, tries, checkers, out, work, confirm } => {
+            let options = crate::shrink::Options {
+                out: out.unwrap_or_else(|| folder.join("shrunk.toml")),
+                work: work.unwrap_or_else(|| folder.join("shrink")),
+                folder,
+                tries,
+                checkers,
+                confirm,
+            };
+            shrink_command(&options)
+        }
         Command::Suite { file, shard, out } => suite_command(&file, shard.as_deref(), out),
         Command::Merge { out, shards } => merge_command(&out, &shards),
         Command::Scenario { command: ScenarioCommand::Run { file, store } } => crate::scenario::main(&file, &store),
@@ -285,6 +317,55 @@ fn replay_command(folder: &std::path::Path, tries: u32, store: &std::path::Path)
     }
     println!("{reproduced} of {} replays reproduced the anomalies", tries.max(1));
     ExitCode::from(if reproduced == tries.max(1) { 0 } else { 1 })
+}
+
+fn shrink_command(options: &crate::shrink::Options) -> ExitCode {
+    if !(1..=crate::shrink::TRIES_MAX).contains(&options.tries) {
+        return bad_arguments(&format!("--tries must be 1..={}", crate::shrink::TRIES_MAX));
+    }
+    if options.confirm > crate::shrink::CONFIRM_MAX {
+        return bad_arguments(&format!("--confirm must be 0..={}", crate::shrink::CONFIRM_MAX));
+    }
+    let folder = std::fs::canonicalize(&options.folder).unwrap_or_else(|_| options.folder.clone());
+    let options = crate::shrink::Options { folder, ..options.clone() };
+    for checker in &options.checkers {
+        if !checkers::names().iter().any(|(name, _)| name == checker) {
+            return bad_arguments(&format!("--checker: unknown checker `{checker}`"));
+        }
+    }
+    if let Err(message) = crate::shrink::read_original(&options.folder, &options.checkers) {
+        return bad_arguments(&message);
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    let program = match std::env::current_exe() {
+        Ok(program) => program,
+        Err(error) => {
+            eprintln!("fencelab shrink: {error}");
+            return ExitCode::from(EXIT_INTERNAL);
+        }
+    };
+    match runtime.block_on(crate::shrink::shrink(&program, &options)) {
+        Ok(shrunk) => {
+            print!("{}", crate::shrink::table(&shrunk));
+            println!("tries      {} (details: {})", shrunk.tries.len(), options.work.join("shrink.json").display());
+            match &shrunk.command {
+                Some(command) => {
+                    println!("confirmed  {} of {} runs reproduced", shrunk.confirmed.0, shrunk.confirmed.1);
+                    println!("scenario   {}", options.out.display());
+                    println!("repeat with  {command}");
+                    ExitCode::SUCCESS
+                }
+                None => {
+                    println!("the anomaly did not reproduce as a scenario: nothing written");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Err(message) => {
+            eprintln!("fencelab shrink: {message}");
+            ExitCode::from(EXIT_INTERNAL)
+        }
+    }
 }
 
 fn suite_command(file: &std::path::Path, shard: Option<&str>, out: Option<std::path::PathBuf>) -> ExitCode {

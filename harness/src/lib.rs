@@ -8,4 +8,5 @@ pub mod replay;
 pub mod run;
 pub mod runs;
 pub mod scenario;
+pub mod shrink;
 pub mod suite;

@@ -95,6 +95,45 @@ pub fn anomaly_kinds(folder: &Path) -> Option<std::collections::BTreeSet<(String
     Some(kinds)
 }
 
+/// One checker's anomalies in a run folder.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Found {
+    pub checker: String,
+    /// Seconds into the run at which the first of its anomalies had all its evidence (the
+    /// latest of its proving events).
+    pub first_s: Option<f64>,
+    /// The jobs its anomalies name.
+    pub jobs: std::collections::BTreeSet<String>,
+}
+
+/// The checkers of a run folder that found anomalies, in results order; an error when the
+/// folder holds no readable results.json.
+pub fn found(folder: &Path) -> Result<Vec<Found>, String> {
+    let text = std::fs::read_to_string(folder.join("results.json"))
+        .map_err(|_| format!("no results.json in {}", folder.display()))?;
+    let results =
+        serde_json::from_str::<serde_json::Value>(&text).map_err(|_| "unreadable results.json".to_string())?;
+    let events = history::read_file(&folder.join("history.jsonl")).unwrap_or_default();
+    let time_of = |index: u64| events.get(index as usize).map(|event| event.time_ns as f64 / 1e9);
+    let mut found = Vec::new();
+    for checker in results["checkers"].as_array().into_iter().flatten() {
+        let anomalies = checker["anomalies"].as_array().cloned().unwrap_or_default();
+        if anomalies.is_empty() {
+            continue;
+        }
+        let complete_at = |anomaly: &serde_json::Value| {
+            let indices = anomaly["events"].as_array()?.iter().filter_map(|index| index.as_u64());
+            indices.filter_map(time_of).reduce(f64::max)
+        };
+        found.push(Found {
+            checker: checker["checker"].as_str().unwrap_or("?").to_string(),
+            first_s: anomalies.iter().filter_map(complete_at).reduce(f64::min),
+            jobs: anomalies.iter().filter_map(|anomaly| anomaly["job"].as_str().map(str::to_string)).collect(),
+        });
+    }
+    Ok(found)
+}
+
 /// Reads a run folder's verdict, the checkers that found anomalies, and when the first
 /// anomaly's evidence was complete (the latest of its proving events).
 pub fn read_results(folder: &Path, cell: &mut Cell) {
@@ -108,20 +147,9 @@ pub fn read_results(folder: &Path, cell: &mut Cell) {
     };
     cell.folder = std::fs::canonicalize(folder).ok();
     cell.verdict = results["overall"].as_str().unwrap_or("unknown").to_string();
-    let events = history::read_file(&folder.join("history.jsonl")).unwrap_or_default();
-    let time_of = |index: u64| events.get(index as usize).map(|event| event.time_ns as f64 / 1e9);
-    for checker in results["checkers"].as_array().into_iter().flatten() {
-        let anomalies = checker["anomalies"].as_array().cloned().unwrap_or_default();
-        if anomalies.is_empty() {
-            continue;
-        }
-        cell.checkers.push(checker["checker"].as_str().unwrap_or("?").to_string());
-        let complete_at = |anomaly: &serde_json::Value| {
-            let indices = anomaly["events"].as_array()?.iter().filter_map(|index| index.as_u64());
-            indices.filter_map(time_of).reduce(f64::max)
-        };
-        let first = anomalies.iter().filter_map(complete_at).reduce(f64::min);
-        cell.first_anomaly_s = match (cell.first_anomaly_s, first) {
+    for checker in found(folder).unwrap_or_default() {
+        cell.checkers.push(checker.checker);
+        cell.first_anomaly_s = match (cell.first_anomaly_s, checker.first_s) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };

@@ -95,3 +95,26 @@ async fn an_unknown_runner_is_refused() {
     bad(&format!("{HEAD}[[step]]\naction = \"pause\"\nrunner = \"r7\"\n{TAIL}"), "runner `r7` is not one of r1..r1")
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_fault_step_is_refused() {
+    let step = |fields: &str| format!("{HEAD}[[step]]\naction = \"fault\"\n{fields}\n{TAIL}");
+    bad(&step("how = \"cut-wires\"\nrunner = \"r1\""), "step 2 (line 9, action `fault`): how = `cut-wires`").await;
+    bad(&step("how = \"cut-links\""), "how = `cut-links` needs a runner").await;
+    bad(&step("how = \"cut-links\"\nrunner = \"r1\"\nlatency_ms = 5"), "takes no latency_ms").await;
+    bad(&step("how = \"latency\"\nrunner = \"r1\""), "missing field `latency_ms`").await;
+    bad(&step("fault = \"kill\"\nhow = \"pause\"\nrunner = \"r1\""), "realises `delayed-heartbeats`, not `kill`").await;
+    bad(&step("how = \"restart-control\"\nrunner = \"r1\""), "hits the control plane, not a runner").await;
+    bad(&step("how = \"pause\"\nrunner = \"r1\"\nduration_ms = 600001"), "duration_ms = 600001").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn steps_out_of_time_order_and_a_bad_operator_are_refused() {
+    let late_then_early = format!(
+        "{HEAD}[[step]]\nat_ms = 900\naction = \"elapse\"\nms = 1\n\n[[step]]\nat_ms = 100\naction = \"elapse\"\nms = 1\n{TAIL}"
+    );
+    bad(&late_then_early, "step 3 (line 14, action `elapse`): at_ms = 100 comes before").await;
+    bad(&format!("{HEAD}[[step]]\nat_ms = -1\naction = \"elapse\"\nms = 1\n{TAIL}"), "at_ms = -1").await;
+    bad(&format!("operator = \"robot\"\n{HEAD}{TAIL}"), "operator").await;
+    bad(&format!("heartbeat_interval_ms = 600\n{HEAD}{TAIL}"), "heartbeat_interval_ms = 600").await;
+}

@@ -1,0 +1,664 @@
+//! Shrink: cut a run that found an anomaly down to the smallest scenario that still finds
+//! it. A case is the run's jobs (submit steps at their times), its faults (nemesis fault
+//! steps at their times) and its runners, played by the scenario engine with the run's
+//! automatic operator. Every try writes the case as a scenario file and runs it as a real
+//! `fencelab scenario run`; the anomaly persists when the scenario's expectation (the target
+//! checkers answer invalid) holds. The passes, in order: cut everything after the anomaly
+//! was complete, remove faults, keep only the jobs the anomaly names, remove jobs, remove
+//! runners, start earlier. A bounded number of tries; then the smallest case is confirmed by
+//! running it again, falling back to a larger accepted case when it does not reproduce.
+
+use std::collections::BTreeSet;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use workloads::faults::Fault;
+use workloads::jobs::PlannedJob;
+
+use crate::runs::found;
+
+/// Most tries a shrink may make.
+pub const TRIES_MAX: u32 = 500;
+/// Most confirmation runs of the result.
+pub const CONFIRM_MAX: u32 = 20;
+/// Steps start at least this long after the scenario began, so the cluster is up.
+const WARM_UP_MS: u64 = 500;
+
+/// What a shrink is asked to do.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub folder: PathBuf,
+    pub tries: u32,
+    /// The checkers whose anomalies must persist (default: the first to find one).
+    pub checkers: Vec<String>,
+    pub out: PathBuf,
+    /// Where the tries' scenario files and run folders go.
+    pub work: PathBuf,
+    pub confirm: u32,
+}
+
+/// The parts of the run's configuration a scenario carries.
+#[derive(Clone, Debug, Serialize)]
+pub struct Header {
+    pub name: String,
+    pub source: String,
+    pub seed: u64,
+    pub lease_ms: u64,
+    pub heartbeat_interval_ms: u64,
+    pub reconcile_after_ms: u64,
+    pub settle_within_ms: u64,
+    pub target_mode: String,
+    pub bugs: Vec<String>,
+}
+
+/// One candidate: runners, jobs and faults.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Case {
+    pub runners: u32,
+    pub jobs: Vec<PlannedJob>,
+    pub faults: Vec<Fault>,
+}
+
+/// How big a case is.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Size {
+    pub runners: u32,
+    pub jobs: usize,
+    pub faults: usize,
+    pub steps: usize,
+    /// When the last fault ends (or the last job is submitted), ms after the start.
+    pub span_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    Faults,
+    Jobs,
+}
+
+impl Case {
+    pub fn size(&self) -> Size {
+        let jobs = self.jobs.iter().map(|job| job.at_ms);
+        let faults = self.faults.iter().map(|fault| fault.at_ms + fault.duration_ms);
+        Size {
+            runners: self.runners,
+            jobs: self.jobs.len(),
+            faults: self.faults.len(),
+            steps: self.jobs.len() + self.faults.len(),
+            span_ms: jobs.chain(faults).max().unwrap_or(0),
+        }
+    }
+
+    fn len(&self, part: Part) -> usize {
+        match part {
+            Part::Faults => self.faults.len(),
+            Part::Jobs => self.jobs.len(),
+        }
+    }
+
+    fn without(&self, part: Part, range: Range<usize>) -> Case {
+        let mut case = self.clone();
+        match part {
+            Part::Faults => drop(case.faults.drain(range)),
+            Part::Jobs => drop(case.jobs.drain(range)),
+        }
+        case
+    }
+
+    /// Only what happened up to `at_ms`: later jobs and faults cannot have caused an
+    /// anomaly whose evidence was complete by then.
+    fn until(&self, at_ms: u64) -> Case {
+        Case {
+            runners: self.runners,
+            jobs: self.jobs.iter().filter(|job| job.at_ms <= at_ms).cloned().collect(),
+            faults: self.faults.iter().filter(|fault| fault.at_ms <= at_ms).cloned().collect(),
+        }
+    }
+
+    /// The runners the faults hit, renumbered r1.. in order, and `runners` of them.
+    fn with_runners(&self, runners: u32) -> Case {
+        let hit: Vec<u32> = self.hit_runners().into_iter().collect();
+        let renumber = |runner: u32| hit.iter().position(|&old| old == runner).unwrap_or(0) as u32;
+        let mut case = self.clone();
+        case.runners = runners;
+        for fault in &mut case.faults {
+            fault.runner = fault.runner.map(renumber);
+        }
+        case
+    }
+
+    fn hit_runners(&self) -> BTreeSet<u32> {
+        self.faults.iter().filter_map(|fault| fault.runner).collect()
+    }
+
+    /// Every step `shift_ms` earlier.
+    fn earlier(&self, shift_ms: u64) -> Case {
+        let mut case = self.clone();
+        case.jobs.iter_mut().for_each(|job| job.at_ms -= shift_ms);
+        case.faults.iter_mut().for_each(|fault| fault.at_ms -= shift_ms);
+        case
+    }
+
+    fn first_ms(&self) -> u64 {
+        let jobs = self.jobs.iter().map(|job| job.at_ms);
+        jobs.chain(self.faults.iter().map(|fault| fault.at_ms)).min().unwrap_or(0)
+    }
+}
+
+fn quoted(text: &str) -> String {
+    toml::Value::String(text.to_string()).to_string()
+}
+
+/// The case as a scenario file: the run's configuration in the header, the jobs and faults
+/// as steps in time order, and one `[[expect]]` per target checker: invalid.
+pub fn scenario_text(header: &Header, case: &Case, checkers: &[String]) -> String {
+    let size = case.size();
+    let mut text = format!("# Shrunk by `fencelab shrink` from {}.\n", header.source);
+    text += &format!("name = {}\n", quoted(&header.name));
+    let description = format!(
+        "{} planted; {} with {} job(s), {} fault(s) and {} runner(s)",
+        if header.bugs.is_empty() { "no bug".to_string() } else { header.bugs.join(", ") },
+        checkers.join(", "),
+        size.jobs,
+        size.faults,
+        size.runners
+    );
+    text += &format!("description = {}\n", quoted(&description));
+    text += &format!("seed = {}\nrunners = {}\nlease_ms = {}\n", header.seed, case.runners, header.lease_ms);
+    text += &format!("heartbeat_interval_ms = {}\n", header.heartbeat_interval_ms);
+    text += &format!("reconcile_after_ms = {}\n", header.reconcile_after_ms);
+    text += &format!("settle_within_ms = {}\n", header.settle_within_ms);
+    text += &format!("target_mode = {}\n", quoted(&header.target_mode));
+    let bugs: Vec<String> = header.bugs.iter().map(|bug| quoted(bug)).collect();
+    text += &format!("bugs = [{}]\noperator = \"automatic\"\n", bugs.join(", "));
+    let mut steps: Vec<(u64, String)> = case.jobs.iter().map(|job| (job.at_ms, submit_step(job))).collect();
+    steps.extend(case.faults.iter().map(|fault| (fault.at_ms, fault_step(fault))));
+    steps.sort_by_key(|(at_ms, _)| *at_ms);
+    for (_, step) in steps {
+        text += &step;
+    }
+    for checker in checkers {
+        text += &format!("\n[[expect]]\nchecker = {}\nverdict = \"invalid\"\n", quoted(checker));
+    }
+    text
+}
+
+fn submit_step(job: &PlannedJob) -> String {
+    format!(
+        "\n[[step]]\nat_ms = {}\naction = \"submit\"\njob = {}\nkey = {}\nsteps = {}\nstep_ms = {}\n",
+        job.at_ms,
+        quoted(&job.id),
+        quoted(&job.deployment_key),
+        job.steps,
+        job.step_ms
+    )
+}
+
+fn fault_step(fault: &Fault) -> String {
+    let variant = serde_json::to_value(&fault.variant).unwrap_or_default();
+    let mut text = format!("\n[[step]]\nat_ms = {}\naction = \"fault\"\n", fault.at_ms);
+    text += &format!("fault = {}\n", quoted(fault.kind.name()));
+    text += &format!("how = {}\n", quoted(variant["how"].as_str().unwrap_or_default()));
+    if let Some(runner) = fault.runner {
+        text += &format!("runner = \"r{}\"\n", runner + 1);
+    }
+    text += &format!("duration_ms = {}\n", fault.duration_ms);
+    for key in ["latency_ms", "offset_ms"] {
+        if let Some(value) = variant.get(key) {
+            text += &format!("{key} = {value}\n");
+        }
+    }
+    text
+}
+
+/// A recorded run, read for shrinking.
+pub struct Original {
+    pub header: Header,
+    pub case: Case,
+    pub checkers: Vec<String>,
+    /// When the target anomalies' evidence was complete, ms after the start.
+    pub complete_ms: Option<u64>,
+    /// The jobs the target anomalies name.
+    pub jobs: BTreeSet<String>,
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(folder: &Path, name: &str) -> Result<T, String> {
+    let path = folder.join(name);
+    let text = std::fs::read_to_string(&path).map_err(|error| format!("{}: {error}", path.display()))?;
+    serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))
+}
+
+/// Reads a run folder: its configuration, jobs, schedule and anomalies. `checkers` names
+/// the anomalies to keep; empty means the first checker to find one.
+pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, String> {
+    let config: serde_json::Value = read_json(folder, "config.json")?;
+    if config.get("scenario").is_some() {
+        return Err(format!("{} is a scenario's run folder: shrink takes a `fencelab run` folder", folder.display()));
+    }
+    let jobs: Vec<PlannedJob> = read_json(folder, "jobs.json")?;
+    let faults: Vec<Fault> = read_json(folder, "schedule.json")?;
+    let found = found(folder)?;
+    if found.is_empty() {
+        return Err(format!("the run in {} found no anomaly: nothing to shrink", folder.display()));
+    }
+    let targets: Vec<String> = if checkers.is_empty() {
+        let first = found.iter().min_by(|a, b| a.first_s.unwrap_or(f64::MAX).total_cmp(&b.first_s.unwrap_or(f64::MAX)));
+        first.map(|found| found.checker.clone()).into_iter().collect()
+    } else {
+        checkers.to_vec()
+    };
+    let mut complete_s: Option<f64> = Some(0.0);
+    let mut named = BTreeSet::new();
+    for target in &targets {
+        let Some(hit) = found.iter().find(|found| &found.checker == target) else {
+            let names: Vec<&str> = found.iter().map(|found| found.checker.as_str()).collect();
+            return Err(format!("--checker {target}: found no anomaly in this run (these did: {})", names.join(", ")));
+        };
+        complete_s = complete_s.zip(hit.first_s).map(|(a, b)| a.max(b));
+        named.extend(hit.jobs.iter().cloned());
+    }
+    let number = |key: &str| config[key].as_u64().ok_or_else(|| format!("config.json: no `{key}`"));
+    let test_name = config["test_name"].as_str().unwrap_or("run");
+    let seed = number("seed")?;
+    let header = Header {
+        name: format!("shrunk-{test_name}-s{seed}"),
+        source: folder.display().to_string(),
+        seed,
+        lease_ms: number("lease_ms")?,
+        heartbeat_interval_ms: number("heartbeat_interval_ms")?,
+        reconcile_after_ms: number("reconcile_after_ms")?,
+        settle_within_ms: number("recovery_limit_ms")?,
+        target_mode: config["target_mode"].as_str().unwrap_or("fenced").to_string(),
+        bugs: config["bugs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|bug| bug.as_str().map(String::from))
+            .collect(),
+    };
+    let runners = number("runners")? as u32;
+    Ok(Original {
+        header,
+        case: Case { runners, jobs, faults },
+        checkers: targets,
+        complete_ms: complete_s.map(|seconds| (seconds * 1_000.0).ceil() as u64),
+        jobs: named,
+    })
+}
+
+/// One try and what it found.
+#[derive(Clone, Debug, Serialize)]
+pub struct Try {
+    pub number: u32,
+    pub pass: &'static str,
+    pub size: Size,
+    pub reproduced: bool,
+    pub seconds: f64,
+    pub scenario: PathBuf,
+    pub folder: Option<PathBuf>,
+}
+
+/// What a shrink found: written to `shrink.json` in the work folder.
+#[derive(Debug, Serialize)]
+pub struct Shrunk {
+    pub source: PathBuf,
+    pub checkers: Vec<String>,
+    pub before: Size,
+    pub after: Option<Size>,
+    pub tries: Vec<Try>,
+    /// Confirmation runs of the written scenario: how many reproduced, of how many.
+    pub confirmed: (u32, u32),
+    pub scenario: Option<PathBuf>,
+    pub command: Option<String>,
+}
+
+struct Shrinker<'a> {
+    program: &'a Path,
+    options: &'a Options,
+    original: &'a Original,
+    best: Case,
+    /// Every case that reproduced, smallest last.
+    accepted: Vec<Case>,
+    /// Every case tried: none is tried twice.
+    tried: Vec<Case>,
+    tries: Vec<Try>,
+}
+
+impl Shrinker<'_> {
+    fn tries_left(&self) -> bool {
+        (self.tries.len() as u32) < self.options.tries
+    }
+
+    /// Runs the case once as a scenario; keeps it as the best when it reproduced.
+    async fn attempt(&mut self, pass: &'static str, case: Case) -> bool {
+        if !self.tries_left() || case.jobs.is_empty() || self.tried.contains(&case) {
+            return false;
+        }
+        self.tried.push(case.clone());
+        let number = self.tries.len() as u32 + 1;
+        let (reproduced, mut found) = self.run(&case, &format!("try-{number:03}")).await;
+        found.pass = pass;
+        self.tries.push(found);
+        let size = case.size();
+        println!(
+            "try {number:>3}/{}  {pass:<9} runners {} jobs {:>3} faults {:>3} steps {:>3} span {:>6} ms  {}",
+            self.options.tries,
+            size.runners,
+            size.jobs,
+            size.faults,
+            size.steps,
+            size.span_ms,
+            if reproduced { "reproduced" } else { "gone" }
+        );
+        if reproduced {
+            self.best = case.clone();
+            self.accepted.push(case);
+        }
+        reproduced
+    }
+
+    /// Writes the case as `NAME.toml` in the work folder and runs it, bounded.
+    async fn run(&self, case: &Case, name: &str) -> (bool, Try) {
+        let text = scenario_text(&self.original.header, case, &self.original.checkers);
+        let scenario = self.options.work.join(format!("{name}.toml"));
+        let store = self.options.work.join(name);
+        let started = Instant::now();
+        let mut found = Try {
+            number: self.tries.len() as u32 + 1,
+            pass: "",
+            size: case.size(),
+            reproduced: false,
+            seconds: 0.0,
+            scenario: scenario.clone(),
+            folder: None,
+        };
+        if std::fs::write(&scenario, text).is_err() {
+            return (false, found);
+        }
+        let log = std::fs::File::create(self.options.work.join(format!("{name}.log")));
+        let mut command = tokio::process::Command::new(self.program);
+        command.args(["scenario", "run"]).arg(&scenario).arg("--store").arg(&store).kill_on_drop(true);
+        if let Ok(log) = log {
+            command.stdout(log.try_clone().map(std::process::Stdio::from).unwrap_or(std::process::Stdio::null()));
+            command.stderr(std::process::Stdio::from(log));
+        }
+        let size = case.size();
+        let bound_ms = size.span_ms + self.original.header.settle_within_ms + 20 * self.original.header.lease_ms;
+        let bound = Duration::from_millis(bound_ms + 120_000);
+        let status = match command.spawn() {
+            Ok(mut child) => tokio::time::timeout(bound, child.wait()).await.ok().and_then(Result::ok),
+            Err(_) => None,
+        };
+        found.reproduced = status.is_some_and(|status| status.success());
+        found.seconds = started.elapsed().as_secs_f64();
+        found.folder = std::fs::canonicalize(store.join("latest")).ok();
+        (found.reproduced, found)
+    }
+
+    /// Removes chunks of the part, halving the chunk size down to single entries.
+    async fn remove(&mut self, pass: &'static str, part: Part) {
+        let mut chunk = self.best.len(part).div_ceil(2);
+        while chunk >= 1 && self.tries_left() {
+            let mut start = 0;
+            while start < self.best.len(part) && self.tries_left() {
+                let end = (start + chunk).min(self.best.len(part));
+                let candidate = self.best.without(part, start..end);
+                if !self.attempt(pass, candidate).await {
+                    start += chunk;
+                }
+            }
+            if chunk == 1 {
+                break;
+            }
+            chunk = chunk.div_ceil(2);
+        }
+    }
+
+    /// Tries fewer runners, fewest first: as few as the faults hit (at least one).
+    async fn fewer_runners(&mut self) {
+        let least = (self.best.hit_runners().len() as u32).max(1);
+        for runners in least..self.best.runners {
+            if self.attempt("runners", self.best.with_runners(runners)).await {
+                return;
+            }
+        }
+    }
+
+    /// Keeps only the jobs the anomaly names.
+    async fn named_jobs(&mut self) {
+        let mut candidate = self.best.clone();
+        candidate.jobs.retain(|job| self.original.jobs.contains(&job.id));
+        if candidate.jobs.len() < self.best.jobs.len() {
+            self.attempt("named", candidate).await;
+        }
+    }
+
+    /// Starts the case earlier, keeping its steps' spacing.
+    async fn earlier(&mut self) {
+        let shift_ms = self.best.first_ms().saturating_sub(WARM_UP_MS);
+        if shift_ms > 0 {
+            self.attempt("earlier", self.best.earlier(shift_ms)).await;
+        }
+    }
+
+    /// Confirms the smallest accepted case; when it reproduces in fewer than half of the
+    /// confirmation runs, the next larger accepted case is confirmed instead (at most two
+    /// steps back).
+    async fn confirm(&mut self) -> Option<(Case, (u32, u32))> {
+        let runs = self.options.confirm;
+        let mut candidates: Vec<Case> = self.accepted.iter().rev().take(3).cloned().collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        if runs == 0 {
+            return Some((candidates.remove(0), (0, 0)));
+        }
+        let mut fallback = None;
+        for (rank, case) in candidates.into_iter().enumerate() {
+            let mut reproduced = 0;
+            for run in 1..=runs {
+                let (yes, _) = self.run(&case, &format!("confirm-{}-{run}", rank + 1)).await;
+                reproduced += u32::from(yes);
+            }
+            println!("confirm   steps {:>3}: reproduced {reproduced} of {runs}", case.size().steps);
+            if 2 * reproduced >= runs {
+                return Some((case, (reproduced, runs)));
+            }
+            fallback = fallback.or(Some((case, (reproduced, runs))));
+        }
+        fallback
+    }
+}
+
+/// Shrinks the run in `options.folder` with `program` (the `fencelab` binary).
+pub async fn shrink(program: &Path, options: &Options) -> Result<Shrunk, String> {
+    let original = read_original(&options.folder, &options.checkers)?;
+    std::fs::create_dir_all(&options.work).map_err(|error| format!("{}: {error}", options.work.display()))?;
+    let before = original.case.size();
+    println!(
+        "shrinking {}: {} invalid; runners {} jobs {} faults {} steps {} span {} ms",
+        options.folder.display(),
+        original.checkers.join(", "),
+        before.runners,
+        before.jobs,
+        before.faults,
+        before.steps,
+        before.span_ms
+    );
+    let mut shrinker = Shrinker {
+        program,
+        options,
+        original: &original,
+        best: original.case.clone(),
+        accepted: vec![],
+        tried: vec![],
+        tries: vec![],
+    };
+    if let Some(complete_ms) = original.complete_ms {
+        shrinker.attempt("cut", original.case.until(complete_ms)).await;
+    }
+    if shrinker.accepted.is_empty() {
+        shrinker.attempt("whole", original.case.clone()).await;
+    }
+    if !shrinker.accepted.is_empty() {
+        shrinker.remove("faults", Part::Faults).await;
+        shrinker.named_jobs().await;
+        shrinker.remove("jobs", Part::Jobs).await;
+        shrinker.fewer_runners().await;
+        shrinker.earlier().await;
+    }
+    let chosen = shrinker.confirm().await;
+    let mut shrunk = Shrunk {
+        source: options.folder.clone(),
+        checkers: original.checkers.clone(),
+        before,
+        after: None,
+        tries: shrinker.tries,
+        confirmed: (0, 0),
+        scenario: None,
+        command: None,
+    };
+    if let Some((case, confirmed)) = chosen {
+        let text = scenario_text(&original.header, &case, &original.checkers);
+        std::fs::write(&options.out, text).map_err(|error| format!("{}: {error}", options.out.display()))?;
+        shrunk.after = Some(case.size());
+        shrunk.confirmed = confirmed;
+        shrunk.scenario = Some(options.out.clone());
+        shrunk.command = Some(format!("fencelab scenario run {}", options.out.display()));
+    }
+    let report = options.work.join("shrink.json");
+    let json = serde_json::to_vec_pretty(&shrunk).map_err(|error| error.to_string())?;
+    std::fs::write(&report, json).map_err(|error| format!("{}: {error}", report.display()))?;
+    Ok(shrunk)
+}
+
+/// The before/after table `fencelab shrink` prints.
+pub fn table(shrunk: &Shrunk) -> String {
+    let before = shrunk.before;
+    let mut text = format!("{:<10} {:>8} {:>8}\n", "size", "before", "after");
+    let after = |value: fn(&Size) -> String| shrunk.after.as_ref().map_or("-".to_string(), value);
+    let rows: [(&str, String, String); 5] = [
+        ("runners", before.runners.to_string(), after(|size| size.runners.to_string())),
+        ("jobs", before.jobs.to_string(), after(|size| size.jobs.to_string())),
+        ("faults", before.faults.to_string(), after(|size| size.faults.to_string())),
+        ("steps", before.steps.to_string(), after(|size| size.steps.to_string())),
+        (
+            "span (s)",
+            format!("{:.1}", before.span_ms as f64 / 1e3),
+            after(|size| format!("{:.1}", size.span_ms as f64 / 1e3)),
+        ),
+    ];
+    for (name, before, after) in rows {
+        text += &format!("{name:<10} {before:>8} {after:>8}\n");
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::format::{fault_of, parse, Action};
+    use workloads::faults::{FaultKind, Variant};
+
+    fn job(id: &str, at_ms: u64) -> PlannedJob {
+        PlannedJob { at_ms, id: id.into(), deployment_key: "key-1".into(), steps: 4, step_ms: 200 }
+    }
+
+    fn fault(at_ms: u64, runner: Option<u32>, variant: Variant) -> Fault {
+        Fault { at_ms, duration_ms: 3_000, kind: variant.kind(), runner, variant }
+    }
+
+    fn header() -> Header {
+        Header {
+            name: "shrunk-chaos-s7".into(),
+            source: "store/chaos/x".into(),
+            seed: 7,
+            lease_ms: 1_000,
+            heartbeat_interval_ms: 250,
+            reconcile_after_ms: 1_000,
+            settle_within_ms: 30_000,
+            target_mode: "fenced".into(),
+            bugs: vec!["accept-stale-result".into()],
+        }
+    }
+
+    fn case() -> Case {
+        Case {
+            runners: 3,
+            jobs: vec![job("j1", 100), job("j2", 2_500), job("j3", 9_000)],
+            faults: vec![
+                fault(2_000, Some(2), Variant::CutLinks),
+                fault(6_000, Some(1), Variant::StaticSkew { offset_ms: -90_000 }),
+                fault(7_000, None, Variant::RestartControl),
+                fault(8_000, Some(1), Variant::DelayedStep { latency_ms: 4_000 }),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_case_becomes_a_scenario_that_parses_back_to_the_same_jobs_and_faults() {
+        let checkers = vec!["stale-completion".to_string()];
+        let scenario = parse(&scenario_text(&header(), &case(), &checkers)).unwrap();
+        assert_eq!((scenario.runners, scenario.lease_ms, scenario.seed), (3, 1_000, 7));
+        assert_eq!((scenario.heartbeat_interval_ms, scenario.reconcile_after_ms), (Some(250), Some(1_000)));
+        assert_eq!(scenario.bugs, vec!["accept-stale-result".to_string()]);
+        assert!(scenario.background());
+        assert_eq!(scenario.steps.len(), 7);
+        let at: Vec<u64> = scenario.steps.iter().map(|step| step.at_ms.unwrap()).collect();
+        assert_eq!(at, vec![100, 2_000, 2_500, 6_000, 7_000, 8_000, 9_000]);
+        let faults: Vec<Fault> = scenario
+            .steps
+            .iter()
+            .filter(|step| matches!(step.action, Action::Fault { .. }))
+            .map(|step| fault_of(&step.action, step.at_ms.unwrap(), 3).unwrap())
+            .collect();
+        assert_eq!(faults, case().faults);
+        let submitted: Vec<String> = scenario
+            .steps
+            .iter()
+            .filter_map(|step| match &step.action {
+                Action::Submit { job, key, steps, step_ms } => Some(format!("{job} {key} {steps} {step_ms}")),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(submitted, vec!["j1 key-1 4 200", "j2 key-1 4 200", "j3 key-1 4 200"]);
+        assert_eq!(scenario.expects.len(), 1);
+        assert_eq!(scenario.expects[0].checker.as_deref(), Some("stale-completion"));
+        assert_eq!(scenario.expects[0].verdict.as_deref(), Some("invalid"));
+    }
+
+    #[test]
+    fn sizes_count_steps_and_the_span_ends_with_the_last_fault() {
+        let size = case().size();
+        assert_eq!((size.runners, size.jobs, size.faults, size.steps), (3, 3, 4, 7));
+        assert_eq!(size.span_ms, 11_000);
+    }
+
+    #[test]
+    fn cutting_keeps_what_happened_up_to_the_anomaly() {
+        let cut = case().until(6_000);
+        assert_eq!(cut.jobs.iter().map(|job| job.id.as_str()).collect::<Vec<_>>(), vec!["j1", "j2"]);
+        assert_eq!(cut.faults.len(), 2);
+        let without = case().without(Part::Faults, 1..3);
+        assert_eq!(without.faults.iter().map(|fault| fault.at_ms).collect::<Vec<_>>(), vec![2_000, 8_000]);
+    }
+
+    #[test]
+    fn fewer_runners_renumber_the_runners_the_faults_hit() {
+        let fewer = case().with_runners(2);
+        assert_eq!(fewer.runners, 2);
+        let runners: Vec<Option<u32>> = fewer.faults.iter().map(|fault| fault.runner).collect();
+        assert_eq!(runners, vec![Some(1), Some(0), None, Some(0)]);
+        assert_eq!(fewer.faults[1].kind, FaultKind::ClockSkew);
+    }
+
+    #[test]
+    fn starting_earlier_keeps_the_spacing() {
+        let earlier = case().earlier(100);
+        assert_eq!(earlier.first_ms(), 0);
+        assert_eq!(earlier.faults[0].at_ms, 1_900);
+        assert_eq!(earlier.size().span_ms, case().size().span_ms - 100);
+    }
+}
