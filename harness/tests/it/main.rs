@@ -4,6 +4,7 @@
 mod matrix;
 mod run;
 mod scenario;
+mod shrink;
 mod suite;
 
 use std::path::Path;

@@ -1,0 +1,82 @@
+//! `fencelab shrink` end to end: a real run that found a planted bug is cut down, each try a
+//! real scenario run, to a smaller scenario that still finds it; bad input exits 254.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::run::run;
+
+/// Longest a whole shrink may take (generous: the machine may be loaded).
+const SHRINK_WAIT_MAX: Duration = Duration::from_secs(600);
+
+async fn shrink(folder: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
+    command.arg("shrink").arg(folder).args(args);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let output =
+        tokio::time::timeout(SHRINK_WAIT_MAX, command.output()).await.expect("the shrink ends in time").unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.code(), text)
+}
+
+/// `overwrite-terminal-result` under a conflicting result, with a harmless latency fault on
+/// the other runner before it: the shrink drops that fault and the jobs submitted after the
+/// anomaly, and the scenario it writes still finds the overwritten outcome on its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_that_found_a_bug_shrinks_to_a_smaller_scenario_that_still_finds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let schedule = dir.path().join("schedule.json");
+    let faults = json!([
+        {"at_ms": 1500, "duration_ms": 500, "kind": "delayed-heartbeats", "runner": 1,
+         "variant": {"how": "latency", "latency_ms": 50}},
+        {"at_ms": 3500, "duration_ms": 0, "kind": "conflicting-results", "runner": 0, "variant": {"how": "conflict"}},
+    ]);
+    std::fs::write(&schedule, serde_json::to_vec(&faults).unwrap()).unwrap();
+    let schedule = schedule.to_string_lossy().into_owned();
+    let args = ["--seed", "3", "--time-limit", "7", "--runners", "2", "--rate", "3", "--lease-ms", "600"];
+    let finished = run(&[&args[..], &["--bug", "overwrite-terminal-result", "--schedule", &schedule]].concat()).await;
+    assert_eq!(finished.code, Some(1), "the bug is found:\n{}\n{}", finished.stdout, finished.stderr);
+    let folder = finished.folder();
+    let out = dir.path().join("shrunk.toml");
+    let out_arg = out.to_string_lossy().into_owned();
+    let (code, text) =
+        shrink(&folder, &["--checker", "terminal-stability", "--tries", "8", "--confirm", "1", "--out", &out_arg])
+            .await;
+    let repeat = format!("repeat with: fencelab shrink {} --checker terminal-stability --tries 8", folder.display());
+    assert_eq!(code, Some(0), "{text}\n{repeat}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(folder.join("shrink/shrink.json")).unwrap()).unwrap();
+    let (before, after) = (&report["before"], &report["after"]);
+    assert_eq!(before["faults"], 2, "{report}");
+    assert_eq!(after["faults"], 1, "the harmless fault is gone: {report}\n{repeat}");
+    assert!(after["jobs"].as_u64() < before["jobs"].as_u64(), "{report}\n{repeat}");
+    assert!(after["steps"].as_u64() < before["steps"].as_u64(), "{report}\n{repeat}");
+    assert_eq!(report["confirmed"], json!([1, 1]), "{report}\n{repeat}");
+    let tries = report["tries"].as_array().unwrap();
+    assert!(!tries.is_empty() && tries.len() <= 8, "{report}");
+    assert!(text.contains("size") && text.contains("before") && text.contains("after"), "{text}");
+    // The written scenario is a scenario: it parses, holds the remaining fault, and expects the anomaly.
+    let scenario = std::fs::read_to_string(&out).unwrap();
+    assert!(scenario.contains("how = \"conflict\"") && !scenario.contains("how = \"latency\""), "{scenario}");
+    assert!(scenario.contains("checker = \"terminal-stability\"\nverdict = \"invalid\""), "{scenario}");
+    assert!(scenario.contains("operator = \"automatic\"") && scenario.contains("overwrite-terminal-result"));
+
+    // Bad input changes nothing and runs nothing: exit 254 with the reason.
+    let (code, text) = shrink(&folder, &["--checker", "clock-authority", "--out", &out_arg]).await;
+    assert_eq!(code, Some(254), "{text}");
+    assert!(text.contains("--checker clock-authority: found no anomaly in this run"), "{text}");
+    let (code, text) = shrink(&folder, &["--checker", "no-such-checker"]).await;
+    assert_eq!((code, text.contains("unknown checker `no-such-checker`")), (Some(254), true), "{text}");
+    let (code, text) = shrink(&folder, &["--tries", "0", "--out", &out_arg]).await;
+    assert_eq!((code, text.contains("--tries must be 1..=500")), (Some(254), true), "{text}");
+    let (code, text) = shrink(dir.path(), &[]).await;
+    assert_eq!((code, text.contains("config.json")), (Some(254), true), "{text}");
+    let try_folder = tries[0]["folder"].as_str().unwrap();
+    let (code, text) = shrink(Path::new(try_folder), &[]).await;
+    assert_eq!((code, text.contains("is a scenario's run folder")), (Some(254), true), "{text}");
+    let written = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(written, scenario, "a refused shrink leaves the written scenario alone");
+}
