@@ -267,14 +267,19 @@ fn summary(outcome: &crate::run::Outcome, command: &str) {
     println!("command      {command}");
 }
 
+/// The running `fencelab` binary, which runs the children; an error exits 255.
+pub(crate) fn program(command: &str) -> Result<std::path::PathBuf, ExitCode> {
+    std::env::current_exe().map_err(|error| {
+        eprintln!("fencelab {command}: {error}");
+        ExitCode::from(EXIT_INTERNAL)
+    })
+}
+
 fn matrix_command(args: &crate::matrix::MatrixArgs) -> ExitCode {
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
-    let program = match std::env::current_exe() {
+    let program = match program("matrix") {
         Ok(program) => program,
-        Err(error) => {
-            eprintln!("fencelab matrix: {error}");
-            return ExitCode::from(EXIT_INTERNAL);
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(crate::matrix::run(args, &program)) {
         Ok(matrix) => {
@@ -337,12 +342,9 @@ fn shrink_command(options: &crate::shrink::Options) -> ExitCode {
         return bad_arguments(&message);
     }
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
-    let program = match std::env::current_exe() {
+    let program = match program("shrink") {
         Ok(program) => program,
-        Err(error) => {
-            eprintln!("fencelab shrink: {error}");
-            return ExitCode::from(EXIT_INTERNAL);
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(crate::shrink::shrink(&program, &options)) {
         Ok(shrunk) => {

@@ -234,12 +234,9 @@ fn expectations(scenario: &Scenario, view: &View) -> bool {
 /// 255 an internal error.
 pub fn main(file: &Path, store: &Path) -> std::process::ExitCode {
     use std::process::ExitCode;
-    let program = match std::env::current_exe() {
+    let program = match crate::cli::program("scenario") {
         Ok(program) => program,
-        Err(error) => {
-            eprintln!("fencelab scenario: {error}");
-            return ExitCode::from(crate::cli::EXIT_INTERNAL);
-        }
+        Err(code) => return code,
     };
     if let Err(ScenarioError::Bad(message)) = load(file) {
         eprintln!("fencelab scenario: {message}");

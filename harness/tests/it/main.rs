@@ -14,6 +14,15 @@ use lab::demo::{LabOptions, LocalLab};
 use lab::protocol::*;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+/// Runs `fencelab ARGS...` to its end (bounded by `bound`): exit code, stdout and stderr.
+pub async fn fencelab_output(args: &[&std::ffi::OsStr], bound: Duration) -> (Option<i32>, String) {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
+    command.args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).kill_on_drop(true);
+    let output = tokio::time::timeout(bound, command.output()).await.expect("fencelab ends in time").unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.code(), text)
+}
+
 /// Every wait on a condition here (generous: the machine may be loaded).
 const WAIT_MAX: Duration = Duration::from_secs(30);
 

@@ -2,7 +2,6 @@
 //! the real lab, and a bad scenario file exits 254 naming the step, before anything starts.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 /// Longest one scenario may take (generous: the machine may be loaded).
@@ -16,13 +15,8 @@ fn scenarios_dir() -> PathBuf {
 
 /// Runs `fencelab scenario run FILE` into `store`: exit code and output.
 async fn run(file: &Path, store: &Path) -> (Option<i32>, String) {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
-    command.args(["scenario", "run"]).arg(file).arg("--store").arg(store);
-    command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-    let output =
-        tokio::time::timeout(SCENARIO_WAIT_MAX, command.output()).await.expect("the scenario ends in time").unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.code(), text)
+    let args = ["scenario".as_ref(), "run".as_ref(), file.as_os_str(), "--store".as_ref(), store.as_os_str()];
+    super::fencelab_output(&args, SCENARIO_WAIT_MAX).await
 }
 
 #[tokio::test(flavor = "multi_thread")]

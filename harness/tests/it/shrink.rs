@@ -2,7 +2,6 @@
 //! real scenario run, to a smaller scenario that still finds it; bad input exits 254.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::json;
@@ -13,13 +12,9 @@ use super::run::run;
 const SHRINK_WAIT_MAX: Duration = Duration::from_secs(600);
 
 async fn shrink(folder: &Path, args: &[&str]) -> (Option<i32>, String) {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
-    command.arg("shrink").arg(folder).args(args);
-    command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-    let output =
-        tokio::time::timeout(SHRINK_WAIT_MAX, command.output()).await.expect("the shrink ends in time").unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.code(), text)
+    let mut all: Vec<&std::ffi::OsStr> = vec!["shrink".as_ref(), folder.as_os_str()];
+    all.extend(args.iter().map(std::ffi::OsStr::new));
+    super::fencelab_output(&all, SHRINK_WAIT_MAX).await
 }
 
 /// `overwrite-terminal-result` under a conflicting result, with a harmless latency fault on
