@@ -4,8 +4,8 @@
 //! automatic operator. Every try writes the case as a scenario file and runs it as a real
 //! `fencelab scenario run`; the anomaly persists when the scenario's expectation (the target
 //! checkers answer invalid) holds. The passes, in order: cut everything after the anomaly
-//! was complete, remove faults, keep only the jobs the anomaly names, remove jobs, remove
-//! runners, start earlier. A bounded number of tries; then the smallest case is confirmed by
+//! was complete; then rounds of removing faults, keeping only the jobs the anomaly names,
+//! removing jobs and removing runners, until a round removes nothing; then start earlier. A bounded number of tries; then the smallest case is confirmed by
 //! running it again, falling back to a larger accepted case when it does not reproduce.
 
 use std::collections::BTreeSet;
@@ -503,10 +503,17 @@ pub async fn shrink(program: &Path, options: &Options) -> Result<Shrunk, String>
         shrinker.attempt("whole", original.case.clone()).await;
     }
     if !shrinker.accepted.is_empty() {
-        shrinker.remove("faults", Part::Faults).await;
-        shrinker.named_jobs().await;
-        shrinker.remove("jobs", Part::Jobs).await;
-        shrinker.fewer_runners().await;
+        // Rounds until one removes nothing: fewer runners can let fewer jobs reproduce.
+        loop {
+            let accepted = shrinker.accepted.len();
+            shrinker.remove("faults", Part::Faults).await;
+            shrinker.named_jobs().await;
+            shrinker.remove("jobs", Part::Jobs).await;
+            shrinker.fewer_runners().await;
+            if shrinker.accepted.len() == accepted || !shrinker.tries_left() {
+                break;
+            }
+        }
         shrinker.earlier().await;
     }
     let chosen = shrinker.confirm().await;
