@@ -49,7 +49,7 @@ pub fn replay_args(folder: &Path, store: &Path) -> Result<Vec<String>, String> {
 pub async fn replay(program: &Path, folder: &Path, store: PathBuf) -> Result<Replayed, String> {
     let original = invalid_checkers(folder).ok_or_else(|| format!("{} holds no results.json", folder.display()))?;
     let args = replay_args(folder, &store)?;
-    let output = tokio::process::Command::new(program).args(&args).kill_on_drop(true).output();
+    let output = crate::runs::child(program, &args).output();
     let bound = std::time::Duration::from_secs(24 * 3_600);
     tokio::time::timeout(bound, output)
         .await

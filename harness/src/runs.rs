@@ -56,6 +56,15 @@ impl Cell {
     }
 }
 
+/// A `fencelab` child with the lab's process hygiene: a process group of its own, and
+/// killed when this process dies (`PR_SET_PDEATHSIG`), so no child outlives an interrupted
+/// matrix, suite, replay or shrink. Its output is captured.
+pub fn child(program: &Path, args: &[String]) -> tokio::process::Command {
+    let mut command = lab::launch::command(program, args, None).expect("no log file to open");
+    command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    command
+}
+
 /// Runs `spec` as `fencelab run` in the store `store/<test-name>-s<seed>`, bounded in time.
 pub async fn run_child(program: &Path, store: &Path, spec: &RunSpec) -> Cell {
     let store = store.join(format!("{}-s{}", spec.test_name, spec.seed));
@@ -72,7 +81,7 @@ pub async fn run_child(program: &Path, store: &Path, spec: &RunSpec) -> Cell {
         command: format!("fencelab {}", args.join(" ")),
     };
     let bound = Duration::from_secs(spec.time_limit + 180);
-    let output = tokio::process::Command::new(program).args(&args).kill_on_drop(true).output();
+    let output = child(program, &args).output();
     match tokio::time::timeout(bound, output).await {
         Ok(Ok(_)) => read_results(&store.join("latest"), &mut cell),
         Ok(Err(error)) => cell.verdict = format!("error: {error}"),

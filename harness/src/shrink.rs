@@ -377,12 +377,18 @@ impl Shrinker<'_> {
         if std::fs::write(&scenario, text).is_err() {
             return (false, found);
         }
-        let log = std::fs::File::create(self.options.work.join(format!("{name}.log")));
-        let mut command = tokio::process::Command::new(self.program);
-        command.args(["scenario", "run"]).arg(&scenario).arg("--store").arg(&store).kill_on_drop(true);
-        if let Ok(log) = log {
-            command.stdout(log.try_clone().map(std::process::Stdio::from).unwrap_or(std::process::Stdio::null()));
-            command.stderr(std::process::Stdio::from(log));
+        let args = [
+            "scenario".into(),
+            "run".into(),
+            scenario.display().to_string(),
+            "--store".into(),
+            store.display().to_string(),
+        ];
+        let mut command = crate::runs::child(self.program, &args);
+        if let Ok(log) = std::fs::File::create(self.options.work.join(format!("{name}.log"))) {
+            if let Ok(copy) = log.try_clone() {
+                command.stdout(copy).stderr(log);
+            }
         }
         let size = case.size();
         let bound_ms = size.span_ms + self.original.header.settle_within_ms + 20 * self.original.header.lease_ms;

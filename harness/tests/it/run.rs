@@ -372,7 +372,12 @@ fn processes_under(path: &Path) -> Vec<String> {
 
 /// Waits (bounded) until no process of the run remains; returns those that do.
 async fn leftovers(path: &Path) -> Vec<String> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    leftovers_within(path, Duration::from_secs(10)).await
+}
+
+/// Waits up to `bound` until no process mentioning `path` remains; returns those that do.
+pub async fn leftovers_within(path: &Path, bound: Duration) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + bound;
     loop {
         let found = processes_under(path);
         if found.is_empty() || tokio::time::Instant::now() >= deadline {

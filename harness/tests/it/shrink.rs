@@ -2,6 +2,7 @@
 //! real scenario run, to a smaller scenario that still finds it; bad input exits 254.
 
 use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::json;
@@ -74,4 +75,32 @@ async fn a_run_that_found_a_bug_shrinks_to_a_smaller_scenario_that_still_finds_i
     assert_eq!((code, text.contains("is a scenario's run folder")), (Some(254), true), "{text}");
     let written = std::fs::read_to_string(&out).unwrap();
     assert_eq!(written, scenario, "a refused shrink leaves the written scenario alone");
+
+    // A shrink killed mid-try takes its try and the try's lab with it, at once: the first
+    // try (every job up to the anomaly, then settling) would run on for seconds.
+    let work = dir.path().join("killed");
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
+    command.arg("shrink").arg(&folder).arg("--work").arg(&work).arg("--out").arg(dir.path().join("killed.toml"));
+    let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).kill_on_drop(true).spawn().unwrap();
+    let lab_started = async {
+        while !lab_running(&work) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(SHRINK_WAIT_MAX, lab_started).await.expect("the first try starts its lab");
+    // SAFETY: kill(2) on the child we started.
+    assert_eq!(unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGKILL) }, 0);
+    child.wait().await.unwrap();
+    let at_once = Duration::from_secs(2);
+    assert_eq!(super::run::leftovers_within(&work, at_once).await, Vec::<String>::new());
+}
+
+/// Whether a runner of a try under `work` is running.
+fn lab_running(work: &Path) -> bool {
+    let needle = work.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        cmdline.contains(&needle) && cmdline.contains(" lab runner ")
+    })
 }
