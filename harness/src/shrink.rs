@@ -5,7 +5,8 @@
 //! `fencelab scenario run`; the anomaly persists when the scenario's expectation (the target
 //! checkers answer invalid) holds. The passes, in order: cut everything after the anomaly
 //! was complete; then rounds of removing faults, keeping only the jobs the anomaly names,
-//! removing jobs and removing runners, until a round removes nothing; then start earlier. A bounded number of tries; then the smallest case is confirmed by
+//! removing jobs, starting earlier (so later tries are shorter) and removing runners,
+//! until a round removes nothing. A bounded number of tries; then the smallest case is confirmed by
 //! running it again, falling back to a larger accepted case when it does not reproduce.
 
 use std::collections::BTreeSet;
@@ -515,12 +516,12 @@ pub async fn shrink(program: &Path, options: &Options) -> Result<Shrunk, String>
             shrinker.remove("faults", Part::Faults).await;
             shrinker.named_jobs().await;
             shrinker.remove("jobs", Part::Jobs).await;
+            shrinker.earlier().await;
             shrinker.fewer_runners().await;
             if shrinker.accepted.len() == accepted || !shrinker.tries_left() {
                 break;
             }
         }
-        shrinker.earlier().await;
     }
     let chosen = shrinker.confirm().await;
     let mut shrunk = Shrunk {
