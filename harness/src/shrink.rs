@@ -442,11 +442,12 @@ impl Shrinker<'_> {
         }
     }
 
-    /// Starts the case earlier, keeping its steps' spacing.
+    /// Starts the case earlier, keeping its steps' spacing: as early as the warm-up allows,
+    /// else half as much earlier.
     async fn earlier(&mut self) {
         let shift_ms = self.best.first_ms().saturating_sub(WARM_UP_MS);
-        if shift_ms > 0 {
-            self.attempt("earlier", self.best.earlier(shift_ms)).await;
+        if shift_ms > 0 && !self.attempt("earlier", self.best.earlier(shift_ms)).await && shift_ms / 2 > 0 {
+            self.attempt("earlier", self.best.earlier(shift_ms / 2)).await;
         }
     }
 

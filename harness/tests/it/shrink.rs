@@ -59,6 +59,14 @@ async fn a_run_that_found_a_bug_shrinks_to_a_smaller_scenario_that_still_finds_i
     assert!(scenario.contains("how = \"conflict\"") && !scenario.contains("how = \"latency\""), "{scenario}");
     assert!(scenario.contains("checker = \"terminal-stability\"\nverdict = \"invalid\""), "{scenario}");
     assert!(scenario.contains("operator = \"automatic\"") && scenario.contains("overwrite-terminal-result"));
+    // Against the correct lab the same steps find nothing: the scenario is about the bug.
+    let correct = dir.path().join("correct.toml");
+    std::fs::write(&correct, scenario.replace("bugs = [\"overwrite-terminal-result\"]", "bugs = []")).unwrap();
+    let store = dir.path().join("correct-store");
+    let args = ["scenario".as_ref(), "run".as_ref(), correct.as_os_str(), "--store".as_ref(), store.as_os_str()];
+    let (code, text) = super::fencelab_output(&args, SHRINK_WAIT_MAX).await;
+    assert_eq!(code, Some(1), "the correct lab shows no overwritten outcome: {text}");
+    assert!(text.contains("FAILED  expect 1: expected checker = \"terminal-stability\""), "{text}");
 
     // Bad input changes nothing and runs nothing: exit 254 with the reason.
     let (code, text) = shrink(&folder, &["--checker", "clock-authority", "--out", &out_arg]).await;
