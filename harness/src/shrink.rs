@@ -9,7 +9,7 @@
 //! until a round removes nothing. A bounded number of tries; then the smallest case is confirmed by
 //! running it again, falling back to a larger accepted case when it does not reproduce.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -26,6 +26,9 @@ pub const TRIES_MAX: u32 = 500;
 pub const CONFIRM_MAX: u32 = 20;
 /// Steps start at least this long after the scenario began, so the cluster is up.
 const WARM_UP_MS: u64 = 500;
+/// Claims are pinned only in cases of at most this many jobs: a pinned submit holds the
+/// idle runners for a moment, which many pinned jobs would turn into a different workload.
+const PIN_JOBS_MAX: usize = 8;
 
 /// What a shrink is asked to do.
 #[derive(Clone, Debug)]
@@ -54,12 +57,15 @@ pub struct Header {
     pub bugs: Vec<String>,
 }
 
-/// One candidate: runners, jobs and faults.
+/// One candidate: runners, jobs and faults, and which runner is to claim which job.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Case {
     pub runners: u32,
     pub jobs: Vec<PlannedJob>,
     pub faults: Vec<Fault>,
+    /// Job → the runner (0-based) that claimed its first attempt in the run, for the jobs
+    /// whose submit pins its claim (`runner` on a `submit` step).
+    pub pins: BTreeMap<String, u32>,
 }
 
 /// How big a case is.
@@ -115,23 +121,32 @@ impl Case {
             runners: self.runners,
             jobs: self.jobs.iter().filter(|job| job.at_ms <= at_ms).cloned().collect(),
             faults: self.faults.iter().filter(|fault| fault.at_ms <= at_ms).cloned().collect(),
+            pins: self.pins.clone(),
         }
     }
 
-    /// The runners the faults hit, renumbered r1.. in order, and `runners` of them.
+    /// The runner a kept job's claim is pinned to.
+    fn pin(&self, job: &str) -> Option<u32> {
+        self.jobs.iter().any(|kept| kept.id == job).then(|| self.pins.get(job).copied()).flatten()
+    }
+
+    /// The runners that matter (hit by a fault, or pinned), renumbered r1.. in order, and
+    /// `runners` of them.
     fn with_runners(&self, runners: u32) -> Case {
-        let hit: Vec<u32> = self.hit_runners().into_iter().collect();
-        let renumber = |runner: u32| hit.iter().position(|&old| old == runner).unwrap_or(0) as u32;
+        let needed: Vec<u32> = self.needed_runners().into_iter().collect();
+        let renumber = |runner: u32| needed.iter().position(|&old| old == runner).unwrap_or(0) as u32;
         let mut case = self.clone();
         case.runners = runners;
         for fault in &mut case.faults {
             fault.runner = fault.runner.map(renumber);
         }
+        case.pins = self.jobs.iter().filter_map(|job| Some((job.id.clone(), renumber(self.pin(&job.id)?)))).collect();
         case
     }
 
-    fn hit_runners(&self) -> BTreeSet<u32> {
-        self.faults.iter().filter_map(|fault| fault.runner).collect()
+    fn needed_runners(&self) -> BTreeSet<u32> {
+        let pinned = self.jobs.iter().filter_map(|job| self.pin(&job.id));
+        self.faults.iter().filter_map(|fault| fault.runner).chain(pinned).collect()
     }
 
     /// Every step `shift_ms` earlier.
@@ -174,7 +189,8 @@ pub fn scenario_text(header: &Header, case: &Case, checkers: &[String]) -> Strin
     text += &format!("target_mode = {}\n", quoted(&header.target_mode));
     let bugs: Vec<String> = header.bugs.iter().map(|bug| quoted(bug)).collect();
     text += &format!("bugs = [{}]\noperator = \"automatic\"\n", bugs.join(", "));
-    let mut steps: Vec<(u64, String)> = case.jobs.iter().map(|job| (job.at_ms, submit_step(job))).collect();
+    let mut steps: Vec<(u64, String)> =
+        case.jobs.iter().map(|job| (job.at_ms, submit_step(job, case.pin(&job.id)))).collect();
     steps.extend(case.faults.iter().map(|fault| (fault.at_ms, fault_step(fault))));
     steps.sort_by_key(|(at_ms, _)| *at_ms);
     for (_, step) in steps {
@@ -186,15 +202,19 @@ pub fn scenario_text(header: &Header, case: &Case, checkers: &[String]) -> Strin
     text
 }
 
-fn submit_step(job: &PlannedJob) -> String {
-    format!(
+fn submit_step(job: &PlannedJob, pin: Option<u32>) -> String {
+    let mut text = format!(
         "\n[[step]]\nat_ms = {}\naction = \"submit\"\njob = {}\nkey = {}\nsteps = {}\nstep_ms = {}\n",
         job.at_ms,
         quoted(&job.id),
         quoted(&job.deployment_key),
         job.steps,
         job.step_ms
-    )
+    );
+    if let Some(runner) = pin {
+        text += &format!("runner = \"r{}\"\n", runner + 1);
+    }
+    text
 }
 
 fn fault_step(fault: &Fault) -> String {
@@ -223,6 +243,8 @@ pub struct Original {
     pub complete_ms: Option<u64>,
     /// The jobs the target anomalies name.
     pub jobs: BTreeSet<String>,
+    /// Job → the runner (0-based) that claimed its first attempt.
+    pub claims: BTreeMap<String, u32>,
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(folder: &Path, name: &str) -> Result<T, String> {
@@ -282,11 +304,25 @@ pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, Str
     let runners = number("runners")? as u32;
     Ok(Original {
         header,
-        case: Case { runners, jobs, faults },
+        case: Case { runners, jobs, faults, pins: BTreeMap::new() },
+        claims: first_claims(folder),
         checkers: targets,
         complete_ms: complete_s.map(|seconds| (seconds * 1_000.0).ceil() as u64),
         jobs: named,
     })
+}
+
+/// Job → the runner (0-based) that claimed its first attempt, from the run's final events.
+fn first_claims(folder: &Path) -> BTreeMap<String, u32> {
+    let events = history::read_file(&folder.join("history.jsonl")).unwrap_or_default();
+    let finals = events.into_iter().filter(|event| event.process == "harness" && event.f == "final");
+    finals
+        .filter_map(|event| {
+            let value = event.value?;
+            let runner = value["attempts"].get(0)?["runner"].as_str()?.strip_prefix('r')?.parse::<u32>().ok()?;
+            Some((event.job?, runner.checked_sub(1)?))
+        })
+        .collect()
 }
 
 /// One try and what it found.
@@ -423,13 +459,31 @@ impl Shrinker<'_> {
         }
     }
 
-    /// Tries fewer runners, fewest first: as few as the faults hit (at least one).
+    /// Tries fewer runners, fewest first: as few as matter (at least one).
     async fn fewer_runners(&mut self) {
-        let least = (self.best.hit_runners().len() as u32).max(1);
+        let least = (self.best.needed_runners().len() as u32).max(1);
         for runners in least..self.best.runners {
             if self.attempt("runners", self.best.with_runners(runners)).await {
                 return;
             }
+        }
+    }
+
+    /// Pins every kept job's claim to the runner that claimed it in the run, once the case
+    /// is small (and before runners are removed): the same runner then meets the same fault.
+    async fn pin_claims(&mut self) {
+        // The run's claims name its own runners: pin before any runner is removed.
+        let renumbered = self.best.runners != self.original.case.runners;
+        if renumbered || !self.best.pins.is_empty() || self.best.jobs.len() > PIN_JOBS_MAX || self.best.runners < 2 {
+            return;
+        }
+        let mut candidate = self.best.clone();
+        candidate.pins = self.original.claims.clone();
+        if candidate.jobs.iter().any(|job| candidate.pin(&job.id).is_some_and(|runner| runner >= candidate.runners)) {
+            return;
+        }
+        if candidate.jobs.iter().any(|job| candidate.pin(&job.id).is_some()) {
+            self.attempt("pin", candidate).await;
         }
     }
 
@@ -517,6 +571,7 @@ pub async fn shrink(program: &Path, options: &Options) -> Result<Shrunk, String>
             shrinker.remove("faults", Part::Faults).await;
             shrinker.named_jobs().await;
             shrinker.remove("jobs", Part::Jobs).await;
+            shrinker.pin_claims().await;
             shrinker.earlier().await;
             shrinker.fewer_runners().await;
             if shrinker.accepted.len() == accepted || !shrinker.tries_left() {
@@ -609,6 +664,7 @@ mod tests {
                 fault(7_000, None, Variant::RestartControl),
                 fault(8_000, Some(1), Variant::DelayedStep { latency_ms: 4_000 }),
             ],
+            pins: BTreeMap::new(),
         }
     }
 
@@ -634,7 +690,7 @@ mod tests {
             .steps
             .iter()
             .filter_map(|step| match &step.action {
-                Action::Submit { job, key, steps, step_ms } => Some(format!("{job} {key} {steps} {step_ms}")),
+                Action::Submit { job, key, steps, step_ms, .. } => Some(format!("{job} {key} {steps} {step_ms}")),
                 _ => None,
             })
             .collect();
@@ -667,6 +723,29 @@ mod tests {
         let runners: Vec<Option<u32>> = fewer.faults.iter().map(|fault| fault.runner).collect();
         assert_eq!(runners, vec![Some(1), Some(0), None, Some(0)]);
         assert_eq!(fewer.faults[1].kind, FaultKind::ClockSkew);
+    }
+
+    #[test]
+    fn pinned_claims_are_written_on_submits_and_renumbered_with_the_runners() {
+        let mut pinned = case().without(Part::Jobs, 2..3);
+        pinned.pins = BTreeMap::from([("j1".into(), 0), ("j2".into(), 2), ("j3".into(), 1)]);
+        assert_eq!(pinned.needed_runners(), BTreeSet::from([0, 1, 2]), "j3 is not kept: its pin does not count");
+        let text = scenario_text(&header(), &pinned, &["stale-completion".into()]);
+        let scenario = parse(&text).unwrap();
+        let runners: Vec<Option<String>> = scenario
+            .steps
+            .iter()
+            .filter_map(|step| match &step.action {
+                Action::Submit { runner, .. } => Some(runner.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(runners, vec![Some("r1".to_string()), Some("r3".to_string())]);
+        let mut fewer = pinned.clone();
+        fewer.faults.retain(|fault| fault.runner != Some(1));
+        let fewer = fewer.with_runners(2);
+        assert_eq!(fewer.pins, BTreeMap::from([("j1".into(), 0), ("j2".into(), 1)]));
+        assert_eq!(fewer.faults.iter().map(|fault| fault.runner).collect::<Vec<_>>(), vec![Some(1), None]);
     }
 
     #[test]

@@ -40,6 +40,16 @@ pub struct RunnerSlot {
     pub paused_by_nemesis: bool,
 }
 
+impl RunnerSlot {
+    /// Whether its process is gone or stopped (SIGSTOP), that is executes nothing now.
+    pub fn is_stopped(&self) -> bool {
+        let Some(process) = &self.process else { return true };
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", process.pid())).unwrap_or_default();
+        let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+        matches!(state, None | Some('T') | Some('t') | Some('Z') | Some('X'))
+    }
+}
+
 pub struct Cluster {
     pub lab: LocalLab,
     pub proxy_server: Option<proxy::ServerHandle>,

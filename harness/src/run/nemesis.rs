@@ -272,7 +272,7 @@ async fn send_result(shared: &Shared, fault: &Fault, client: &lab::client::Clien
 }
 
 /// The running attempts the control plane holds now.
-async fn running_claims(operator: &lab::client::Client) -> Vec<ClaimRef> {
+pub(crate) async fn running_claims(operator: &lab::client::Client) -> Vec<ClaimRef> {
     let mut claims = Vec::new();
     for job in operator.jobs().await.unwrap_or_default() {
         if job.state != lab::protocol::JobState::Running {

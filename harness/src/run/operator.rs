@@ -32,10 +32,7 @@ fn execution_stopped(slot: &RunnerSlot, claimed_ms: i64) -> bool {
     if slot.killed_at_ms.is_some_and(|killed_ms| killed_ms >= claimed_ms) {
         return true;
     }
-    let Some(process) = &slot.process else { return true };
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", process.pid())).unwrap_or_default();
-    let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
-    matches!(state, None | Some('T') | Some('t') | Some('Z') | Some('X'))
+    slot.is_stopped()
 }
 
 async fn round(shared: &Shared) -> Result<(), String> {

@@ -73,6 +73,8 @@ pub enum Action {
         steps: u32,
         #[serde(default)]
         step_ms: u64,
+        /// The runner that is to claim it: the other idle runners are held until it has.
+        runner: Option<String>,
     },
     Wait(Box<Condition>),
     Elapse {
@@ -352,10 +354,15 @@ fn check_step(step: &Step, runners: u32) -> Result<(), String> {
     let index = |name: &str| runner_index(name, runners).map(drop);
     match &step.action {
         Action::Wait(condition) => check_condition(condition, true, runners),
-        Action::Submit { steps, step_ms, .. } => match (*steps, *step_ms) {
-            (1..=1000, 0..=600_000) => Ok(()),
-            _ => Err("steps must be 1..=1000 and step_ms at most 600000".into()),
-        },
+        Action::Submit { steps, step_ms, runner, .. } => {
+            if let Some(runner) = runner {
+                index(runner)?;
+            }
+            match (*steps, *step_ms) {
+                (1..=1000, 0..=600_000) => Ok(()),
+                _ => Err("steps must be 1..=1000 and step_ms at most 600000".into()),
+            }
+        }
         Action::Elapse { ms } if *ms == 0 || *ms > WITHIN_MAX_MS => Err(format!("ms must be 1..={WITHIN_MAX_MS}")),
         Action::Cut { runner, .. }
         | Action::Heal { runner, .. }

@@ -36,6 +36,11 @@ fn links(runner: usize, link: Link) -> Vec<String> {
     }
 }
 
+/// The runners holding a running attempt now.
+async fn busy_runners(operator: &Client) -> std::collections::BTreeSet<String> {
+    crate::run::nemesis::running_claims(operator).await.into_iter().map(|claim| claim.runner).collect()
+}
+
 fn index(name: &str, cluster: &Cluster) -> Result<usize, String> {
     runner_index(name, cluster.runners.len() as u32)
 }
@@ -90,7 +95,7 @@ impl Driver {
     async fn action(&mut self, action: &Action) -> Result<(), String> {
         let error = |error: proxy::ClientError| error.to_string();
         match action {
-            Action::Submit { job, key, steps, step_ms } => {
+            Action::Submit { job, key, steps, step_ms, runner } => {
                 let planned = workloads::jobs::PlannedJob {
                     at_ms: self.shared.recorder.now_ms(),
                     id: job.clone(),
@@ -98,7 +103,10 @@ impl Driver {
                     steps: *steps,
                     step_ms: *step_ms,
                 };
-                crate::run::submit(&self.shared, &planned).await
+                match runner {
+                    None => crate::run::submit(&self.shared, &planned).await,
+                    Some(runner) => self.submit_to(runner, &planned).await,
+                }
             }
             Action::Wait(condition) => self.wait(condition).await,
             Action::Elapse { ms } => {
@@ -130,6 +138,51 @@ impl Driver {
                 Ok(())
             }
             _ => self.process_action(action).await,
+        }
+    }
+
+    /// Submits a job for runner `name` to claim. The other runners that are idle (running,
+    /// holding no claim) are stopped first and given [`SETTLE`] for a claim already in flight
+    /// to land; one that took a claim meanwhile is continued at once, since it is busy. The
+    /// rest are continued when the job has its attempt (bounded). Fails when another runner
+    /// claimed it, or nobody did in time.
+    async fn submit_to(&self, name: &str, job: &workloads::jobs::PlannedJob) -> Result<(), String> {
+        let (operator, wanted, mut held) = {
+            let cluster = self.cluster().await;
+            let wanted = index(name, &cluster)?;
+            let busy = busy_runners(&cluster.lab.operator).await;
+            let held: Vec<usize> = (0..cluster.runners.len())
+                .filter(|&at| at != wanted && !cluster.runners[at].is_stopped())
+                .filter(|&at| !busy.contains(&cluster.runners[at].id))
+                .filter(|&at| cluster.signal_runner(at, libc::SIGSTOP))
+                .collect();
+            (cluster.lab.operator.clone(), cluster.runners[wanted].id.clone(), held)
+        };
+        if !held.is_empty() {
+            tokio::time::sleep(SETTLE).await;
+            let busy = busy_runners(&operator).await;
+            let cluster = self.cluster().await;
+            held.retain(|&at| !(busy.contains(&cluster.runners[at].id) && cluster.signal_runner(at, libc::SIGCONT)));
+        }
+        let submitted = crate::run::submit(&self.shared, job).await;
+        let bound = Duration::from_millis((10 * self.shared.config.lease_ms).max(10_000));
+        let deadline = tokio::time::Instant::now() + bound;
+        let mut claimed_by = None;
+        while submitted.is_ok() && claimed_by.is_none() && tokio::time::Instant::now() < deadline {
+            match operator.job(&job.id).await {
+                Ok(view) if !view.attempts.is_empty() => claimed_by = Some(view.attempts[0].runner.clone()),
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+        let cluster = self.cluster().await;
+        for at in held {
+            cluster.signal_runner(at, libc::SIGCONT);
+        }
+        submitted?;
+        match claimed_by {
+            Some(runner) if runner == wanted => Ok(()),
+            Some(runner) => Err(format!("`{}` was claimed by {runner}, not {name}", job.id)),
+            None => Err(format!("`{}` was not claimed within {} ms", job.id, bound.as_millis())),
         }
     }
 

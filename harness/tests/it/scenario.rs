@@ -112,3 +112,22 @@ async fn steps_out_of_time_order_and_a_bad_operator_are_refused() {
     bad(&format!("operator = \"robot\"\n{HEAD}{TAIL}"), "operator").await;
     bad(&format!("heartbeat_interval_ms = 600\n{HEAD}{TAIL}"), "heartbeat_interval_ms = 600").await;
 }
+
+/// A submit with `runner` is claimed by that runner, however many others are idle: three
+/// pinned jobs in a row, each to the runner named (unpinned, all three would land so with
+/// a chance of 1 in 27).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pinned_submit_is_claimed_by_the_runner_it_names() {
+    let mut text = String::from("name = \"pinned\"\nrunners = 3\nlease_ms = 1000\n");
+    for (job, runner) in [("j1", "r3"), ("j2", "r2"), ("j3", "r3")] {
+        text += &format!("\n[[step]]\naction = \"submit\"\njob = \"{job}\"\nkey = \"{job}\"\nrunner = \"{runner}\"\n");
+        text += &format!("\n[[step]]\naction = \"wait\"\njob = \"{job}\"\nstate = \"succeeded\"\nwithin_ms = 20000\n");
+        text += &format!("\n[[expect]]\njob = \"{job}\"\nattempt = 1\nrunner = \"{runner}\"\n");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pinned.toml");
+    std::fs::write(&file, text).unwrap();
+    let (code, output) = run(&file, &dir.path().join("store")).await;
+    assert_eq!(code, Some(0), "{output}");
+    assert_eq!(output.matches("  ok      expect").count(), 3, "{output}");
+}
