@@ -507,7 +507,7 @@ impl Shrinker<'_> {
 
     /// Confirms the smallest accepted case; when it reproduces in fewer than half of the
     /// confirmation runs, the next larger accepted case is confirmed instead (at most two
-    /// steps back).
+    /// steps back). When none reaches half, the one that reproduced most often is chosen.
     async fn confirm(&mut self) -> Option<(Case, (u32, u32))> {
         let runs = self.options.confirm;
         let mut candidates: Vec<Case> = self.accepted.iter().rev().take(3).cloned().collect();
@@ -528,7 +528,10 @@ impl Shrinker<'_> {
             if 2 * reproduced >= runs {
                 return Some((case, (reproduced, runs)));
             }
-            fallback = fallback.or(Some((case, (reproduced, runs))));
+            // Of cases that reproduce less than half the time, the most reliable; the smaller on a tie.
+            if fallback.as_ref().is_none_or(|(_, (best, _)): &(Case, (u32, u32))| reproduced > *best) {
+                fallback = Some((case, (reproduced, runs)));
+            }
         }
         fallback
     }
