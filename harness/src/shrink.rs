@@ -375,7 +375,8 @@ impl Shrinker<'_> {
         }
         self.tried.push(case.clone());
         let number = self.tries.len() as u32 + 1;
-        let (reproduced, mut found) = self.run(&case, &format!("try-{number:03}")).await;
+        let mut found = self.run(&case, &format!("try-{number:03}")).await;
+        let reproduced = found.reproduced;
         found.pass = pass;
         self.tries.push(found);
         let size = case.size();
@@ -397,7 +398,7 @@ impl Shrinker<'_> {
     }
 
     /// Writes the case as `NAME.toml` in the work folder and runs it, bounded.
-    async fn run(&self, case: &Case, name: &str) -> (bool, Try) {
+    async fn run(&self, case: &Case, name: &str) -> Try {
         let text = scenario_text(&self.original.header, case, &self.original.checkers);
         let scenario = self.options.work.join(format!("{name}.toml"));
         let store = self.options.work.join(name);
@@ -412,7 +413,7 @@ impl Shrinker<'_> {
             folder: None,
         };
         if std::fs::write(&scenario, text).is_err() {
-            return (false, found);
+            return found;
         }
         let args = [
             "scenario".into(),
@@ -422,6 +423,8 @@ impl Shrinker<'_> {
             store.display().to_string(),
         ];
         let mut command = crate::runs::child(self.program, &args);
+        // The try's output goes to its log; nothing reads a pipe while the try runs.
+        command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
         if let Ok(log) = std::fs::File::create(self.options.work.join(format!("{name}.log"))) {
             if let Ok(copy) = log.try_clone() {
                 command.stdout(copy).stderr(log);
@@ -437,7 +440,7 @@ impl Shrinker<'_> {
         found.reproduced = status.is_some_and(|status| status.success());
         found.seconds = started.elapsed().as_secs_f64();
         found.folder = std::fs::canonicalize(store.join("latest")).ok();
-        (found.reproduced, found)
+        found
     }
 
     /// Removes chunks of the part, halving the chunk size down to single entries.
@@ -521,8 +524,8 @@ impl Shrinker<'_> {
         for (rank, case) in candidates.into_iter().enumerate() {
             let mut reproduced = 0;
             for run in 1..=runs {
-                let (yes, _) = self.run(&case, &format!("confirm-{}-{run}", rank + 1)).await;
-                reproduced += u32::from(yes);
+                let found = self.run(&case, &format!("confirm-{}-{run}", rank + 1)).await;
+                reproduced += u32::from(found.reproduced);
             }
             println!("confirm   steps {:>3}: reproduced {reproduced} of {runs}", case.size().steps);
             if 2 * reproduced >= runs {
