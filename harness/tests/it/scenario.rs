@@ -114,8 +114,8 @@ async fn steps_out_of_time_order_and_a_bad_operator_are_refused() {
 }
 
 /// A submit with `runner` is claimed by that runner, however many others are idle: three
-/// pinned jobs in a row, each to the runner named (unpinned, all three would land so with
-/// a chance of 1 in 27).
+/// pinned jobs in a row, each to the runner named. Unpinned, the runner that polls first
+/// takes each job (r1, in practice), and this test fails.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pinned_submit_is_claimed_by_the_runner_it_names() {
     let mut text = String::from("name = \"pinned\"\nrunners = 3\nlease_ms = 1000\n");
