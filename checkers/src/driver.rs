@@ -266,17 +266,18 @@ pub(crate) fn single(check: Box<dyn Check>, events: &[Event]) -> CheckerResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use history::{Op, Process};
     use serde_json::json;
 
     fn ledger(seq: u64) -> Event {
-        let mut event = Event::new(0, "control-plane", EventType::Ledger, "claim");
+        let mut event = Event::new(0, Process::CONTROL_PLANE, EventType::Ledger, Op::Claim);
         event.value = Some(json!({ "seq": seq }));
         event
     }
 
     #[test]
     fn ledger_slots_reorder_only_out_of_order_unique_seqs() {
-        let other = Event::new(0, "client", EventType::Invoke, "submit");
+        let other = Event::new(0, Process::CLIENT, EventType::Invoke, Op::Submit);
         assert_eq!(ledger_slots(&[ledger(1), other.clone(), ledger(2)]), None);
         assert_eq!(ledger_slots(&[ledger(2), other.clone(), ledger(1)]), Some(vec![2, 0]));
         assert_eq!(ledger_slots(&[ledger(2), ledger(2), ledger(1)]), None);

@@ -8,6 +8,7 @@
 
 use crate::driver::{Check, Findings, Found};
 use crate::model::{Ctx, Ev, Op, Src};
+use history::RecordedAs;
 
 pub const NAME: &str = "explicit-uncertainty";
 pub const ABOUT: &str =
@@ -32,11 +33,11 @@ impl Check for ExplicitUncertainty {
         }
         let (Some(job), Some(attempt)) = (ev.job, ev.attempt) else { return };
         match ev.op {
-            Op::Expire if ev.recorded_as != Some("uncertain") => {
+            Op::Expire if ev.recorded_as != Some(RecordedAs::Uncertain) => {
                 let message = format!(
                     "{}'s lease expired without a result and was recorded as `{}`, not as uncertain",
                     ctx.label(attempt),
-                    ev.recorded_as.unwrap_or("nothing")
+                    ev.recorded_as.map_or("nothing", RecordedAs::as_str)
                 );
                 let found = Found::new(NAME, "expiry-not-uncertain").job(ctx, Some(job)).attempt(ctx, attempt);
                 out.push(found.events(&[ev.index]).says(message));

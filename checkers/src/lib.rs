@@ -101,6 +101,13 @@ pub fn check_all(events: &[Event]) -> Vec<CheckerResult> {
     results(pass)
 }
 
+/// Every checker's answer for a history that could not be read: unknown, with the reason.
+/// A history fencelab cannot read is never valid.
+pub fn unreadable(reason: &str) -> Vec<CheckerResult> {
+    let reason = format!("the history cannot be read: {reason}");
+    names().iter().map(|(name, _)| driver::result(name, Verdict::Unknown { reason: reason.clone() })).collect()
+}
+
 /// Runs the checker with this name alone; `None` for a name [`names`] does not list.
 pub fn check_one(name: &str, events: &[Event]) -> Option<CheckerResult> {
     let check = all_checks().into_iter().find(|check| check.name() == name)?;

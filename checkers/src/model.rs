@@ -11,7 +11,7 @@
 //! [`Ctx`] is the index *before* the event being observed: a checker sees the event and
 //! the facts established by everything earlier, and the driver then applies the event.
 
-use history::{Decision, Event, EventType};
+use history::{Decision, Event, EventType, Process, RecordedAs};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -94,38 +94,7 @@ pub enum Src {
     Other,
 }
 
-/// The operation of an event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
-    Submit,
-    Claim,
-    Heartbeat,
-    Capability,
-    Result,
-    Step,
-    Expire,
-    Reconcile,
-    Other,
-}
-
-impl Op {
-    fn parse(f: &str) -> Op {
-        match f {
-            "submit" => Op::Submit,
-            "claim" => Op::Claim,
-            "heartbeat" => Op::Heartbeat,
-            "capability" => Op::Capability,
-            "result" => Op::Result,
-            "step" => Op::Step,
-            "expire" => Op::Expire,
-            "reconcile" => Op::Reconcile,
-            _ => Op::Other,
-        }
-    }
-    pub fn is_report(self) -> bool {
-        matches!(self, Op::Heartbeat | Op::Capability | Op::Result)
-    }
-}
+pub use history::Op;
 
 /// One event, decoded once: names interned, the `value` fields the checkers use read out.
 pub struct Ev<'a> {
@@ -147,7 +116,7 @@ pub struct Ev<'a> {
     pub seq: Option<u64>,
     /// `value.ledger_seq` of a runner's answer.
     pub ledger_seq: Option<u64>,
-    pub recorded_as: Option<&'a str>,
+    pub recorded_as: Option<RecordedAs>,
     /// `recorded_as`, interned with the outcomes (a reconcile's `succeeded`/`failed`).
     pub recorded: Option<u32>,
     pub raw: &'a Event,
@@ -227,10 +196,10 @@ fn classify(event: &Event) -> Src {
     match event.kind {
         EventType::Ledger => Src::Ledger,
         EventType::Step => Src::Target,
-        EventType::Response if event.process.starts_with("runner:") => Src::RunnerResponse,
-        EventType::Ok if event.process == "client" && event.f == "submit" => Src::SubmitOk,
-        EventType::Ok if event.process == "harness" && event.f == "final" => Src::Final,
-        EventType::Ok if event.process == "harness" && event.f == "config" => Src::Config,
+        EventType::Response if event.process.is_runner() => Src::RunnerResponse,
+        EventType::Ok if event.process == Process::CLIENT && event.f == Op::Submit => Src::SubmitOk,
+        EventType::Ok if event.process == Process::HARNESS && event.f == Op::Final => Src::Final,
+        EventType::Ok if event.process == Process::HARNESS && event.f == Op::Config => Src::Config,
         _ => Src::Other,
     }
 }
@@ -273,6 +242,10 @@ impl Ctx {
         if event.index != position as u64 && self.malformed.is_none() {
             self.malformed = Some(format!("event at position {position} has index {}", event.index));
         }
+        if event.f == Op::Unreadable && self.malformed.is_none() {
+            let why = event.reason.as_deref().unwrap_or("a source");
+            self.malformed = Some(format!("event {} says evidence could not be read: {why}", event.index));
+        }
         let src = classify(event);
         if src == Src::Other {
             return None;
@@ -283,7 +256,7 @@ impl Ctx {
         let ev = Ev {
             index: event.index,
             src,
-            op: Op::parse(&event.f),
+            op: event.f,
             job: event.job.as_deref().map(|name| self.jobs_names.id(name)),
             attempt: event.attempt.as_deref().map(|name| self.attempt_names.id(name)),
             runner: event.runner.as_deref().map(|name| self.runner_names.id(name)),
@@ -296,12 +269,12 @@ impl Ctx {
             outcome: event.outcome.as_deref().map(|name| self.outcome_names.id(name)),
             seq: if src == Src::Ledger { value_u64(event, "seq") } else { None },
             ledger_seq: if src == Src::RunnerResponse { value_u64(event, "ledger_seq") } else { None },
-            recorded_as: if src == Src::Ledger { value_str(event, "recorded_as") } else { None },
+            recorded_as: if src == Src::Ledger { event.recorded_as() } else { None },
             recorded: None,
             raw: event,
         };
         let mut ev = ev;
-        ev.recorded = ev.recorded_as.map(|name| self.outcome_names.id(name));
+        ev.recorded = ev.recorded_as.map(|word| self.outcome_names.id(word.as_str()));
         self.grow(&ev);
         if let (None, Some(why)) = (&self.malformed, missing_fields(&ev)) {
             self.malformed = Some(format!("event {} is malformed: {why}", ev.index));
@@ -466,17 +439,18 @@ mod tests {
     #[test]
     fn a_claim_then_an_accepted_heartbeat_move_the_lease_and_expire_is_remembered() {
         let mut ctx = Ctx::default();
-        let mut claim = Event::new(0, "control-plane", EventType::Ledger, "claim").with_claim("j1", "j1-a1", "r1", 7);
+        let mut claim =
+            Event::new(0, Process::CONTROL_PLANE, EventType::Ledger, Op::Claim).with_claim("j1", "j1-a1", "r1", 7);
         claim.received_ms = Some(1_000);
         claim.lease_expires_ms = Some(3_000);
         claim.decision = Some(Decision::Accepted);
         let mut beat = claim.clone();
         beat.index = 1;
-        beat.f = "heartbeat".into();
+        beat.f = Op::Heartbeat;
         beat.lease_expires_ms = Some(3_500);
         let mut expire = beat.clone();
         expire.index = 2;
-        expire.f = "expire".into();
+        expire.f = Op::Expire;
         for (position, event) in [claim, beat, expire].iter().enumerate() {
             let ev = ctx.decode(event, position).expect("a ledger event is decoded");
             ctx.apply(&ev);

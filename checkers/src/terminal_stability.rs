@@ -9,7 +9,7 @@
 
 use crate::driver::{Check, Findings, Found};
 use crate::model::{Ctx, Ev, FxMap, Op, Src};
-use history::Decision;
+use history::{Decision, RecordedAs};
 
 pub const NAME: &str = "terminal-stability";
 pub const ABOUT: &str =
@@ -73,12 +73,12 @@ impl TerminalStability {
         let (said, wanted) = (ctx.outcome_name(outcome), ctx.outcome_name(committed));
         let decision = ev.decision.map_or("none", decision_name);
         let (kind, message) = if outcome != committed {
-            if ev.decision == Some(Decision::Conflict) && ev.recorded_as == Some("conflict") {
+            if ev.decision == Some(Decision::Conflict) && ev.recorded_as == Some(RecordedAs::Conflict) {
                 return;
             }
             let message = format!(
                 "conflicting result `{said}` for {name}, which had committed `{wanted}`, was answered `{decision}` (recorded as {}) instead of being recorded as a conflict",
-                ev.recorded_as.unwrap_or("nothing")
+                ev.recorded_as.map_or("nothing", RecordedAs::as_str)
             );
             ("conflict-not-recorded", message)
         } else {

@@ -1,6 +1,7 @@
 //! Checking a run folder: read its history, run every checker, and write `results.json`,
 //! `report.html` and `junit.xml` next to it. Used at the end of `fencelab run` and by
-//! `fencelab check RUN_FOLDER`.
+//! `fencelab check RUN_FOLDER`. A history that cannot be read is checked as unknown, with
+//! the line that could not be read, never as valid.
 
 use std::path::Path;
 
@@ -20,10 +21,21 @@ fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {
     serde_json::from_str(&text).map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))
 }
 
+/// Reads a history file through the typed vocabulary; the error names the file and line.
+pub fn read_history(path: &Path) -> Result<Vec<history::Event>, String> {
+    let file = std::fs::File::open(path).map_err(|error| format!("{}: {error}", path.display()))?;
+    history::read(file).map_err(|error| format!("{}: {error}", path.display()))
+}
+
 /// Checks the history in `folder` and writes the three reports; returns the verdict.
 pub fn check_folder(folder: &Path) -> anyhow::Result<(Overall, Run)> {
-    let events = history::read_file(&folder.join("history.jsonl"))
-        .map_err(|error| anyhow::anyhow!("{}: {error}", folder.join("history.jsonl").display()))?;
+    let (events, checkers) = match read_history(&folder.join("history.jsonl")) {
+        Ok(events) => {
+            let checkers = checkers::check_all(&events);
+            (events, checkers)
+        }
+        Err(why) => (Vec::new(), checkers::unreadable(&why)),
+    };
     let config = read_json(&folder.join("config.json"))?;
     let schedule = read_json(&folder.join("schedule.json"))?;
     let meta: RunMeta = serde_json::from_value(read_json(&folder.join("run.json"))?)?;
@@ -35,7 +47,7 @@ pub fn check_folder(folder: &Path) -> anyhow::Result<(Overall, Run)> {
         duration_ms: meta.duration_ms,
         config,
         schedule,
-        checkers: checkers::check_all(&events),
+        checkers,
     };
     std::fs::write(folder.join("results.json"), results::results_json(&run, &events))?;
     std::fs::write(folder.join("report.html"), results::report_html(&run, &events))?;

@@ -122,7 +122,7 @@ pub fn found(folder: &Path) -> Result<Vec<Found>, String> {
         .map_err(|_| format!("no results.json in {}", folder.display()))?;
     let results =
         serde_json::from_str::<serde_json::Value>(&text).map_err(|_| "unreadable results.json".to_string())?;
-    let events = history::read_file(&folder.join("history.jsonl")).unwrap_or_default();
+    let events = crate::check::read_history(&folder.join("history.jsonl")).unwrap_or_default();
     let time_of = |index: u64| events.get(index as usize).map(|event| event.time_ns as f64 / 1e9);
     let mut found = Vec::new();
     for checker in results["checkers"].as_array().into_iter().flatten() {

@@ -9,6 +9,7 @@
 //! until a round removes nothing. A bounded number of tries; then the smallest case is confirmed by
 //! running it again, falling back to a larger accepted case when it does not reproduce.
 
+use history::{Op, Process};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -314,8 +315,8 @@ pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, Str
 
 /// Job → the runner (0-based) that claimed its first attempt, from the run's final events.
 fn first_claims(folder: &Path) -> BTreeMap<String, u32> {
-    let events = history::read_file(&folder.join("history.jsonl")).unwrap_or_default();
-    let finals = events.into_iter().filter(|event| event.process == "harness" && event.f == "final");
+    let events = crate::check::read_history(&folder.join("history.jsonl")).unwrap_or_default();
+    let finals = events.into_iter().filter(|event| event.process == Process::HARNESS && event.f == Op::Final);
     finals
         .filter_map(|event| {
             let value = event.value?;

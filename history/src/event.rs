@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::vocab::{Op, OutcomeWord, Process, Reason, RecordedAs};
+
 /// What kind of record an event is.
 ///
 /// `Invoke`/`Ok`/`Fail`/`Info` are operations of the client, the operator and the nemesis,
@@ -45,13 +47,13 @@ pub struct Event {
     pub index: u64,
     /// Monotonic nanoseconds since the run started (the one clock of the history).
     pub time_ns: u64,
-    /// Who recorded it: `client`, `operator`, `nemesis`, `runner:<id>`, `control-plane`, `target`.
-    pub process: String,
+    /// Who recorded it: `client`, `operator`, `nemesis`, `runner:<id>`, `control-plane`, `target`, ...
+    pub process: Process,
     #[serde(rename = "type")]
     pub kind: EventType,
     /// The operation: `submit`, `claim`, `heartbeat`, `capability`, `result`, `expire`,
-    /// `reconcile`, `step`, or a fault name for the nemesis.
-    pub f: String,
+    /// `reconcile`, `step`, a fault name for the nemesis, ...
+    pub f: Op,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,10 +78,11 @@ pub struct Event {
     pub lease_expires_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
-    /// Why, in a word: `expired`, `superseded`, `not_current`, `unknown`, `stale_fence`, ...
+    /// Why: on a decided event a protocol code ([`Reason`]: `expired`, `superseded`,
+    /// `stale_fence`, ...); elsewhere free text (a transport error, a reconcile's evidence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// A terminal outcome (`succeeded`, `failed`) or a reconciliation finding.
+    /// A terminal outcome, a job's final state or a reconcile finding ([`OutcomeWord`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
     /// Anything else the source wants to keep, verbatim.
@@ -89,13 +92,13 @@ pub struct Event {
 
 impl Event {
     /// An event with only the fields every event has.
-    pub fn new(time_ns: u64, process: &str, kind: EventType, f: &str) -> Event {
+    pub fn new(time_ns: u64, process: Process, kind: EventType, f: Op) -> Event {
         Event {
             index: 0,
             time_ns,
-            process: process.to_string(),
+            process,
             kind,
-            f: f.to_string(),
+            f,
             project: None,
             job: None,
             attempt: None,
@@ -126,9 +129,53 @@ impl Event {
         self
     }
 
-    pub fn with_decision(mut self, decision: Decision, reason: Option<&str>) -> Event {
+    pub fn with_decision(mut self, decision: Decision, reason: Option<Reason>) -> Event {
         self.decision = Some(decision);
-        self.reason = reason.map(str::to_string);
+        self.reason = reason.map(|reason| reason.as_str().to_string());
         self
     }
+
+    /// The protocol code of a decided event's reason.
+    pub fn reason_code(&self) -> Option<Reason> {
+        self.decision?;
+        Reason::parse(self.reason.as_deref()?)
+    }
+
+    /// The event's outcome word.
+    pub fn outcome_word(&self) -> Option<OutcomeWord> {
+        OutcomeWord::parse(self.outcome.as_deref()?)
+    }
+
+    /// How a ledger entry was recorded (`value.recorded_as`).
+    pub fn recorded_as(&self) -> Option<RecordedAs> {
+        RecordedAs::parse(self.value.as_ref()?.get("recorded_as")?.as_str()?)
+    }
+
+    /// Checks the words the event carries outside its typed fields: a decided event's
+    /// reason is a protocol code, an outcome is a known word, a ledger entry's
+    /// `recorded_as` is a known word. The error says which word is unknown.
+    pub fn check_vocabulary(&self) -> Result<(), String> {
+        if let (Some(_), Some(reason)) = (self.decision, self.reason.as_deref()) {
+            if Reason::parse(reason).is_none() {
+                return Err(unknown_word("reason", reason, Reason::ALL.iter().map(|w| w.as_str())));
+            }
+        }
+        if let Some(outcome) = self.outcome.as_deref() {
+            if OutcomeWord::parse(outcome).is_none() {
+                return Err(unknown_word("outcome", outcome, OutcomeWord::ALL.iter().map(|w| w.as_str())));
+            }
+        }
+        let recorded = self.value.as_ref().and_then(|value| value.get("recorded_as"));
+        if let Some(recorded) = recorded.filter(|value| !value.is_null()) {
+            let word = recorded.as_str().unwrap_or("<not a string>");
+            if RecordedAs::parse(word).is_none() {
+                return Err(unknown_word("recorded_as", word, RecordedAs::ALL.iter().map(|w| w.as_str())));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn unknown_word<'a>(field: &str, word: &str, known: impl Iterator<Item = &'a str>) -> String {
+    format!("unknown {field} `{word}` (known: {})", known.collect::<Vec<_>>().join(", "))
 }

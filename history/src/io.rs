@@ -1,7 +1,6 @@
 //! JSONL reading and writing, with the history's invariants checked both ways.
 
 use std::io::{BufRead, Write};
-use std::path::Path;
 
 use crate::Event;
 
@@ -35,6 +34,9 @@ impl<W: Write> Writer<W> {
                 message: format!("time_ns {} is before the previous event's {}", event.time_ns, self.last_time_ns),
             });
         }
+        if let Err(message) = event.check_vocabulary() {
+            return Err(Error::Invalid { line: self.next_index as usize + 1, message });
+        }
         event.index = self.next_index;
         let line = serde_json::to_string(&event).expect("an Event always serialises");
         self.out.write_all(line.as_bytes())?;
@@ -58,8 +60,9 @@ impl<W: Write> Writer<W> {
     }
 }
 
-/// Reads a whole history and checks it: every line an event, indices contiguous from 0,
-/// times never going backwards. A torn last line (a killed writer) is an error that names it.
+/// Reads a whole history and checks it: every line an event in the known vocabulary,
+/// indices contiguous from 0, times never going backwards. A torn last line (a killed
+/// writer) or a word the vocabulary does not hold is an error that names the line.
 pub fn read(input: impl std::io::Read) -> Result<Vec<Event>, Error> {
     let reader = std::io::BufReader::new(input);
     let mut events = Vec::new();
@@ -71,6 +74,7 @@ pub fn read(input: impl std::io::Read) -> Result<Vec<Event>, Error> {
             continue;
         }
         let event: Event = serde_json::from_str(&line).map_err(|e| invalid(e.to_string()))?;
+        event.check_vocabulary().map_err(invalid)?;
         if event.index != events.len() as u64 {
             return Err(invalid(format!("index {} where {} was expected", event.index, events.len())));
         }
@@ -83,19 +87,15 @@ pub fn read(input: impl std::io::Read) -> Result<Vec<Event>, Error> {
     Ok(events)
 }
 
-pub fn read_file(path: &Path) -> Result<Vec<Event>, Error> {
-    read(std::fs::File::open(path)?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Decision, EventType};
+    use crate::{Decision, EventType, Op, Process, Reason};
 
     fn sample(time_ns: u64) -> Event {
-        Event::new(time_ns, "runner:r1", EventType::Response, "result")
+        Event::new(time_ns, Process::runner("r1"), EventType::Response, Op::Result)
             .with_claim("j1", "a1", "r1", 7)
-            .with_decision(Decision::Rejected, Some("superseded"))
+            .with_decision(Decision::Rejected, Some(Reason::Superseded))
     }
 
     #[test]
@@ -132,7 +132,40 @@ mod tests {
     fn reader_refuses_gaps_and_unknown_fields() {
         let gap = "{\"index\":1,\"time_ns\":0,\"process\":\"client\",\"type\":\"ok\",\"f\":\"submit\"}\n";
         assert!(read(gap.as_bytes()).unwrap_err().to_string().contains("index 1"));
-        let unknown = "{\"index\":0,\"time_ns\":0,\"process\":\"client\",\"type\":\"ok\",\"f\":\"x\",\"extra\":1}\n";
+        let unknown =
+            "{\"index\":0,\"time_ns\":0,\"process\":\"client\",\"type\":\"ok\",\"f\":\"submit\",\"extra\":1}\n";
         assert!(read(unknown.as_bytes()).unwrap_err().to_string().contains("extra"));
+    }
+
+    #[test]
+    fn reader_and_writer_refuse_words_outside_the_vocabulary() {
+        let line = |process: &str, f: &str, extra: &str| {
+            format!(
+                "{{\"index\":0,\"time_ns\":0,\"process\":\"{process}\",\"type\":\"ledger\",\"f\":\"{f}\"{extra}}}\n"
+            )
+        };
+        let cases = [
+            (line("control-plane", "heartbeat-v2", ""), "unknown op `heartbeat-v2`"),
+            (line("control-plane2", "heartbeat", ""), "unknown process `control-plane2`"),
+            (line("control-plane", "result", ",\"decision\":\"accepted-ish\""), "accepted-ish"),
+            (
+                line("control-plane", "result", ",\"decision\":\"rejected\",\"reason\":\"late\""),
+                "unknown reason `late`",
+            ),
+            (line("control-plane", "result", ",\"outcome\":\"won\""), "unknown outcome `won`"),
+            (line("control-plane", "expire", ",\"value\":{\"recorded_as\":\"lost\"}"), "unknown recorded_as `lost`"),
+        ];
+        for (text, expected) in cases {
+            let error = read(text.as_bytes()).unwrap_err().to_string();
+            assert!(error.starts_with("history line 1:") && error.contains(expected), "{text}: {error}");
+        }
+        let mut event = sample(1);
+        event.reason = Some("late".into());
+        let mut writer = Writer::new(Vec::new());
+        assert!(writer.append(event).unwrap_err().to_string().contains("unknown reason `late`"));
+        let mut free_text = sample(1);
+        free_text.decision = None;
+        free_text.reason = Some("connection refused".into());
+        writer.append(free_text).expect("an undecided event's reason is free text");
     }
 }

@@ -10,18 +10,21 @@
 //! writer leaves a readable prefix. It is validated when written and when read.
 //!
 //! ```
-//! use history::{Event, EventType};
+//! use history::{Event, EventType, Op, Process};
 //! let mut writer = history::Writer::new(Vec::new());
-//! writer.append(Event::new(0, "client", EventType::Invoke, "submit").with_job("j1")).unwrap();
+//! writer.append(Event::new(0, Process::CLIENT, EventType::Invoke, Op::Submit).with_job("j1")).unwrap();
 //! let bytes = writer.into_inner();
 //! let events = history::read(&bytes[..]).unwrap();
 //! assert_eq!(events[0].job.as_deref(), Some("j1"));
+//! // A word the vocabulary does not hold is an error that names the line.
+//! let dialect = br#"{"index":0,"time_ns":0,"process":"client","type":"ok","f":"submit-v2"}"#;
+//! assert!(history::read(&dialect[..]).unwrap_err().to_string().starts_with("history line 1:"));
 //! ```
 
-mod clock;
 mod event;
 mod io;
+mod vocab;
 
-pub use clock::monotonic_ns;
 pub use event::{Decision, Event, EventType};
-pub use io::{read, read_file, Error, Writer};
+pub use io::{read, Error, Writer};
+pub use vocab::{ClosedBy, Op, OutcomeWord, Process, Reason, RecordedAs, Role};

@@ -5,9 +5,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use lab::client::Client;
 use lab::demo::{LabOptions, LocalLab};
-use lab::protocol::*;
+use protocol::client::Client;
+use protocol::*;
 
 /// How long each concurrency level runs.
 const MEASURE: Duration = Duration::from_secs(4);

@@ -7,7 +7,7 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::protocol::Capability;
+use protocol::Capability;
 
 fn mac(secret: &[u8], capability: &Capability) -> Hmac<Sha256> {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes a key of any length");

@@ -201,12 +201,12 @@ async fn runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
     let token = match (args.token, &args.registration_token) {
         (Some(token), _) => token,
         (None, Some(registration)) => {
-            let client = crate::client::Client::new(
+            let client = protocol::client::Client::new(
                 &args.control_url,
                 Some(registration),
                 Duration::from_millis(args.request_timeout_ms),
             );
-            let request = crate::protocol::RegisterRunner { project: None, id: args.id.clone() };
+            let request = protocol::RegisterRunner { project: None, id: args.id.clone() };
             client.register_runner(&request).await?.token
         }
         (None, None) => unreachable!("clap requires one of them"),

@@ -8,10 +8,10 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::bugs::Bug;
-use crate::client::Client;
 use crate::launch::{self, Process};
-use crate::protocol::*;
 use crate::target::Mode;
+use protocol::client::Client;
+use protocol::*;
 
 /// The operator token and capability secret of a local lab.
 pub const OPERATOR_TOKEN: &str = "operator-local";

@@ -11,11 +11,11 @@
 pub mod bugs;
 pub mod capability;
 pub mod cli;
-pub mod client;
+
 pub mod control;
 pub mod demo;
 pub mod launch;
-pub mod protocol;
+
 pub mod runner;
 pub mod target;
 pub mod web;

@@ -12,11 +12,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use history::{Decision, Event, EventType};
+use history::{Decision, Event, EventType, Op, Process, Reason};
 use tokio::time::Instant;
 
-use crate::client::{Client, ClientError};
-use crate::protocol::*;
+use protocol::client::{Client, ClientError};
+use protocol::*;
 
 #[derive(Clone, Debug)]
 pub struct RunnerConfig {
@@ -47,7 +47,7 @@ pub struct RunnerConfig {
 /// The runner's JSONL log. The time is taken under the lock, so lines are in time order.
 #[derive(Clone)]
 pub struct RunnerLog {
-    process: String,
+    process: Process,
     file: Option<Arc<Mutex<std::fs::File>>>,
 }
 
@@ -57,19 +57,23 @@ impl RunnerLog {
             Some(path) => Some(Arc::new(Mutex::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?))),
             None => None,
         };
-        Ok(RunnerLog { process: format!("runner:{runner}"), file })
+        Ok(RunnerLog { process: Process::runner(runner), file })
     }
 
-    fn record(&self, kind: EventType, f: &str, fill: impl FnOnce(&mut Event)) {
+    fn record(&self, kind: EventType, f: Op, fill: impl FnOnce(&mut Event)) {
         let Some(file) = &self.file else { return };
         let mut file = file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut event = Event::new(history::monotonic_ns(), &self.process, kind, f);
+        let mut event = Event::new(protocol::monotonic_ns(), self.process.clone(), kind, f);
         fill(&mut event);
         let line = serde_json::to_string(&event).expect("an event serialises");
         if let Err(error) = writeln!(file, "{line}").and_then(|_| file.flush()) {
             eprintln!("{}: cannot write the log: {error}", self.process);
         }
     }
+}
+
+fn reason_text(reason: Option<Reason>) -> &'static str {
+    reason.map_or("", Reason::as_str)
 }
 
 fn set_claim(event: &mut Event, claim: &ClaimRef) {
@@ -162,12 +166,12 @@ impl Runner {
     async fn claim(&self) -> Result<Option<(Grant, Instant)>, ClientError> {
         let sent = Instant::now();
         let request = ClaimRequest { runner: self.config.id.clone(), observed_ms: self.observed_ms() };
-        self.log.record(EventType::Request, "claim", |event| {
+        self.log.record(EventType::Request, Op::Claim, |event| {
             event.runner = Some(request.runner.clone());
             event.observed_ms = Some(request.observed_ms);
         });
         let answer = self.control.claim(&request).await;
-        self.log.record(answer_type(&answer), "claim", |event| {
+        self.log.record(answer_type(&answer), Op::Claim, |event| {
             event.runner = Some(request.runner.clone());
             event.observed_ms = Some(request.observed_ms);
             match &answer {
@@ -230,10 +234,10 @@ impl Runner {
             let sent = Instant::now();
             let request = HeartbeatRequest { claim: claim.clone(), observed_ms: self.observed_ms() };
             let answer =
-                self.logged("heartbeat", &claim, request.observed_ms, None, self.control.heartbeat(&request)).await;
+                self.logged(Op::Heartbeat, &claim, request.observed_ms, None, self.control.heartbeat(&request)).await;
             match answer {
                 Ok(verdict) if verdict.decision == Decision::Accepted => authority.renew(sent + lease),
-                Ok(verdict) => authority.lose(format!("heartbeat refused: {}", verdict.reason.unwrap_or_default())),
+                Ok(verdict) => authority.lose(format!("heartbeat refused: {}", reason_text(verdict.reason))),
                 Err(error) if error.is_transport() => {}
                 Err(error) => authority.lose(format!("heartbeat refused: {error}")),
             }
@@ -243,12 +247,12 @@ impl Runner {
     /// Sends a verdict request, logging the request and its answer (or its absence).
     async fn logged(
         &self,
-        f: &str,
+        f: Op,
         claim: &ClaimRef,
         observed_ms: i64,
         outcome: Option<Outcome>,
-        send: impl std::future::Future<Output = Result<Verdict, ClientError>>,
-    ) -> Result<Verdict, ClientError> {
+        send: impl std::future::Future<Output = Result<Ruling, ClientError>>,
+    ) -> Result<Ruling, ClientError> {
         let fill = |event: &mut Event| {
             set_claim(event, claim);
             event.observed_ms = Some(observed_ms);
@@ -261,7 +265,7 @@ impl Runner {
             match &answer {
                 Ok(verdict) => {
                     event.decision = Some(verdict.decision);
-                    event.reason = verdict.reason.clone();
+                    event.reason = verdict.reason.map(|reason| reason.as_str().to_string());
                     event.lease_expires_ms = verdict.lease_expires_ms;
                     event.value = Some(serde_json::json!({"ledger_seq": verdict.ledger_seq}));
                 }
@@ -292,7 +296,7 @@ impl Runner {
                 Ok(response) => {
                     return (
                         Outcome::Failed,
-                        Some(format!("target refused step {step}: {}", response.record.reason.unwrap_or_default())),
+                        Some(format!("target refused step {step}: {}", reason_text(response.record.reason))),
                     )
                 }
                 Err(error) => return (Outcome::Failed, Some(format!("step {step} has no answer: {error}"))),
@@ -305,10 +309,11 @@ impl Runner {
     async fn redeem(&self, claim: &ClaimRef, authority: &Authority) -> Result<Capability, String> {
         loop {
             let request = CapabilityRequest { claim: claim.clone(), observed_ms: self.observed_ms() };
-            match self.logged("capability", claim, request.observed_ms, None, self.control.capability(&request)).await {
-                Ok(Verdict { capability: Some(capability), .. }) => return Ok(capability),
+            match self.logged(Op::Capability, claim, request.observed_ms, None, self.control.capability(&request)).await
+            {
+                Ok(Ruling { capability: Some(capability), .. }) => return Ok(capability),
                 Ok(verdict) => {
-                    let why = format!("capability refused: {}", verdict.reason.unwrap_or_default());
+                    let why = format!("capability refused: {}", reason_text(verdict.reason));
                     authority.lose(why.clone());
                     return Err(why);
                 }
@@ -328,15 +333,15 @@ impl Runner {
             event.key = Some(request.capability.deployment_key.clone());
             event.value = Some(serde_json::json!({"step": request.step, "steps": request.steps}));
         };
-        self.log.record(EventType::Request, "step", fill);
+        self.log.record(EventType::Request, Op::Step, fill);
         let answer = self.target.step(request).await;
-        self.log.record(answer_type(&answer), "step", |event| {
+        self.log.record(answer_type(&answer), Op::Step, |event| {
             fill(event);
             match &answer {
                 Ok(response) => {
                     let decision = if response.record.applied { Decision::Accepted } else { Decision::Rejected };
                     event.decision = Some(decision);
-                    event.reason = response.record.reason.clone();
+                    event.reason = response.record.reason.map(|reason| reason.as_str().to_string());
                 }
                 Err(error) => event.reason = Some(error.to_string()),
             }
@@ -355,7 +360,7 @@ impl Runner {
                 detail: detail.clone(),
             };
             let answer =
-                self.logged("result", claim, request.observed_ms, Some(outcome), self.control.result(&request)).await;
+                self.logged(Op::Result, claim, request.observed_ms, Some(outcome), self.control.result(&request)).await;
             match answer {
                 Err(error) if error.is_transport() => {
                     tokio::time::sleep(backoff).await;

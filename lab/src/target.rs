@@ -21,8 +21,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::bugs::{Bug, Bugs};
 use crate::capability;
-use crate::protocol::{StepRecord, StepRequest, StepResponse};
 use crate::web::{read_json, ApiError};
+use history::Reason;
+use protocol::{StepRecord, StepRequest, StepResponse};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -62,7 +63,7 @@ struct TargetState {
 /// The decision on one step, before it is written down.
 struct Judgement {
     applied: bool,
-    reason: Option<&'static str>,
+    reason: Option<Reason>,
 }
 
 impl Target {
@@ -78,21 +79,21 @@ impl Target {
             return Judgement { applied: true, reason: None };
         }
         if !capability::verify(&self.secret, capability) {
-            return refuse("bad_signature");
+            return refuse(Reason::BadSignature);
         }
         if self.mode == Mode::Idempotent {
             let identity = (capability.job.clone(), request.step);
             return if deployment.applied.contains(&identity) {
-                refuse("duplicate")
+                refuse(Reason::Duplicate)
             } else {
                 Judgement { applied: true, reason: None }
             };
         }
         if capability.expires_ms <= now_ms {
-            return refuse("expired");
+            return refuse(Reason::Expired);
         }
         if capability.fence < deployment.highest_fence && !self.bugs.has(Bug::TargetIgnoresFence) {
-            return refuse("stale_fence");
+            return refuse(Reason::StaleFence);
         }
         Judgement { applied: true, reason: None }
     }
@@ -123,7 +124,7 @@ impl Target {
             step: request.step,
             steps: request.steps,
             applied: judgement.applied,
-            reason: judgement.reason.map(str::to_string),
+            reason: judgement.reason,
             revision: state.deployments[&capability.deployment_key].revision,
             highest_fence_before,
             received_ms: now_ms,

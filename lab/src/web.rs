@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::de::DeserializeOwned;
 
-use crate::protocol::ErrorBody;
+use protocol::ErrorBody;
 
 /// Largest request body either server reads (64 KiB).
 pub const BODY_LIMIT_BYTES: usize = 64 * 1024;

@@ -197,9 +197,9 @@ fn event_row(out: &mut String, e: &Event, proof: bool) {
          <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"d-{decision}\">{decision}</td><td>{}</td><td>{}</td>\
          <td class=\"value\">{}</td></tr>",
         e.time_ns as f64 / 1e9,
-        esc(&e.process),
+        esc(&e.process.to_string()),
         name_of(&e.kind),
-        esc(&e.f),
+        esc(e.f.as_str()),
         opt(&e.job),
         opt(&e.attempt),
         opt(&e.runner),

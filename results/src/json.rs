@@ -5,6 +5,7 @@ use crate::model::{self, Attempt};
 use crate::{anomalies_of, verdict_name, Run};
 use checkers::{Anomaly, Verdict};
 use history::{Decision, Event, EventType};
+use history::{Op, Process};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -143,14 +144,14 @@ fn counts(events: &[Event], attempts: &[Attempt]) -> Counts {
     let mut steps = Steps::default();
     for e in events {
         let kind = name_of(&e.kind);
-        bump(&mut by_process, &e.process);
+        bump(&mut by_process, &e.process.to_string());
         bump(&mut by_type, &kind);
-        bump(by_both.entry(e.process.clone()).or_default(), &kind);
+        bump(by_both.entry(e.process.to_string()).or_default(), &kind);
         if let Some(job) = &e.job {
             jobs_seen.insert(job.as_str());
         }
         match (e.kind, e.decision) {
-            (EventType::Ledger, Some(d)) => bump(reports.entry(e.f.clone()).or_default(), &name_of(&d)),
+            (EventType::Ledger, Some(d)) => bump(reports.entry(e.f.to_string()).or_default(), &name_of(&d)),
             (EventType::Step, Some(Decision::Accepted)) => steps.applied += 1,
             (EventType::Step, Some(_)) => {
                 steps.refused += 1;
@@ -158,7 +159,7 @@ fn counts(events: &[Event], attempts: &[Attempt]) -> Counts {
             }
             _ => {}
         }
-        if e.process == "harness" && e.f == "final" {
+        if e.process == Process::HARNESS && e.f == Op::Final {
             if let Some(job) = &e.job {
                 if jobs_final.insert(job.as_str()) {
                     bump(&mut finals, e.outcome.as_deref().unwrap_or("unspecified"));

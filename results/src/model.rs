@@ -1,7 +1,7 @@
 //! What the renderers derive from a history: attempts (claim to close, with their leases) and
 //! fault windows, all on the run's clock (`time_ns`).
 
-use history::{Decision, Event, EventType};
+use history::{Decision, Event, EventType, Op, Process};
 use std::collections::BTreeMap;
 
 /// One attempt, from its ledger `claim` to the ledger entry that closed it.
@@ -15,7 +15,7 @@ pub struct Attempt {
     /// When an accepted `result`, an `expire` or a `reconcile` closed it; `None` if never.
     pub end_ns: Option<u64>,
     /// The ledger entry kind that closed it (`result`, `expire`, `reconcile`).
-    pub closed_by: Option<String>,
+    pub closed_by: Option<Op>,
     /// The lease as it was granted and renewed, merged into disjoint intervals (run clock).
     pub lease: Vec<(u64, u64)>,
 }
@@ -50,7 +50,7 @@ pub fn attempts(events: &[Event]) -> Vec<Attempt> {
     let mut by_id: BTreeMap<String, usize> = BTreeMap::new();
     for e in events.iter().filter(|e| is_ledger(e)) {
         let Some(id) = e.attempt.as_deref() else { continue };
-        if e.f == "claim" {
+        if e.f == Op::Claim {
             by_id.insert(id.to_string(), list.len());
             list.push(Attempt {
                 job: e.job.clone().unwrap_or_default(),
@@ -66,15 +66,15 @@ pub fn attempts(events: &[Event]) -> Vec<Attempt> {
         }
         let Some(a) = by_id.get(id).map(|&i| &mut list[i]) else { continue };
         let accepted = e.decision == Some(Decision::Accepted);
-        if e.f == "heartbeat" && accepted && a.end_ns.is_none() {
+        if e.f == Op::Heartbeat && accepted && a.end_ns.is_none() {
             if let Some(end) = lease_end(e) {
                 extend_lease(&mut a.lease, e.time_ns, end);
             }
         }
-        let closes = (e.f == "result" && accepted) || e.f == "expire" || e.f == "reconcile";
+        let closes = (e.f == Op::Result && accepted) || e.f == Op::Expire || e.f == Op::Reconcile;
         if closes && a.end_ns.is_none() {
             a.end_ns = Some(e.time_ns);
-            a.closed_by = Some(e.f.clone());
+            a.closed_by = Some(e.f);
         }
     }
     list
@@ -98,9 +98,9 @@ pub fn fault_windows(schedule: &serde_json::Value, events: &[Event], end_ns: u64
     }
     let mut open: BTreeMap<(String, Option<String>), u64> = BTreeMap::new();
     let mut windows = Vec::new();
-    for e in events.iter().filter(|e| e.process == "nemesis") {
+    for e in events.iter().filter(|e| e.process == Process::NEMESIS) {
         let phase = e.value.as_ref().and_then(|v| v.get("phase")).and_then(|p| p.as_str());
-        let key = (e.f.clone(), e.runner.clone());
+        let key = (e.f.to_string(), e.runner.clone());
         match (phase, e.kind) {
             (Some("start"), EventType::Invoke) => {
                 open.entry(key).or_insert(e.time_ns);

@@ -13,6 +13,7 @@ use crate::json::name_of;
 use crate::model::{self, Attempt, FaultWindow};
 use crate::{anomalies_of, Run};
 use history::{Decision, Event, EventType};
+use history::{Op, Process};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -173,7 +174,7 @@ fn describe(e: &Event) -> String {
 fn build_lanes<'a>(events: &[Event], attempts: &'a [Attempt]) -> Lanes<'a> {
     let mut lanes = Lanes::default();
     for e in events {
-        if let Some(job) = e.job.as_deref().filter(|_| e.process != "harness") {
+        if let Some(job) = e.job.as_deref().filter(|_| e.process != Process::HARNESS) {
             lanes.job(job);
         }
     }
@@ -327,7 +328,7 @@ fn draw_axis(svg: &mut Svg, scale: Scale, height: f64) {
 /// Results of all jobs per time bucket, stacked by decision.
 fn draw_histogram(svg: &mut Svg, scale: Scale, events: &[Event]) {
     let mut buckets = vec![[0u32; 4]; BUCKETS];
-    for e in events.iter().filter(|e| e.kind == EventType::Ledger && e.f == "result") {
+    for e in events.iter().filter(|e| e.kind == EventType::Ledger && e.f == Op::Result) {
         let b = ((e.time_ns as f64 / scale.horizon as f64) * BUCKETS as f64) as usize;
         let d = match e.decision {
             Some(Decision::Accepted) => 0,
@@ -466,7 +467,7 @@ fn draw_bar(svg: &mut Svg, scale: Scale, bar: &Bar) -> usize {
         }
     }
     let open = if a.end_ns.is_none() { " open" } else { "" };
-    let closed = a.closed_by.as_deref().unwrap_or("still open at the end");
+    let closed = a.closed_by.map_or("still open at the end", Op::as_str);
     let title = esc(&format!(
         "attempt {} of {} on {} fence {}: {} to {} ({closed})",
         a.attempt,

@@ -30,17 +30,23 @@ impl FaultKind {
         FaultKind::RestartControlPlane,
     ];
 
-    pub fn name(self) -> &'static str {
+    /// The operation the nemesis records this fault under.
+    pub fn op(self) -> history::Op {
         match self {
-            FaultKind::DelayedHeartbeats => "delayed-heartbeats",
-            FaultKind::DuplicateResults => "duplicate-results",
-            FaultKind::ConflictingResults => "conflicting-results",
-            FaultKind::Reconnects => "reconnects",
-            FaultKind::ClockSkew => "clock-skew",
-            FaultKind::DisconnectDuringMutation => "disconnect-during-mutation",
-            FaultKind::Kill => "kill",
-            FaultKind::RestartControlPlane => "restart-control-plane",
+            FaultKind::DelayedHeartbeats => history::Op::DelayedHeartbeats,
+            FaultKind::DuplicateResults => history::Op::DuplicateResults,
+            FaultKind::ConflictingResults => history::Op::ConflictingResults,
+            FaultKind::Reconnects => history::Op::Reconnects,
+            FaultKind::ClockSkew => history::Op::ClockSkew,
+            FaultKind::DisconnectDuringMutation => history::Op::DisconnectDuringMutation,
+            FaultKind::Kill => history::Op::Kill,
+            FaultKind::RestartControlPlane => history::Op::RestartControlPlane,
         }
+    }
+
+    /// The fault's name: the name of its operation in the history.
+    pub fn name(self) -> &'static str {
+        self.op().as_str()
     }
 
     /// Parses `a,b,...` or `all`; an unknown name is an error that lists the known ones.

@@ -5,6 +5,7 @@
 //! observations — everything a correct control plane and a fenced target would log.
 
 use history::{Decision, Event, EventType};
+use history::{Op, Process, Reason};
 use serde_json::json;
 
 /// xorshift64*: small, fast, deterministic.
@@ -77,9 +78,9 @@ impl Gen {
         self.seq
     }
 
-    fn entry(&self, f: &str, c: &Claim, at: i64) -> Event {
-        let mut entry =
-            Event::new(0, "control-plane", EventType::Ledger, f).with_claim(&c.job, &c.attempt, &c.runner, c.fence);
+    fn entry(&self, f: Op, c: &Claim, at: i64) -> Event {
+        let mut entry = Event::new(0, Process::CONTROL_PLANE, EventType::Ledger, f)
+            .with_claim(&c.job, &c.attempt, &c.runner, c.fence);
         entry.key = Some(c.key.clone());
         entry.received_ms = Some(at);
         entry
@@ -90,7 +91,7 @@ impl Gen {
     fn report(
         &mut self,
         out: &mut Vec<Event>,
-        f: &str,
+        f: Op,
         c: &Claim,
         skew: i64,
         decision: Decision,
@@ -98,15 +99,15 @@ impl Gen {
         outcome: Option<&str>,
     ) {
         let at = self.tick(40);
-        let process = format!("runner:{}", c.runner);
+        let process = Process::runner(&c.runner);
         let mut request =
-            Event::new(0, &process, EventType::Request, f).with_claim(&c.job, &c.attempt, &c.runner, c.fence);
+            Event::new(0, process.clone(), EventType::Request, f).with_claim(&c.job, &c.attempt, &c.runner, c.fence);
         request.observed_ms = Some(at + skew);
         request.outcome = outcome.map(str::to_string);
         self.push(out, request.clone());
         let reason = match decision {
-            Decision::Rejected => Some("superseded"),
-            Decision::Conflict => Some("conflict"),
+            Decision::Rejected => Some(Reason::Superseded),
+            Decision::Conflict => Some(Reason::Conflict),
             _ => None,
         };
         let mut entry = self.entry(f, c, at).with_decision(decision, reason);
@@ -114,7 +115,7 @@ impl Gen {
         entry.lease_expires_ms = lease;
         entry.outcome = outcome.map(str::to_string);
         let recorded_as = match (f, decision) {
-            ("result", Decision::Rejected) => Some("late_observation"),
+            (Op::Result, Decision::Rejected) => Some("late_observation"),
             (_, Decision::Conflict) => Some("conflict"),
             _ => None,
         };
@@ -122,7 +123,7 @@ impl Gen {
         let mut answer = request;
         answer.kind = EventType::Response;
         answer.decision = Some(decision);
-        answer.reason = reason.map(str::to_string);
+        answer.reason = reason.map(|reason| reason.as_str().to_string());
         answer.lease_expires_ms = lease;
         answer.value = Some(json!({"ledger_seq": seq}));
         self.push(out, answer);
@@ -143,7 +144,7 @@ impl Gen {
     pub fn finals(&mut self) -> Vec<Event> {
         let mut out = Vec::with_capacity(self.finals.len());
         for (job, attempt, state) in std::mem::take(&mut self.finals) {
-            let mut event = Event::new(0, "harness", EventType::Ok, "final").with_job(&format!("j{job}"));
+            let mut event = Event::new(0, Process::HARNESS, EventType::Ok, Op::Final).with_job(&format!("j{job}"));
             event.key = Some(format!("k{}", job % 32));
             event.attempt = Some(format!("j{job}-a{attempt}"));
             event.outcome = Some(state.into());
@@ -155,10 +156,10 @@ impl Gen {
     fn job(&mut self, out: &mut Vec<Event>) {
         self.jobs += 1;
         let (job, key) = (format!("j{}", self.jobs), format!("k{}", self.jobs % 32));
-        let mut submit = Event::new(0, "client", EventType::Invoke, "submit").with_job(&job);
+        let mut submit = Event::new(0, Process::CLIENT, EventType::Invoke, Op::Submit).with_job(&job);
         submit.key = Some(key.clone());
         self.push(out, submit.clone());
-        let mut entry = Event::new(0, "control-plane", EventType::Ledger, "submit").with_job(&job);
+        let mut entry = Event::new(0, Process::CONTROL_PLANE, EventType::Ledger, Op::Submit).with_job(&job);
         entry.key = Some(key.clone());
         entry.received_ms = Some(self.tick(5));
         self.ledger(out, entry, None);
@@ -168,7 +169,7 @@ impl Gen {
         for number in 1..=3u32 {
             let c = self.claim(out, &job, &key, number);
             if let Some(old) = previous.take() {
-                self.report(out, "result", &old, -200, Decision::Rejected, None, Some("succeeded"));
+                self.report(out, Op::Result, &old, -200, Decision::Rejected, None, Some("succeeded"));
             }
             let lease = self.run(out, &c);
             if number < 3 && self.rng.chance(5) {
@@ -177,13 +178,13 @@ impl Gen {
                 continue;
             }
             let outcome = if self.rng.chance(90) { "succeeded" } else { "failed" };
-            self.report(out, "result", &c, 100, Decision::Accepted, None, Some(outcome));
+            self.report(out, Op::Result, &c, 100, Decision::Accepted, None, Some(outcome));
             if self.rng.chance(3) {
-                self.report(out, "result", &c, 100, Decision::Duplicate, None, Some(outcome));
+                self.report(out, Op::Result, &c, 100, Decision::Duplicate, None, Some(outcome));
             }
             if self.rng.chance(2) {
                 let other = if outcome == "failed" { "succeeded" } else { "failed" };
-                self.report(out, "result", &c, 100, Decision::Conflict, None, Some(other));
+                self.report(out, Op::Result, &c, 100, Decision::Conflict, None, Some(other));
             }
             self.finals.push((self.jobs, number, outcome));
             return;
@@ -196,15 +197,15 @@ impl Gen {
         let c =
             Claim { job: job.into(), attempt: format!("{job}-a{number}"), runner, fence: self.fence, key: key.into() };
         let at = self.tick(20);
-        let process = format!("runner:{}", c.runner);
-        let mut request = Event::new(0, &process, EventType::Request, "claim");
+        let process = Process::runner(&c.runner);
+        let mut request = Event::new(0, process.clone(), EventType::Request, Op::Claim);
         request.runner = Some(c.runner.clone());
         self.push(out, request);
-        let mut entry = self.entry("claim", &c, at).with_decision(Decision::Accepted, None);
+        let mut entry = self.entry(Op::Claim, &c, at).with_decision(Decision::Accepted, None);
         entry.lease_expires_ms = Some(at + LEASE_MS);
         entry.observed_ms = Some(at);
         self.ledger(out, entry, None);
-        let mut answer = Event::new(0, &process, EventType::Response, "claim")
+        let mut answer = Event::new(0, process.clone(), EventType::Response, Op::Claim)
             .with_claim(&c.job, &c.attempt, &c.runner, c.fence)
             .with_decision(Decision::Accepted, None);
         answer.key = Some(c.key.clone());
@@ -218,14 +219,14 @@ impl Gen {
         let skew = self.rng.below(1_000) as i64 - 500;
         let mut lease = 0;
         for step in 0..1 + self.rng.below(4) {
-            self.report(out, "heartbeat", c, skew, Decision::Accepted, Some(self.now_ms + 41 + LEASE_MS), None);
+            self.report(out, Op::Heartbeat, c, skew, Decision::Accepted, Some(self.now_ms + 41 + LEASE_MS), None);
             lease = self.now_ms + LEASE_MS;
             if let Some(last) = out.iter().rev().find(|event| event.kind == EventType::Ledger) {
                 lease = last.lease_expires_ms.unwrap_or(lease);
             }
-            self.report(out, "capability", c, skew, Decision::Accepted, Some(lease), None);
+            self.report(out, Op::Capability, c, skew, Decision::Accepted, Some(lease), None);
             let at = self.tick(10);
-            let mut record = Event::new(0, "target", EventType::Step, "step")
+            let mut record = Event::new(0, Process::TARGET, EventType::Step, Op::Step)
                 .with_claim(&c.job, &c.attempt, &c.runner, c.fence)
                 .with_decision(Decision::Accepted, None);
             record.key = Some(c.key.clone());
@@ -239,11 +240,11 @@ impl Gen {
     /// The runner vanishes: the lease expires (uncertain) and the operator finds it stopped.
     fn lose(&mut self, out: &mut Vec<Event>, c: &Claim, lease: i64) {
         self.now_ms = self.now_ms.max(lease) + 10;
-        let mut entry = self.entry("expire", c, self.now_ms);
+        let mut entry = self.entry(Op::Expire, c, self.now_ms);
         entry.lease_expires_ms = Some(lease);
         self.ledger(out, entry, Some("uncertain"));
         let at = self.tick(100);
-        let mut entry = self.entry("reconcile", c, at);
+        let mut entry = self.entry(Op::Reconcile, c, at);
         entry.outcome = Some("stopped".into());
         entry.lease_expires_ms = Some(lease);
         self.ledger(out, entry, None);

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use history::{Decision, Event, EventType};
+use history::{Decision, Event, EventType, Op, Process, Reason};
 use serde_json::json;
 use std::collections::HashMap;
 
@@ -65,7 +65,7 @@ impl H {
     }
 
     pub fn config(&mut self, target_mode: &str) -> u64 {
-        let mut event = Event::new(0, "harness", EventType::Ok, "config");
+        let mut event = Event::new(0, Process::HARNESS, EventType::Ok, Op::Config);
         event.value = Some(json!({"target_mode": target_mode, "bugs": []}));
         self.push(event)
     }
@@ -73,11 +73,11 @@ impl H {
     /// The client's submit (invoke, ledger `submit`, ok); returns the ok's index.
     pub fn submit(&mut self, job: &str, key: &str, at_ms: i64) -> u64 {
         self.keys.insert(job.into(), key.into());
-        let mut invoke = Event::new(0, "client", EventType::Invoke, "submit").with_job(job);
+        let mut invoke = Event::new(0, Process::CLIENT, EventType::Invoke, Op::Submit).with_job(job);
         invoke.key = Some(key.into());
         let ok = Event { kind: EventType::Ok, ..invoke.clone() };
         self.push(invoke);
-        let mut entry = Event::new(0, "control-plane", EventType::Ledger, "submit").with_job(job);
+        let mut entry = Event::new(0, Process::CONTROL_PLANE, EventType::Ledger, Op::Submit).with_job(job);
         entry.key = Some(key.into());
         entry.received_ms = Some(at_ms);
         self.ledger(entry);
@@ -98,9 +98,9 @@ impl H {
         self.seq
     }
 
-    fn entry(&self, f: &str, c: &C, at_ms: i64) -> Event {
-        let mut entry =
-            Event::new(0, "control-plane", EventType::Ledger, f).with_claim(&c.job, &c.attempt, &c.runner, c.fence);
+    fn entry(&self, f: Op, c: &C, at_ms: i64) -> Event {
+        let mut entry = Event::new(0, Process::CONTROL_PLANE, EventType::Ledger, f)
+            .with_claim(&c.job, &c.attempt, &c.runner, c.fence);
         entry.key = Some(self.key(&c.job));
         entry.project = Some("demo".into());
         entry.received_ms = Some(at_ms);
@@ -109,7 +109,7 @@ impl H {
 
     /// A ledger claim and the runner's granted answer; returns the ledger event's index.
     pub fn ledger_claim(&mut self, c: &C, at_ms: i64, lease_end_ms: i64) -> u64 {
-        let mut entry = self.entry("claim", c, at_ms);
+        let mut entry = self.entry(Op::Claim, c, at_ms);
         entry.lease_expires_ms = Some(lease_end_ms);
         entry.observed_ms = Some(at_ms);
         entry.decision = Some(Decision::Accepted);
@@ -121,11 +121,11 @@ impl H {
 
     /// Only the runner's log of a granted claim.
     pub fn runner_claim(&mut self, c: &C, lease_end_ms: i64) -> u64 {
-        let process = format!("runner:{}", c.runner);
-        let mut request = Event::new(0, &process, EventType::Request, "claim");
+        let process = Process::runner(&c.runner);
+        let mut request = Event::new(0, process.clone(), EventType::Request, Op::Claim);
         request.runner = Some(c.runner.clone());
         self.push(request);
-        let mut answer = Event::new(0, &process, EventType::Response, "claim")
+        let mut answer = Event::new(0, process.clone(), EventType::Response, Op::Claim)
             .with_claim(&c.job, &c.attempt, &c.runner, c.fence)
             .with_decision(Decision::Accepted, None);
         answer.key = Some(self.key(&c.job));
@@ -137,12 +137,12 @@ impl H {
     #[allow(clippy::too_many_arguments)]
     pub fn ledger_report(
         &mut self,
-        f: &str,
+        f: Op,
         c: &C,
         at_ms: i64,
         observed_ms: i64,
         decision: Decision,
-        reason: Option<&str>,
+        reason: Option<Reason>,
         outcome: Option<&str>,
         lease_end_ms: Option<i64>,
         recorded_as: Option<&str>,
@@ -164,7 +164,7 @@ impl H {
         decision: Decision,
         lease_end: Option<i64>,
     ) -> u64 {
-        self.answered("heartbeat", c, at_ms, observed_ms, decision, lease_end)
+        self.answered(Op::Heartbeat, c, at_ms, observed_ms, decision, lease_end)
     }
 
     pub fn capability(
@@ -175,20 +175,20 @@ impl H {
         decision: Decision,
         lease_end: Option<i64>,
     ) -> u64 {
-        self.answered("capability", c, at_ms, observed_ms, decision, lease_end)
+        self.answered(Op::Capability, c, at_ms, observed_ms, decision, lease_end)
     }
 
     /// A heartbeat or capability decided by the ledger (refused as `expired`) and answered.
     fn answered(
         &mut self,
-        kind: &str,
+        kind: Op,
         c: &C,
         at_ms: i64,
         observed_ms: i64,
         decision: Decision,
         lease_end: Option<i64>,
     ) -> u64 {
-        let reason = (decision != Decision::Accepted).then_some("expired");
+        let reason = (decision != Decision::Accepted).then_some(Reason::Expired);
         let seq = self.ledger_report(kind, c, at_ms, observed_ms, decision, reason, None, lease_end, None);
         self.answer(kind, c, observed_ms, None, decision, seq);
         seq
@@ -203,33 +203,33 @@ impl H {
         observed_ms: i64,
         outcome: &str,
         decision: Decision,
-        reason: Option<&str>,
+        reason: Option<Reason>,
     ) -> u64 {
         let recorded_as = match decision {
             Decision::Rejected => Some("late_observation"),
             Decision::Conflict => Some("conflict"),
             _ => None,
         };
-        let reason = reason.or((decision == Decision::Conflict).then_some("conflict"));
+        let reason = reason.or((decision == Decision::Conflict).then_some(Reason::Conflict));
         let seq =
-            self.ledger_report("result", c, at_ms, observed_ms, decision, reason, Some(outcome), None, recorded_as);
-        self.answer("result", c, observed_ms, Some(outcome), decision, seq);
+            self.ledger_report(Op::Result, c, at_ms, observed_ms, decision, reason, Some(outcome), None, recorded_as);
+        self.answer(Op::Result, c, observed_ms, Some(outcome), decision, seq);
         seq
     }
 
     /// A runner's request and its answer naming a ledger seq; returns the answer's index.
     pub fn answer(
         &mut self,
-        f: &str,
+        f: Op,
         c: &C,
         observed_ms: i64,
         outcome: Option<&str>,
         decision: Decision,
         seq: u64,
     ) -> u64 {
-        let process = format!("runner:{}", c.runner);
+        let process = Process::runner(&c.runner);
         let mut request =
-            Event::new(0, &process, EventType::Request, f).with_claim(&c.job, &c.attempt, &c.runner, c.fence);
+            Event::new(0, process.clone(), EventType::Request, f).with_claim(&c.job, &c.attempt, &c.runner, c.fence);
         request.observed_ms = Some(observed_ms);
         request.outcome = outcome.map(str::to_string);
         let mut answer = Event { kind: EventType::Response, ..request.clone() };
@@ -240,7 +240,7 @@ impl H {
     }
 
     pub fn expire(&mut self, c: &C, at_ms: i64, lease_end_ms: i64, recorded_as: &str) -> u64 {
-        let mut entry = self.entry("expire", c, at_ms);
+        let mut entry = self.entry(Op::Expire, c, at_ms);
         entry.lease_expires_ms = Some(lease_end_ms);
         entry.value = Some(json!({ "recorded_as": recorded_as }));
         self.ledger(entry);
@@ -249,11 +249,11 @@ impl H {
 
     /// The operator's reconcile and its ledger entry; returns the ledger event's index.
     pub fn reconcile(&mut self, c: &C, at_ms: i64, finding: &str, completed: Option<&str>) -> u64 {
-        let mut op = Event::new(0, "operator", EventType::Invoke, "reconcile")
+        let mut op = Event::new(0, Process::OPERATOR, EventType::Invoke, Op::Reconcile)
             .with_claim(&c.job, &c.attempt, &c.runner, c.fence);
         op.outcome = Some(finding.into());
         self.push(op.clone());
-        let mut entry = self.entry("reconcile", c, at_ms);
+        let mut entry = self.entry(Op::Reconcile, c, at_ms);
         entry.outcome = Some(finding.into());
         entry.value = completed.map(|outcome| json!({ "recorded_as": outcome }));
         self.ledger(entry);
@@ -263,8 +263,8 @@ impl H {
     }
 
     /// A target step-log record; returns its index.
-    pub fn step(&mut self, c: &C, at_ms: i64, decision: Decision, reason: Option<&str>) -> u64 {
-        let mut step = Event::new(0, "target", EventType::Step, "step")
+    pub fn step(&mut self, c: &C, at_ms: i64, decision: Decision, reason: Option<Reason>) -> u64 {
+        let mut step = Event::new(0, Process::TARGET, EventType::Step, Op::Step)
             .with_claim(&c.job, &c.attempt, &c.runner, c.fence)
             .with_decision(decision, reason);
         step.key = Some(self.key(&c.job));
@@ -273,7 +273,7 @@ impl H {
     }
 
     pub fn final_state(&mut self, job: &str, attempt: Option<&str>, state: &str) -> u64 {
-        let mut event = Event::new(0, "harness", EventType::Ok, "final").with_job(job);
+        let mut event = Event::new(0, Process::HARNESS, EventType::Ok, Op::Final).with_job(job);
         event.key = Some(self.key(job));
         event.attempt = attempt.map(str::to_string);
         event.outcome = Some(state.into());
@@ -282,8 +282,8 @@ impl H {
     }
 
     pub fn nemesis_restart(&mut self) {
-        self.push(Event::new(0, "nemesis", EventType::Invoke, "restart-control-plane"));
-        self.push(Event::new(0, "nemesis", EventType::Ok, "restart-control-plane"));
+        self.push(Event::new(0, Process::NEMESIS, EventType::Invoke, Op::RestartControlPlane));
+        self.push(Event::new(0, Process::NEMESIS, EventType::Ok, Op::RestartControlPlane));
     }
 }
 

@@ -5,6 +5,7 @@ use crate::builder::{claim, H};
 use crate::{all_valid, check};
 use checkers::Verdict;
 use history::Decision::{Accepted, Conflict, Duplicate, Rejected};
+use history::{Op, Reason};
 
 /// The seed's walk-through: A1 (fence 7) expires, is reconciled as stopped, A2 (fence 8)
 /// runs, and R1's late report for A1 arrives — rejected as a late observation, or, with
@@ -26,10 +27,10 @@ pub fn walk_through(accept_late: bool) -> Vec<history::Event> {
     if accept_late {
         h.result(&a1, 4_500, 4_300, "succeeded", Accepted, None);
     } else {
-        h.result(&a1, 4_500, 4_300, "succeeded", Rejected, Some("superseded"));
+        h.result(&a1, 4_500, 4_300, "succeeded", Rejected, Some(Reason::Superseded));
     }
     h.heartbeat(&a1, 4_510, 4_310, Rejected, None);
-    h.step(&a1, 4_520, Rejected, Some("stale_fence"));
+    h.step(&a1, 4_520, Rejected, Some(Reason::StaleFence));
     h.step(&a2, 4_600, Accepted, None);
     h.result(&a2, 5_000, 5_000, "succeeded", Accepted, None);
     h.final_state("j1", Some("j1-a2"), "succeeded");
@@ -54,7 +55,8 @@ fn the_walk_through_with_the_late_report_accepted_is_a_stale_completion() {
         ledger.message,
         "late report for j1-a1 (fence 7) accepted as current completion while j1-a2 (fence 8) was current"
     );
-    let claim_a2 = events.iter().find(|e| e.f == "claim" && e.kind == history::EventType::Ledger && e.fence == Some(8));
+    let claim_a2 =
+        events.iter().find(|e| e.f == Op::Claim && e.kind == history::EventType::Ledger && e.fence == Some(8));
     assert!(ledger.events.contains(&claim_a2.unwrap().index));
 }
 
@@ -105,7 +107,7 @@ pub fn realistic() -> Vec<history::Event> {
     swap_ledger_seqs(&mut h, reconcile_seq_slot);
     h.capability(&j3b, 4_300, 4_700, Accepted, Some(6_195));
     h.step(&j3b, 4_310, Accepted, None);
-    h.result(&j3, 4_400, 4_100, "succeeded", Rejected, Some("superseded")); // late observation
+    h.result(&j3, 4_400, 4_100, "succeeded", Rejected, Some(Reason::Superseded)); // late observation
     h.result(&j3b, 4_500, 4_900, "failed", Accepted, None);
     // j4: expires after its last step, found completed by the operator.
     let j4 = claim("j4", "j4-a1", "r2", 5);
@@ -114,7 +116,7 @@ pub fn realistic() -> Vec<history::Event> {
     h.step(&j4, 4_710, Accepted, None);
     h.expire(&j4, 6_650, 6_600, "uncertain");
     h.reconcile(&j4, 6_700, "completed", Some("succeeded"));
-    h.result(&j4, 6_800, 6_500, "succeeded", Rejected, Some("not_current"));
+    h.result(&j4, 6_800, 6_500, "succeeded", Rejected, Some(Reason::NotCurrent));
     h.final_state("j1", Some("j1-a1"), "succeeded");
     h.final_state("j2", Some("j2-a1"), "uncertain");
     h.final_state("j3", Some("j3-a2"), "failed");
@@ -146,7 +148,7 @@ fn in_history_order_the_early_claim_would_look_like_a_reclaim_without_reconcile(
 
 #[test]
 fn a_history_without_finals_is_unknown_to_lost_work_and_says_why() {
-    let events: Vec<_> = walk_through(false).into_iter().filter(|event| event.f != "final").collect();
+    let events: Vec<_> = walk_through(false).into_iter().filter(|event| event.f != Op::Final).collect();
     let result = checkers::check_one("lost-work", &events).unwrap();
     let Verdict::Unknown { reason } = result.verdict else { panic!("{result:?}") };
     assert!(reason.contains("no `final` events"), "{reason}");

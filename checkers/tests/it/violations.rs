@@ -4,6 +4,7 @@
 use crate::builder::{claim, C, H};
 use crate::check;
 use history::Decision::{Accepted, Conflict, Duplicate, Rejected};
+use history::{Op, Reason};
 
 /// j1 on `prod`: A1 (r1, fence 7) claimed at 1000 with a lease to 3000.
 fn start() -> (H, C) {
@@ -46,7 +47,7 @@ fn stale_completion_acknowledged_to_a_runner_only() {
     let (mut h, a1) = start();
     let a2 = claim("j1", "j1-a2", "r2", 8);
     h.runner_claim(&a2, 6_000);
-    h.answer("result", &a1, 4_000, Some("succeeded"), Accepted, 99);
+    h.answer(Op::Result, &a1, 4_000, Some("succeeded"), Accepted, 99);
     check(&h.build(), "stale-completion", &["late-result-acknowledged"]);
 }
 
@@ -74,7 +75,7 @@ fn heartbeat_for_a_superseded_claim() {
     h.ledger_claim(&a2, 3_200, 5_200);
     // Not expired by the ledger (say the expire entry was lost) — superseded anyway.
     let mut events = h.build();
-    events.retain(|event| event.f != "expire");
+    events.retain(|event| event.f != Op::Expire);
     let mut h2 = H::new();
     for event in events {
         h2.push(event);
@@ -161,8 +162,8 @@ fn terminal_stability_replaced_outcome_and_final_differs() {
 fn terminal_stability_conflict_and_duplicate_answered_wrongly() {
     let (mut h, a1) = start();
     h.result(&a1, 1_200, 1_200, "succeeded", Accepted, None);
-    h.result(&a1, 1_300, 1_300, "failed", Rejected, Some("not_current")); // should be a conflict
-    h.result(&a1, 1_400, 1_400, "succeeded", Rejected, Some("not_current")); // should be a duplicate
+    h.result(&a1, 1_300, 1_300, "failed", Rejected, Some(Reason::NotCurrent)); // should be a conflict
+    h.result(&a1, 1_400, 1_400, "succeeded", Rejected, Some(Reason::NotCurrent)); // should be a duplicate
     h.result(&a1, 1_500, 1_500, "succeeded", Duplicate, None);
     h.result(&a1, 1_600, 1_600, "failed", Conflict, None);
     h.final_state("j1", Some("j1-a1"), "succeeded");
@@ -181,11 +182,11 @@ fn explicit_uncertainty_requeue_and_reclaim_without_reconcile() {
 
 #[test]
 fn clock_authority_accepts_on_the_runners_clock() {
-    for f in ["heartbeat", "capability", "result"] {
+    for f in [Op::Heartbeat, Op::Capability, Op::Result] {
         let (mut h, a1) = start();
         match f {
-            "heartbeat" => drop(h.heartbeat(&a1, 3_200, 2_900, Accepted, Some(5_200))),
-            "capability" => drop(h.capability(&a1, 3_200, 2_900, Accepted, Some(3_000))),
+            Op::Heartbeat => drop(h.heartbeat(&a1, 3_200, 2_900, Accepted, Some(5_200))),
+            Op::Capability => drop(h.capability(&a1, 3_200, 2_900, Accepted, Some(3_000))),
             _ => drop(h.result(&a1, 3_200, 2_900, "succeeded", Accepted, None)),
         }
         let anomalies = check(&h.build(), "clock-authority", &["runner-clock-trusted"]);
@@ -235,9 +236,9 @@ fn ledger_completeness_answer_without_its_entry() {
     let (mut h, a1) = start();
     // ack-before-commit: the answer names seq N, the ledger gave N to the next entry.
     let next = h.len();
-    h.answer("result", &a1, 1_200, Some("succeeded"), Accepted, 3);
+    h.answer(Op::Result, &a1, 1_200, Some("succeeded"), Accepted, 3);
     h.heartbeat(&a1, 1_300, 1_300, Rejected, None);
-    h.answer("heartbeat", &a1, 1_400, None, Accepted, 42);
+    h.answer(Op::Heartbeat, &a1, 1_400, None, Accepted, 42);
     h.final_state("j1", Some("j1-a1"), "uncertain");
     let anomalies =
         check(&h.build(), "ledger-completeness", &["answer-differs-from-ledger", "answer-missing-from-ledger"]);

@@ -98,7 +98,7 @@ impl Cluster {
     /// through each runner's two links.
     async fn check_links(&self) -> anyhow::Result<()> {
         for url in self.control_links.iter().chain(&self.target_links) {
-            let client = lab::client::Client::new(url, None, Duration::from_secs(5));
+            let client = protocol::client::Client::new(url, None, Duration::from_secs(5));
             client.health().await.map_err(|error| anyhow::anyhow!("link {url} is not healthy: {error}"))?;
         }
         Ok(())

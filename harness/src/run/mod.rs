@@ -8,13 +8,14 @@ pub mod nemesis;
 pub mod operator;
 pub mod recorder;
 
+use history::{Op, Process};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use history::EventType;
-use lab::protocol::{JobSpec, JobState, JobView, SubmitJob};
+use protocol::{JobSpec, JobState, JobView, SubmitJob};
 use tokio::sync::Mutex;
 use workloads::jobs::PlannedJob;
 
@@ -90,7 +91,7 @@ pub async fn execute(
     full_config["clock_control"] = serde_json::to_value(&cluster.clock)?;
     full_config["healthy_ms"] = healthy_ms.into();
     write_json(&folder.join("config.json"), &full_config)?;
-    recorder.record("harness", EventType::Ok, "config", |event| event.value = Some(full_config.clone()));
+    recorder.record(Process::HARNESS, EventType::Ok, Op::Config, |event| event.value = Some(full_config.clone()));
     let shared: Shared = Arc::new(State {
         config: Arc::new(config),
         recorder,
@@ -131,7 +132,7 @@ async fn chaos_then_recovery(shared: &Shared, stoppable: &[tokio::task::AbortHan
         task.abort();
     }
     if let Err(error) = nemesis::heal_all(&shared.cluster, &shared.config).await {
-        shared.recorder.record("nemesis", EventType::Info, "heal-all", |event| event.reason = Some(error));
+        shared.recorder.record(Process::NEMESIS, EventType::Info, Op::HealAll, |event| event.reason = Some(error));
     }
     shared.active.lock().await.clear();
     settle(shared).await
@@ -153,7 +154,7 @@ pub(crate) async fn submit(shared: &Shared, job: &PlannedJob) -> Result<(), Stri
         event.job = Some(job.id.clone());
         event.key = Some(job.deployment_key.clone());
     };
-    shared.recorder.record("client", EventType::Invoke, "submit", fill);
+    shared.recorder.record(Process::CLIENT, EventType::Invoke, Op::Submit, fill);
     let request = SubmitJob {
         project: lab::demo::PROJECT.to_string(),
         id: Some(job.id.clone()),
@@ -166,7 +167,7 @@ pub(crate) async fn submit(shared: &Shared, job: &PlannedJob) -> Result<(), Stri
         Err(error) if error.is_transport() => EventType::Info,
         Err(_) => EventType::Fail,
     };
-    shared.recorder.record("client", kind, "submit", |event| {
+    shared.recorder.record(Process::CLIENT, kind, Op::Submit, |event| {
         fill(event);
         event.reason = answer.as_ref().err().map(|error| error.to_string());
     });
@@ -228,7 +229,7 @@ async fn finish(
         let mut cluster = shared.cluster.lock().await;
         // No runner may report after the ledger is read: every answer it got is in the ledger.
         cluster.stop_runners().await;
-        (cluster.lab.operator.clone(), lab::client::Client::new(&cluster.lab.target_url(), None, COLLECT_WAIT_MAX))
+        (cluster.lab.operator.clone(), protocol::client::Client::new(&cluster.lab.target_url(), None, COLLECT_WAIT_MAX))
     };
     let ledger = operator.ledger(10_000_000).await.unwrap_or_default();
     let steps = target.steps(10_000_000).await.unwrap_or_default();
@@ -246,7 +247,7 @@ async fn finish(
 
 pub fn final_event(job: &JobView) -> history::Event {
     let state = serde_json::to_value(job.state).ok().and_then(|value| value.as_str().map(str::to_string));
-    let mut event = history::Event::new(0, "harness", EventType::Ok, "final");
+    let mut event = history::Event::new(0, Process::HARNESS, EventType::Ok, Op::Final);
     event.job = Some(job.id.clone());
     event.key = Some(job.deployment_key.clone());
     event.attempt = job.current_attempt.clone();

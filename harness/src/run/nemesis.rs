@@ -2,11 +2,13 @@
 //! an `invoke` and an `ok` (or `info` when its effect is unknown) at its start, and again
 //! at its heal. A fault cut short by the end of the run is healed by [`heal_all`].
 
+use history::Op;
+use history::Process;
 use std::sync::Arc;
 use std::time::Duration;
 
 use history::EventType;
-use lab::protocol::{ClaimRef, Outcome, ResultRequest};
+use protocol::{ClaimRef, Outcome, ResultRequest};
 use proxy::{Stream, Toxic, ToxicKind};
 use tokio::sync::Mutex;
 use workloads::faults::{Fault, Variant};
@@ -16,7 +18,6 @@ use super::config::RunConfig;
 use super::recorder::Recorder;
 use super::Shared;
 
-const NEMESIS: &str = "nemesis";
 const TOXIC_NAME: &str = "fencelab";
 
 /// Runs every fault of the schedule at its time. Each fault runs in a task of its own, so
@@ -68,9 +69,9 @@ fn record(recorder: &Recorder, fault: &Fault, phase: &str, result: Result<(), St
         value["phase"] = serde_json::Value::from(phase);
         event.value = Some(value);
     };
-    recorder.record(NEMESIS, EventType::Invoke, fault.kind.name(), fill);
+    recorder.record(Process::NEMESIS, EventType::Invoke, fault.kind.op(), fill);
     let kind = if result.is_ok() { EventType::Ok } else { EventType::Info };
-    recorder.record(NEMESIS, kind, fault.kind.name(), |event| {
+    recorder.record(Process::NEMESIS, kind, fault.kind.op(), |event| {
         fill(event);
         event.reason = result.err();
     });
@@ -214,7 +215,7 @@ fn last_accepted_result(cluster: &Cluster, index: usize) -> Option<(ClaimRef, Ou
     let text = std::fs::read_to_string(cluster.lab.runner_log(&cluster.runners[index].id)).ok()?;
     text.lines().rev().filter_map(|line| serde_json::from_str::<history::Event>(line).ok()).find_map(|event| {
         let accepted = event.kind == EventType::Response
-            && event.f == "result"
+            && event.f == Op::Result
             && event.decision == Some(history::Decision::Accepted);
         let outcome = match event.outcome.as_deref()? {
             "succeeded" => Outcome::Succeeded,
@@ -247,7 +248,13 @@ async fn resend(shared: &Shared, fault: &Fault) {
 }
 
 /// Sends a result as runner `claim.runner` would, recording it as the nemesis's operation.
-async fn send_result(shared: &Shared, fault: &Fault, client: &lab::client::Client, claim: ClaimRef, outcome: Outcome) {
+async fn send_result(
+    shared: &Shared,
+    fault: &Fault,
+    client: &protocol::client::Client,
+    claim: ClaimRef,
+    outcome: Outcome,
+) {
     let request =
         ResultRequest { claim: claim.clone(), outcome, observed_ms: lab::control::Now::read().ms, detail: None };
     let fill = |event: &mut history::Event| {
@@ -255,27 +262,27 @@ async fn send_result(shared: &Shared, fault: &Fault, client: &lab::client::Clien
         event.outcome = Some(outcome.as_str().to_string());
         event.value = serde_json::to_value(fault).ok();
     };
-    shared.recorder.record(NEMESIS, EventType::Invoke, fault.kind.name(), fill);
+    shared.recorder.record(Process::NEMESIS, EventType::Invoke, fault.kind.op(), fill);
     let answer = client.result(&request).await;
     let kind = match &answer {
         Ok(_) => EventType::Ok,
         Err(error) if error.is_transport() => EventType::Info,
         Err(_) => EventType::Fail,
     };
-    shared.recorder.record(NEMESIS, kind, fault.kind.name(), |event| {
+    shared.recorder.record(Process::NEMESIS, kind, fault.kind.op(), |event| {
         fill(event);
         match &answer {
-            Ok(verdict) => *event = event.clone().with_decision(verdict.decision, verdict.reason.as_deref()),
+            Ok(verdict) => *event = event.clone().with_decision(verdict.decision, verdict.reason),
             Err(error) => event.reason = Some(error.to_string()),
         }
     });
 }
 
 /// The running attempts the control plane holds now.
-pub(crate) async fn running_claims(operator: &lab::client::Client) -> Vec<ClaimRef> {
+pub(crate) async fn running_claims(operator: &protocol::client::Client) -> Vec<ClaimRef> {
     let mut claims = Vec::new();
     for job in operator.jobs().await.unwrap_or_default() {
-        if job.state != lab::protocol::JobState::Running {
+        if job.state != protocol::JobState::Running {
             continue;
         }
         let Ok(view) = operator.job(&job.id).await else { continue };

@@ -5,23 +5,23 @@
 //! late reports reach the control plane while the attempt is uncertain. A runner it froze is continued after the finding:
 //! it wakes without authority and its reports arrive late.
 
+use history::{Op, Process};
 use std::time::Duration;
 
 use history::EventType;
-use lab::protocol::{AttemptState, Finding, JobState, Outcome, ReconcileRequest};
+use protocol::{AttemptState, Finding, JobState, Outcome, ReconcileRequest};
 use workloads::operator::{decide, Action, Evidence};
 
 use super::cluster::{Cluster, RunnerSlot};
 use super::Shared;
 
-const OPERATOR: &str = "operator";
 /// Between the operator's rounds.
 const ROUND_MS: u64 = 100;
 
 pub async fn run(shared: Shared) {
     loop {
         if let Err(error) = round(&shared).await {
-            shared.recorder.record(OPERATOR, EventType::Info, "round", |event| event.reason = Some(error));
+            shared.recorder.record(Process::OPERATOR, EventType::Info, Op::Round, |event| event.reason = Some(error));
         }
         tokio::time::sleep(Duration::from_millis(ROUND_MS)).await;
     }
@@ -54,16 +54,12 @@ async fn round(shared: &Shared) -> Result<(), String> {
     Ok(())
 }
 
-async fn settle(
-    shared: &Shared,
-    view: &lab::protocol::JobView,
-    attempt: &lab::protocol::AttemptView,
-) -> Result<(), String> {
+async fn settle(shared: &Shared, view: &protocol::JobView, attempt: &protocol::AttemptView) -> Result<(), String> {
     let mut cluster = shared.cluster.lock().await;
     let Some(index) = cluster.runners.iter().position(|slot| slot.id == attempt.runner) else {
         return Err(format!("attempt {} names an unknown runner {}", attempt.id, attempt.runner));
     };
-    let target = lab::client::Client::new(&cluster.lab.target_url(), None, Duration::from_secs(5));
+    let target = protocol::client::Client::new(&cluster.lab.target_url(), None, Duration::from_secs(5));
     let steps = target.steps(1_000_000).await.map_err(|error| error.to_string())?;
     let applied = steps.iter().filter(|step| step.applied && step.attempt == attempt.id).count() as u32;
     let evidence = Evidence {
@@ -77,11 +73,11 @@ async fn settle(
     };
     match decide(&evidence) {
         Action::StopExecution => {
-            shared.recorder.record(OPERATOR, EventType::Invoke, "freeze", claim);
+            shared.recorder.record(Process::OPERATOR, EventType::Invoke, Op::Freeze, claim);
             let frozen = cluster.signal_runner(index, libc::SIGSTOP);
             cluster.runners[index].frozen_by_operator |= frozen;
             let kind = if frozen { EventType::Ok } else { EventType::Fail };
-            shared.recorder.record(OPERATOR, kind, "freeze", claim);
+            shared.recorder.record(Process::OPERATOR, kind, Op::Freeze, claim);
             Ok(())
         }
         action => reconcile(shared, &mut cluster, index, view, attempt, action, applied, claim).await,
@@ -93,8 +89,8 @@ async fn reconcile(
     shared: &Shared,
     cluster: &mut Cluster,
     index: usize,
-    view: &lab::protocol::JobView,
-    attempt: &lab::protocol::AttemptView,
+    view: &protocol::JobView,
+    attempt: &protocol::AttemptView,
     action: Action,
     applied: u32,
     claim: impl Fn(&mut history::Event),
@@ -117,21 +113,21 @@ async fn reconcile(
         event.outcome = finding_name.clone();
         event.value = Some(serde_json::json!({"outcome": outcome.map(Outcome::as_str), "evidence": evidence}));
     };
-    shared.recorder.record(OPERATOR, EventType::Invoke, "reconcile", fill);
+    shared.recorder.record(Process::OPERATOR, EventType::Invoke, Op::Reconcile, fill);
     let answer = cluster.lab.operator.reconcile(&request).await;
     let kind = match &answer {
         Ok(_) => EventType::Ok,
         Err(error) if error.is_transport() => EventType::Info,
         Err(_) => EventType::Fail,
     };
-    shared.recorder.record(OPERATOR, kind, "reconcile", |event| {
+    shared.recorder.record(Process::OPERATOR, kind, Op::Reconcile, |event| {
         fill(event);
         event.reason = answer.as_ref().err().map(|error| error.to_string());
     });
     if cluster.runners[index].frozen_by_operator {
         cluster.signal_runner(index, libc::SIGCONT);
         cluster.runners[index].frozen_by_operator = false;
-        shared.recorder.record(OPERATOR, EventType::Ok, "thaw", claim);
+        shared.recorder.record(Process::OPERATOR, EventType::Ok, Op::Thaw, claim);
     }
     Ok(())
 }

@@ -8,8 +8,8 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use history::{Decision, Event, EventType, Writer};
-use lab::protocol::{LedgerEntry, StepRecord};
+use history::{Decision, Event, EventType, Op, Process, Writer};
+use protocol::{LedgerEntry, StepRecord};
 
 pub struct Recorder {
     start_ns: u64,
@@ -22,7 +22,7 @@ impl Recorder {
     pub fn create(path: &Path) -> std::io::Result<Recorder> {
         let file = File::create(path)?;
         Ok(Recorder {
-            start_ns: history::monotonic_ns(),
+            start_ns: protocol::monotonic_ns(),
             path: path.to_path_buf(),
             writer: Mutex::new(Some(Writer::new(file))),
             events: Mutex::new(Vec::new()),
@@ -31,7 +31,7 @@ impl Recorder {
 
     /// Nanoseconds since the run started.
     pub fn now_ns(&self) -> u64 {
-        history::monotonic_ns().saturating_sub(self.start_ns)
+        protocol::monotonic_ns().saturating_sub(self.start_ns)
     }
 
     /// Milliseconds since the run started.
@@ -41,7 +41,7 @@ impl Recorder {
 
     /// Records one harness event now; `fill` sets its fields. The time is taken under the
     /// lock, so the live file is in time order.
-    pub fn record(&self, process: &str, kind: EventType, f: &str, fill: impl FnOnce(&mut Event)) {
+    pub fn record(&self, process: Process, kind: EventType, f: Op, fill: impl FnOnce(&mut Event)) {
         let mut writer = self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut event = Event::new(self.now_ns(), process, kind, f);
         fill(&mut event);
@@ -69,7 +69,7 @@ impl Recorder {
         let mut sources: Vec<Vec<Event>> =
             vec![std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))];
         for path in runner_logs {
-            sources.push(read_runner_log(path, self.start_ns));
+            sources.push(read_runner_log(path, self.start_ns, self.now_ns()));
         }
         sources.push(ledger.iter().map(|entry| ledger_event(entry, self.rebase(entry.mono_ns))).collect());
         sources.push(steps.iter().map(|record| step_event(record, self.rebase(record.mono_ns))).collect());
@@ -92,20 +92,43 @@ impl Recorder {
     }
 }
 
-/// A runner's log, rebased; a torn last line (a killed runner) is skipped.
-fn read_runner_log(path: &Path, start_ns: u64) -> Vec<Event> {
-    let Ok(text) = std::fs::read_to_string(path) else { return vec![] };
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<Event>(line).ok())
-        .map(|mut event| {
-            event.time_ns = event.time_ns.saturating_sub(start_ns);
-            event
-        })
-        .collect()
+/// A runner's log, rebased. A torn last line (a killed runner) is skipped; any other line
+/// that is not an event of the vocabulary, or a log that cannot be read, becomes an
+/// `unreadable` event naming the file and line, so the verdict is unknown rather than blind.
+fn read_runner_log(path: &Path, start_ns: u64, now_ns: u64) -> Vec<Event> {
+    let unreadable = |time_ns: u64, why: String| {
+        let mut event = Event::new(time_ns, Process::HARNESS, EventType::Info, Op::Unreadable);
+        event.reason = Some(format!("{}: {why}", path.display()));
+        event
+    };
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return vec![],
+        Err(error) => return vec![unreadable(now_ns, error.to_string())],
+    };
+    let torn = !text.ends_with('\n');
+    let lines: Vec<&str> = text.lines().collect();
+    let mut events = Vec::with_capacity(lines.len());
+    let mut last_ns = 0;
+    for (number, line) in lines.iter().enumerate() {
+        let parsed = serde_json::from_str::<Event>(line)
+            .map_err(|error| error.to_string())
+            .and_then(|event| event.check_vocabulary().map(|()| event));
+        match parsed {
+            Ok(mut event) => {
+                event.time_ns = event.time_ns.saturating_sub(start_ns);
+                last_ns = event.time_ns;
+                events.push(event);
+            }
+            Err(_) if torn && number + 1 == lines.len() => {}
+            Err(why) => events.push(unreadable(last_ns, format!("line {}: {why}", number + 1))),
+        }
+    }
+    events
 }
 
 pub fn ledger_event(entry: &LedgerEntry, time_ns: u64) -> Event {
-    let mut event = Event::new(time_ns, "control-plane", EventType::Ledger, &entry.kind);
+    let mut event = Event::new(time_ns, Process::CONTROL_PLANE, EventType::Ledger, entry.kind);
     event.project = Some(entry.project.clone());
     event.job = Some(entry.job.clone());
     event.attempt = entry.attempt.clone();
@@ -117,13 +140,13 @@ pub fn ledger_event(entry: &LedgerEntry, time_ns: u64) -> Event {
     event.lease_expires_ms = entry.lease_expires_ms;
     event.decision = entry.decision;
     event.reason = entry.reason.clone();
-    event.outcome = entry.outcome.clone();
+    event.outcome = entry.outcome.map(|word| word.as_str().to_string());
     event.value = Some(serde_json::json!({"seq": entry.seq, "recorded_as": entry.recorded_as}));
     event
 }
 
 pub fn step_event(record: &StepRecord, time_ns: u64) -> Event {
-    let mut event = Event::new(time_ns, "target", EventType::Step, "step").with_claim(
+    let mut event = Event::new(time_ns, Process::TARGET, EventType::Step, Op::Step).with_claim(
         &record.job,
         &record.attempt,
         &record.runner,
@@ -132,7 +155,7 @@ pub fn step_event(record: &StepRecord, time_ns: u64) -> Event {
     event.key = Some(record.deployment_key.clone());
     event.received_ms = Some(record.received_ms);
     let decision = if record.applied { Decision::Accepted } else { Decision::Rejected };
-    event = event.with_decision(decision, record.reason.as_deref());
+    event = event.with_decision(decision, record.reason);
     event.value = Some(serde_json::json!({
         "seq": record.seq, "step": record.step, "steps": record.steps,
         "revision": record.revision, "highest_fence_before": record.highest_fence_before,

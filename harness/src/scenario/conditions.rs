@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use checkers::{CheckerResult, Verdict};
-use lab::protocol::{AttemptView, JobView, StepRecord};
+use protocol::{AttemptView, JobView, StepRecord};
 
-use super::format::Condition;
+use super::format::{Condition, Expected};
 
 /// What a condition is evaluated against.
 #[derive(Default)]
@@ -59,7 +59,7 @@ pub fn evaluate(condition: &Condition, view: &View) -> Result<(), String> {
     }
     let name = condition.job.as_deref().unwrap_or_default();
     let Some(job) = view.jobs.get(name) else { return Err(format!("job `{name}` does not exist")) };
-    if let Some(kind) = &condition.ledger {
+    if let Some(kind) = condition.ledger {
         return evaluate_ledger(kind, condition, job);
     }
     if let Some(number) = condition.attempt {
@@ -97,28 +97,31 @@ fn mismatch<T: PartialEq + std::fmt::Display>(what: &str, expected: Option<T>, f
 }
 
 fn evaluate_attempt(condition: &Condition, attempt: &AttemptView) -> Result<(), String> {
-    let closed_by = attempt.closed_by.clone().unwrap_or_else(|| "-".into());
     held(
         attempt.id.clone(),
         [
             mismatch("state", condition.state.clone(), word(&attempt.state)),
             mismatch("fence", condition.fence, attempt.fence),
             mismatch("current", condition.current, attempt.current),
-            mismatch("closed_by", condition.closed_by.clone(), closed_by),
+            mismatch(
+                "closed_by",
+                condition.closed_by.map(|expected| expected.text(history::ClosedBy::as_str)),
+                attempt.closed_by.map_or("-", history::ClosedBy::as_str),
+            ),
             mismatch("runner", condition.runner.clone(), attempt.runner.clone()),
         ],
     )
 }
 
 fn evaluate_job(condition: &Condition, job: &JobView, steps: &[StepRecord]) -> Result<(), String> {
-    let outcome = job.outcome.map_or_else(|| "-".to_string(), |outcome| outcome.as_str().to_string());
+    let outcome = job.outcome.map_or("-", |outcome| history::OutcomeWord::from(outcome).as_str());
     let applied = steps.iter().filter(|step| step.applied && step.job == job.id).count();
     let claimed = condition.runner.as_ref().filter(|runner| !job.attempts.iter().any(|a| &&a.runner == runner));
     held(
         format!("job `{}`", job.id),
         [
             mismatch("state", condition.state.clone(), word(&job.state)),
-            mismatch("outcome", condition.outcome.clone(), outcome),
+            mismatch("outcome", condition.outcome.map(|expected| expected.text(history::OutcomeWord::as_str)), outcome),
             mismatch("attempts", condition.attempts, job.attempts.len()),
             condition.applied_steps.filter(|wanted| applied < *wanted).map(|_| format!("{applied} applied steps")),
             claimed.map(|runner| format!("no attempt by {runner}")),
@@ -126,19 +129,21 @@ fn evaluate_job(condition: &Condition, job: &JobView, steps: &[StepRecord]) -> R
     )
 }
 
-fn evaluate_ledger(kind: &str, condition: &Condition, job: &JobView) -> Result<(), String> {
+fn evaluate_ledger(kind: history::Op, condition: &Condition, job: &JobView) -> Result<(), String> {
     let attempt = condition.attempt.map(|number| format!("{}-a{number}", job.id));
     let entries: Vec<_> = job
         .ledger
         .iter()
         .filter(|entry| entry.kind == kind && (attempt.is_none() || entry.attempt == attempt))
         .collect();
-    let matches = |entry: &&lab::protocol::LedgerEntry| {
-        let decision = entry.decision.as_ref().map(word);
-        condition.decision.as_ref().is_none_or(|wanted| decision.as_ref() == Some(wanted))
-            && condition.recorded_as.as_ref().is_none_or(|wanted| entry.recorded_as.as_ref() == Some(wanted))
+    let matches = |entry: &&protocol::LedgerEntry| {
+        condition.decision.is_none_or(|wanted| entry.decision == Some(wanted))
+            && condition.recorded_as.is_none_or(|wanted| entry.recorded_as == Some(wanted))
             && condition.reason.as_ref().is_none_or(|wanted| entry.reason.as_ref() == Some(wanted))
-            && condition.outcome.as_ref().is_none_or(|wanted| entry.outcome.as_ref() == Some(wanted))
+            && condition.outcome.is_none_or(|wanted| match wanted {
+                Expected::Nothing => entry.outcome.is_none(),
+                Expected::Word(word) => entry.outcome == Some(word),
+            })
             && condition.runner.as_ref().is_none_or(|wanted| entry.runner.as_ref() == Some(wanted))
     };
     if entries.iter().any(matches) {
@@ -153,9 +158,9 @@ fn evaluate_ledger(kind: &str, condition: &Condition, job: &JobView) -> Result<(
                 entry.attempt.as_deref().unwrap_or("-"),
                 entry.runner.as_deref().unwrap_or("-"),
                 entry.decision.as_ref().map_or("-".into(), word),
-                entry.recorded_as.as_deref().unwrap_or("-"),
+                entry.recorded_as.map_or("-", history::RecordedAs::as_str),
                 entry.reason.as_deref().unwrap_or("-"),
-                entry.outcome.as_deref().unwrap_or("-"),
+                entry.outcome.map_or("-", history::OutcomeWord::as_str),
             )
         })
         .collect();

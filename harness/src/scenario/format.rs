@@ -2,7 +2,7 @@
 //! order and `[[expect]]` entries checked at the end. Parsing validates everything before
 //! anything starts; every error names the step or expectation and its line.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Longest bound a `wait` may give (2 minutes).
 pub const WITHIN_MAX_MS: u64 = 120_000;
@@ -171,22 +171,61 @@ fn one() -> u32 {
     1
 }
 
+/// A word a condition expects, or `-` for "none" (an attempt that never closed, a job
+/// with no outcome).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expected<T> {
+    Nothing,
+    Word(T),
+}
+
+impl<T: Copy> Expected<T> {
+    /// The expected word as written, `-` for nothing.
+    pub fn text(self, word: impl Fn(T) -> &'static str) -> &'static str {
+        match self {
+            Expected::Nothing => "-",
+            Expected::Word(value) => word(value),
+        }
+    }
+}
+
+impl<T: Serialize> Serialize for Expected<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Expected::Nothing => serializer.serialize_str("-"),
+            Expected::Word(value) => value.serialize(serializer),
+        }
+    }
+}
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Expected<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Expected<T>, D::Error> {
+        use serde::de::IntoDeserializer;
+        let word = String::deserialize(deserializer)?;
+        if word == "-" {
+            return Ok(Expected::Nothing);
+        }
+        let inner: serde::de::value::StringDeserializer<serde::de::value::Error> = word.into_deserializer();
+        T::deserialize(inner).map(Expected::Word).map_err(serde::de::Error::custom)
+    }
+}
+
 /// A condition on the lab: what a `wait` waits for and what an `[[expect]]` asserts.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Condition {
     pub job: Option<String>,
     pub state: Option<String>,
-    pub outcome: Option<String>,
+    pub outcome: Option<Expected<history::OutcomeWord>>,
     pub attempt: Option<u32>,
     pub attempts: Option<usize>,
     pub current: Option<bool>,
     pub fence: Option<u64>,
-    pub closed_by: Option<String>,
+    pub closed_by: Option<Expected<history::ClosedBy>>,
     pub runner: Option<String>,
-    pub ledger: Option<String>,
-    pub decision: Option<String>,
-    pub recorded_as: Option<String>,
+    pub ledger: Option<history::Op>,
+    pub decision: Option<history::Decision>,
+    pub recorded_as: Option<history::RecordedAs>,
     pub reason: Option<String>,
     pub applied_steps: Option<usize>,
     pub stale_step: Option<bool>,

@@ -9,6 +9,7 @@ mod player;
 mod steps;
 
 use crate::run::{link_latest, write_json};
+use history::{Op, Process};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -108,7 +109,7 @@ async fn execute(
         serde_json::json!({"name": scenario.name, "description": scenario.description, "file": file});
     write_json(&folder.join("config.json"), &full_config)?;
     write_json(&folder.join("schedule.json"), &serde_json::json!([]))?;
-    recorder.record("harness", EventType::Ok, "config", |event| event.value = Some(full_config.clone()));
+    recorder.record(Process::HARNESS, EventType::Ok, Op::Config, |event| event.value = Some(full_config.clone()));
     let shared: Shared = Arc::new(State {
         config: Arc::new(config.clone()),
         recorder,
@@ -199,7 +200,7 @@ async fn collect(shared: &Shared) -> anyhow::Result<View> {
     cluster.stop_runners().await;
     let wait = crate::run::COLLECT_WAIT_MAX;
     let operator = cluster.lab.operator.clone();
-    let target = lab::client::Client::new(&cluster.lab.target_url(), None, wait);
+    let target = protocol::client::Client::new(&cluster.lab.target_url(), None, wait);
     let ledger = operator.ledger(10_000_000).await.unwrap_or_default();
     let steps = target.steps(10_000_000).await.unwrap_or_default();
     let mut jobs = BTreeMap::new();

@@ -2,11 +2,12 @@
 //! capabilities and target steps sent straight to the control plane and the target, so a
 //! scenario can send a late, duplicate, conflicting or stale report at a precise moment.
 
+use history::{Op, Process};
 use std::time::Duration;
 
 use history::EventType;
-use lab::client::Client;
-use lab::protocol::*;
+use protocol::client::Client;
+use protocol::*;
 
 use super::format::Action;
 use super::steps::Driver;
@@ -36,7 +37,7 @@ impl Driver {
                     observed_ms: now_ms() + observed_offset_ms,
                 };
                 let verdict = client.heartbeat(&request).await.map_err(|error| error.to_string())?;
-                self.note("heartbeat", &request.claim, request.observed_ms, None, &verdict);
+                self.note(Op::Heartbeat, &request.claim, request.observed_ms, None, &verdict);
                 Ok(())
             }
             Action::Report { as_runner, job, attempt, attempt_job, fence, outcome, observed_offset_ms } => {
@@ -49,7 +50,7 @@ impl Driver {
                     detail: Some("scenario".into()),
                 };
                 let verdict = client.result(&request).await.map_err(|error| error.to_string())?;
-                self.note("result", &request.claim, request.observed_ms, Some(request.outcome), &verdict);
+                self.note(Op::Result, &request.claim, request.observed_ms, Some(request.outcome), &verdict);
                 Ok(())
             }
             Action::Capability { as_runner, job, attempt } => {
@@ -57,7 +58,7 @@ impl Driver {
                 let found = self.attempt(job, *attempt).await?;
                 let request = CapabilityRequest { claim: claim_ref(&found, job, &runner, None), observed_ms: now_ms() };
                 let verdict = client.capability(&request).await.map_err(|error| error.to_string())?;
-                self.note("capability", &request.claim, request.observed_ms, None, &verdict);
+                self.note(Op::Capability, &request.claim, request.observed_ms, None, &verdict);
                 let capability =
                     verdict.capability.ok_or_else(|| format!("capability refused: {:?}", verdict.reason))?;
                 self.capabilities.insert(found.id, capability);
@@ -75,7 +76,7 @@ impl Driver {
         let request = ClaimRequest { runner, observed_ms: now_ms() };
         let answer = client.claim(&request).await.map_err(|error| error.to_string())?;
         let Some(grant) = answer.grant else { return Err("nothing was claimable".into()) };
-        self.shared.recorder.record("scenario", EventType::Ok, "claim", |event| {
+        self.shared.recorder.record(Process::SCENARIO, EventType::Ok, Op::Claim, |event| {
             event.job = Some(grant.claim.job.clone());
             event.attempt = Some(grant.claim.attempt.clone());
             event.fence = Some(grant.claim.fence);
@@ -107,19 +108,18 @@ impl Driver {
     /// `runner:ID` `response` event, as its log would hold it, with the `ledger_seq` the
     /// answer names): the played runner was told this, so the checkers that read what
     /// runners were told (`lost-work`, `ledger-completeness`, `stale-completion`) see it.
-    fn note(&self, f: &str, claim: &ClaimRef, observed_ms: i64, outcome: Option<Outcome>, verdict: &Verdict) {
-        let process = format!("runner:{}", claim.runner);
-        self.shared.recorder.record(&process, EventType::Response, f, |event| {
+    fn note(&self, f: Op, claim: &ClaimRef, observed_ms: i64, outcome: Option<Outcome>, ruling: &Ruling) {
+        self.shared.recorder.record(Process::runner(&claim.runner), EventType::Response, f, |event| {
             event.job = Some(claim.job.clone());
             event.attempt = Some(claim.attempt.clone());
             event.runner = Some(claim.runner.clone());
             event.fence = Some(claim.fence);
             event.observed_ms = Some(observed_ms);
             event.outcome = outcome.map(|outcome| outcome.as_str().to_string());
-            event.decision = Some(verdict.decision);
-            event.reason = verdict.reason.clone();
-            event.lease_expires_ms = verdict.lease_expires_ms;
-            event.value = Some(serde_json::json!({"ledger_seq": verdict.ledger_seq, "played": true}));
+            event.decision = Some(ruling.decision);
+            event.reason = ruling.reason.map(|reason| reason.as_str().to_string());
+            event.lease_expires_ms = ruling.lease_expires_ms;
+            event.value = Some(serde_json::json!({"ledger_seq": ruling.ledger_seq, "played": true}));
         });
     }
 }

@@ -2,12 +2,13 @@
 //! signals, operator calls, and reports played as a runner with its token. Each step is
 //! recorded in the history as `scenario` events.
 
+use history::{Op, Process};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use history::EventType;
-use lab::client::Client;
-use lab::protocol::*;
+use protocol::client::Client;
+use protocol::*;
 use proxy::{Stream, Toxic, ToxicKind};
 
 use super::conditions::{evaluate, View};
@@ -69,13 +70,13 @@ impl Driver {
         }
         let label = format!("step {} (line {})", step.index, step.line);
         let recorder = &self.shared.recorder;
-        recorder.record("scenario", EventType::Invoke, "step", |event| event.reason = Some(label.clone()));
+        recorder.record(Process::SCENARIO, EventType::Invoke, Op::Step, |event| event.reason = Some(label.clone()));
         let outcome = match &step.action {
             Action::Fault { .. } => self.fault(&step.action).await,
             action => self.action(action).await,
         };
         let kind = if outcome.is_ok() { EventType::Ok } else { EventType::Fail };
-        self.shared.recorder.record("scenario", kind, "step", |event| {
+        self.shared.recorder.record(Process::SCENARIO, kind, Op::Step, |event| {
             event.reason = Some(match &outcome {
                 Ok(()) => label.clone(),
                 Err(error) => format!("{label}: {error}"),

@@ -6,12 +6,13 @@ mod run;
 mod scenario;
 mod shrink;
 mod suite;
+mod vocabulary;
 
 use std::path::Path;
 use std::time::Duration;
 
 use lab::demo::{LabOptions, LocalLab};
-use lab::protocol::*;
+use protocol::*;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Runs `fencelab ARGS...` to its end (bounded by `bound`): exit code, stdout and stderr.
@@ -81,11 +82,13 @@ async fn cut_runner_link_makes_the_job_uncertain_not_requeued() {
     let view = lab.wait_job("j1", WAIT_MAX, |view| view.state == JobState::Uncertain).await.unwrap();
     assert_eq!(view.attempts.len(), 1);
     client.set_enabled("r1-control", true).await.unwrap();
-    let late =
-        lab.wait_job("j1", WAIT_MAX, |view| view.ledger.iter().any(|entry| entry.kind == "result")).await.unwrap();
-    let result = late.ledger.iter().find(|entry| entry.kind == "result").unwrap();
+    let late = lab
+        .wait_job("j1", WAIT_MAX, |view| view.ledger.iter().any(|entry| entry.kind == history::Op::Result))
+        .await
+        .unwrap();
+    let result = late.ledger.iter().find(|entry| entry.kind == history::Op::Result).unwrap();
     assert_eq!(
-        (result.decision, result.recorded_as.as_deref()),
+        (result.decision, result.recorded_as.map(|word| word.as_str())),
         (Some(history::Decision::Rejected), Some("late_observation"))
     );
     assert_eq!(lab.operator.job("j2").await.unwrap().state, JobState::Queued, "prod stays held while j1 is uncertain");

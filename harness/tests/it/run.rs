@@ -2,6 +2,7 @@
 //! the same seed gives the same schedule, bad flags exit 254 before anything starts, and an
 //! interrupted or killed harness leaves no process behind and a readable history.
 
+use history::{Op, Process};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -26,7 +27,7 @@ impl Finished {
     }
 
     pub fn history(&self) -> Vec<Event> {
-        history::read_file(&self.folder().join("history.jsonl")).expect("a valid history")
+        harness::check::read_history(&self.folder().join("history.jsonl")).expect("a valid history")
     }
 }
 
@@ -60,9 +61,14 @@ async fn one_fault(fault: serde_json::Value) -> Finished {
 
 /// As [`one_fault`], with `rate_per_s` jobs a second (a higher rate keeps both runners busy).
 async fn one_fault_at_rate(fault: serde_json::Value, rate_per_s: &str) -> Finished {
+    faults_at_rate(vec![fault], rate_per_s).await
+}
+
+/// As [`one_fault_at_rate`], with every fault of `faults` scheduled.
+pub async fn faults_at_rate(faults: Vec<serde_json::Value>, rate_per_s: &str) -> Finished {
     let dir = tempfile::tempdir().unwrap();
     let schedule = dir.path().join("schedule.json");
-    std::fs::write(&schedule, serde_json::to_vec(&json!([fault])).unwrap()).unwrap();
+    std::fs::write(&schedule, serde_json::to_vec(&faults).unwrap()).unwrap();
     let schedule = schedule.to_string_lossy().into_owned();
     let args = [
         "--seed",
@@ -95,7 +101,7 @@ async fn one_fault_at_rate(fault: serde_json::Value, rate_per_s: &str) -> Finish
     finished
 }
 
-fn fault(
+pub fn fault(
     kind: &str,
     runner: Option<u32>,
     at_ms: u64,
@@ -109,13 +115,13 @@ fn ms(event: &Event) -> u64 {
     event.time_ns / 1_000_000
 }
 
-fn ledger<'a>(events: &'a [Event], f: &'a str) -> impl Iterator<Item = &'a Event> + 'a {
+fn ledger(events: &[Event], f: Op) -> impl Iterator<Item = &Event> + '_ {
     events.iter().filter(move |event| event.kind == EventType::Ledger && event.f == f)
 }
 
 /// The attempts of runner `runner` that expired between `from_ms` and `to_ms` (run clock).
 fn expired_attempts(events: &[Event], runner: &str, from_ms: u64, to_ms: u64) -> Vec<String> {
-    ledger(events, "expire")
+    ledger(events, Op::Expire)
         .filter(|event| event.runner.as_deref() == Some(runner) && (from_ms..=to_ms).contains(&ms(event)))
         .filter_map(|event| event.attempt.clone())
         .collect()
@@ -123,7 +129,7 @@ fn expired_attempts(events: &[Event], runner: &str, from_ms: u64, to_ms: u64) ->
 
 /// A rejected report of `attempt` reached the ledger after it had expired.
 fn late_report_rejected(events: &[Event], attempt: &str) -> bool {
-    ["heartbeat", "capability", "result"].iter().any(|f| {
+    [Op::Heartbeat, Op::Capability, Op::Result].into_iter().any(|f| {
         ledger(events, f)
             .any(|event| event.attempt.as_deref() == Some(attempt) && event.decision == Some(Decision::Rejected))
     })
@@ -160,16 +166,16 @@ async fn a_replayed_result_is_acknowledged_as_a_duplicate() {
     let finished = one_fault(fault("duplicate-results", Some(0), 4_000, 0, json!({"how": "replay"}))).await;
     let events = finished.history();
     let nemesis =
-        events.iter().find(|event| event.process == "nemesis" && event.kind == EventType::Ok).expect("replayed");
+        events.iter().find(|event| event.process == Process::NEMESIS && event.kind == EventType::Ok).expect("replayed");
     assert_eq!(nemesis.decision, Some(Decision::Duplicate), "{}", context(&finished));
-    assert!(ledger(&events, "result").any(|event| event.decision == Some(Decision::Duplicate)));
+    assert!(ledger(&events, Op::Result).any(|event| event.decision == Some(Decision::Duplicate)));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_response_makes_the_runner_retry_into_a_duplicate() {
     let finished = one_fault(fault("duplicate-results", Some(0), 2_000, 1_500, json!({"how": "lost-response"}))).await;
     let events = finished.history();
-    let duplicates: Vec<&Event> = ledger(&events, "result")
+    let duplicates: Vec<&Event> = ledger(&events, Op::Result)
         .filter(|event| event.runner.as_deref() == Some("r1") && event.decision == Some(Decision::Duplicate))
         .collect();
     assert!(!duplicates.is_empty(), "r1 never retried a committed result; {}", context(&finished));
@@ -179,13 +185,14 @@ async fn a_lost_response_makes_the_runner_retry_into_a_duplicate() {
 async fn a_conflicting_result_is_recorded_and_the_outcome_stays() {
     let finished = one_fault(fault("conflicting-results", Some(0), 4_000, 0, json!({"how": "conflict"}))).await;
     let events = finished.history();
-    let nemesis = events.iter().find(|event| event.process == "nemesis" && event.kind == EventType::Ok).expect("sent");
+    let nemesis =
+        events.iter().find(|event| event.process == Process::NEMESIS && event.kind == EventType::Ok).expect("sent");
     assert_eq!(nemesis.decision, Some(Decision::Conflict), "{}", context(&finished));
     let job = nemesis.job.clone().unwrap();
-    let committed = ledger(&events, "result")
+    let committed = ledger(&events, Op::Result)
         .find(|event| event.job.as_ref() == Some(&job) && event.decision == Some(Decision::Accepted))
         .and_then(|event| event.outcome.clone());
-    let last = events.iter().rev().find(|event| event.f == "final" && event.job.as_ref() == Some(&job)).unwrap();
+    let last = events.iter().rev().find(|event| event.f == Op::Final && event.job.as_ref() == Some(&job)).unwrap();
     assert_eq!(last.outcome, committed, "the committed outcome was replaced");
 }
 
@@ -196,13 +203,13 @@ async fn reconnect_after_reconciliation_gives_the_seeds_stale_completion() {
     let expired = expired_attempts(&events, "r1", nemesis_window(&events).0, nemesis_window(&events).1);
     let Some(attempt) = expired.first() else { panic!("r1's lease never expired; {}", context(&finished)) };
     let reconciled = events.iter().any(|event| {
-        event.process == "operator"
-            && event.f == "reconcile"
+        event.process == Process::OPERATOR
+            && event.f == Op::Reconcile
             && event.kind == EventType::Ok
             && event.attempt.as_ref() == Some(attempt)
     });
     assert!(reconciled, "the operator never reconciled {attempt}; {}", context(&finished));
-    let late = ledger(&events, "result").find(|event| {
+    let late = ledger(&events, Op::Result).find(|event| {
         event.attempt.as_ref() == Some(attempt)
             && event.value.as_ref().is_some_and(|v| v["recorded_as"] == "late_observation")
     });
@@ -218,7 +225,9 @@ async fn a_skewed_runner_clock_shows_in_observation_times_only() {
     let window = nemesis_window(&events);
     let skews: Vec<i64> = events
         .iter()
-        .filter(|event| event.kind == EventType::Ledger && event.runner.as_deref() == Some("r1") && event.f != "expire")
+        .filter(|event| {
+            event.kind == EventType::Ledger && event.runner.as_deref() == Some("r1") && event.f != Op::Expire
+        })
         .filter(|event| (window.0 + 100..=window.1.saturating_sub(100)).contains(&ms(event)))
         .filter_map(|event| Some(event.observed_ms? - event.received_ms?))
         .collect();
@@ -240,7 +249,7 @@ async fn a_skewed_runner_clock_shows_in_observation_times_only() {
 fn nemesis_window(events: &[Event]) -> (u64, u64) {
     let phase = |wanted: &str| {
         events.iter().find(|event| {
-            event.process == "nemesis"
+            event.process == Process::NEMESIS
                 && event.kind == EventType::Ok
                 && event.value.as_ref().is_some_and(|value| value["phase"] == wanted)
         })
@@ -267,8 +276,8 @@ async fn target_link_cut_mid_step_leaves_a_step_without_an_answer() {
             .await;
     let events = finished.history();
     let unanswered = events.iter().any(|event| {
-        event.process == "runner:r1"
-            && event.f == "step"
+        event.process == Process::runner("r1")
+            && event.f == Op::Step
             && event.kind == EventType::Info
             && (nemesis_window(&events).0..=nemesis_window(&events).1 + 500).contains(&ms(event))
     });
@@ -284,7 +293,7 @@ async fn a_killed_runner_loses_its_lease_and_claims_again_after_restart() {
         "{}",
         context(&finished)
     );
-    let claimed_again = ledger(&events, "claim")
+    let claimed_again = ledger(&events, Op::Claim)
         .any(|event| event.runner.as_deref() == Some("r1") && ms(event) > nemesis_window(&events).1);
     assert!(claimed_again, "the restarted runner never claimed; {}", context(&finished));
 }
@@ -295,12 +304,12 @@ async fn a_control_plane_restart_keeps_every_acknowledged_job() {
     let events = finished.history();
     let acknowledged: Vec<&String> = events
         .iter()
-        .filter(|event| event.process == "client" && event.kind == EventType::Ok)
+        .filter(|event| event.process == Process::CLIENT && event.kind == EventType::Ok)
         .filter_map(|event| event.job.as_ref())
         .collect();
     assert!(acknowledged.len() >= 10, "{}", context(&finished));
     for job in acknowledged {
-        let last = events.iter().find(|event| event.f == "final" && event.job.as_ref() == Some(job));
+        let last = events.iter().find(|event| event.f == Op::Final && event.job.as_ref() == Some(job));
         assert_eq!(
             last.and_then(|event| event.outcome.as_deref()),
             Some("succeeded"),
@@ -308,7 +317,7 @@ async fn a_control_plane_restart_keeps_every_acknowledged_job() {
             context(&finished)
         );
     }
-    let restarted = events.iter().any(|event| event.process == "nemesis" && event.f == "restart-control-plane");
+    let restarted = events.iter().any(|event| event.process == Process::NEMESIS && event.f == Op::RestartControlPlane);
     assert!(restarted);
 }
 
@@ -395,7 +404,7 @@ async fn sigint_stops_every_child_and_leaves_a_history() {
     assert_eq!(finished.code, Some(2), "an interrupted run is incomplete: {}", finished.stderr);
     assert_eq!(leftovers(finished.store.path()).await, Vec::<String>::new());
     let events = finished.history();
-    assert!(events.iter().any(|event| event.process == "harness" && event.f == "config"));
+    assert!(events.iter().any(|event| event.process == Process::HARNESS && event.f == Op::Config));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -407,7 +416,7 @@ async fn sigkill_of_the_harness_takes_every_child_with_it() {
     let text = std::fs::read_to_string(folder.join("history.jsonl")).unwrap();
     let complete = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
     let events = history::read(complete.as_bytes()).expect("the written prefix is a valid history");
-    assert!(events.iter().any(|event| event.process == "harness" && event.f == "config"));
+    assert!(events.iter().any(|event| event.process == Process::HARNESS && event.f == Op::Config));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -16,8 +16,8 @@ use super::rules::{Now, RuleError, Rules};
 use super::sqlite::Sqlite;
 use super::store::Principal;
 use crate::bugs::Bug;
-use crate::protocol::*;
 use crate::web::{bearer, read_json, ApiError};
+use protocol::*;
 
 pub struct App {
     pub rules: Rules<Sqlite>,
@@ -67,7 +67,7 @@ async fn authed<T: serde::de::DeserializeOwned>(
     Ok((principal, request))
 }
 
-fn verdict_response(verdict: Verdict) -> Response {
+fn verdict_response(verdict: Ruling) -> Response {
     let status = match verdict.decision {
         history::Decision::Accepted | history::Decision::Duplicate => StatusCode::OK,
         history::Decision::Rejected | history::Decision::Conflict => StatusCode::CONFLICT,

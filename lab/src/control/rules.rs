@@ -8,8 +8,8 @@
 use super::store::{AttemptChange, AttemptRow, Guard, JobRow, Principal, Store, StoreError, Tx};
 use crate::bugs::{Bug, Bugs};
 use crate::capability;
-use crate::protocol::*;
-use history::Decision;
+use history::{ClosedBy, Decision, Op, Reason, RecordedAs};
+use protocol::*;
 
 /// The server's clock at the receipt of a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,7 +26,7 @@ impl Now {
             .duration_since(std::time::UNIX_EPOCH)
             .expect("the clock is after 1970")
             .as_millis() as i64;
-        Now { ms, mono_ns: history::monotonic_ns() }
+        Now { ms, mono_ns: protocol::monotonic_ns() }
     }
 }
 
@@ -123,32 +123,32 @@ fn standing(
     claim: &ClaimRef,
     project: &str,
     now_ms: i64,
-) -> Result<(), &'static str> {
+) -> Result<(), Reason> {
     let (Some(job), Some(attempt)) = (job, attempt) else {
-        return Err("unknown");
+        return Err(Reason::Unknown);
     };
     let scoped = attempt.job == claim.job
         && attempt.runner == claim.runner
         && attempt.fence == claim.fence
         && attempt.project == project;
     if !scoped {
-        return Err("not_current");
+        return Err(Reason::NotCurrent);
     }
     if job.current_attempt.as_deref() != Some(attempt.id.as_str()) {
-        return Err("superseded");
+        return Err(Reason::Superseded);
     }
     let lapsed = attempt.state == AttemptState::Running && attempt.lease_expires_ms <= now_ms;
     if attempt.state == AttemptState::Uncertain || lapsed {
-        return Err("expired");
+        return Err(Reason::Expired);
     }
     if attempt.state != AttemptState::Running {
-        return Err("not_current");
+        return Err(Reason::NotCurrent);
     }
     Ok(())
 }
 
 struct Report<'a> {
-    kind: &'static str,
+    kind: Op,
     claim: &'a ClaimRef,
     project: &'a str,
     observed_ms: i64,
@@ -238,16 +238,16 @@ impl<S: Store> Rules<S> {
             if !tx.insert_job(&job)? {
                 return refuse(409, "exists", format!("job `{id}` already exists"));
             }
-            tx.append_ledger(&self.entry("submit", &job, None, now))?;
+            tx.append_ledger(&self.entry(Op::Submit, &job, None, now))?;
             Ok(JobSubmitted { id })
         })
     }
 
     /// A ledger entry about a job with the fields every entry has.
-    fn entry(&self, kind: &str, job: &JobRow, attempt: Option<&AttemptRow>, now: Now) -> LedgerEntry {
+    fn entry(&self, kind: Op, job: &JobRow, attempt: Option<&AttemptRow>, now: Now) -> LedgerEntry {
         LedgerEntry {
             seq: 0,
-            kind: kind.to_string(),
+            kind,
             project: job.project.clone(),
             job: job.id.clone(),
             attempt: attempt.map(|attempt| attempt.id.clone()),
@@ -271,12 +271,12 @@ impl<S: Store> Rules<S> {
         report: &Report,
         key: &str,
         decision: Decision,
-        reason: Option<&str>,
+        reason: Option<Reason>,
         now: Now,
     ) -> LedgerEntry {
         LedgerEntry {
             seq: 0,
-            kind: report.kind.to_string(),
+            kind: report.kind,
             project: report.project.to_string(),
             job: report.claim.job.clone(),
             attempt: Some(report.claim.attempt.clone()),
@@ -284,7 +284,7 @@ impl<S: Store> Rules<S> {
             fence: Some(report.claim.fence),
             deployment_key: key.to_string(),
             decision: Some(decision),
-            reason: reason.map(str::to_string),
+            reason: reason.map(|reason| reason.as_str().to_string()),
             recorded_as: None,
             outcome: None,
             received_ms: now.ms,
@@ -308,20 +308,15 @@ impl<S: Store> Rules<S> {
         for attempt in &lapsed {
             let requeue = self.bugs.has(Bug::RequeueOnExpiry);
             let (state, closed_by) = if requeue {
-                (AttemptState::Failed, Some("expired-requeued"))
+                (AttemptState::Failed, Some(ClosedBy::ExpiredRequeued))
             } else {
                 (AttemptState::Uncertain, None)
             };
-            let change = AttemptChange {
-                state,
-                lease_expires_ms: None,
-                closed_by: closed_by.map(str::to_string),
-                outcome: None,
-            };
+            let change = AttemptChange { state, lease_expires_ms: None, closed_by, outcome: None };
             tx.unguarded_update(&attempt.id, &change)?;
             let Some(mut job) = tx.job(&attempt.job)? else { continue };
-            let mut entry = self.entry("expire", &job, Some(attempt), now);
-            entry.recorded_as = Some(if requeue { "requeued" } else { "uncertain" }.to_string());
+            let mut entry = self.entry(Op::Expire, &job, Some(attempt), now);
+            entry.recorded_as = Some(if requeue { RecordedAs::Requeued } else { RecordedAs::Uncertain });
             if job.current_attempt.as_deref() == Some(attempt.id.as_str()) && job.state == JobState::Running {
                 job.state = if requeue { JobState::Queued } else { JobState::Uncertain };
                 tx.update_job(&job)?;
@@ -355,7 +350,7 @@ impl<S: Store> Rules<S> {
             job.state = JobState::Running;
             job.current_attempt = Some(attempt.id.clone());
             tx.update_job(&job)?;
-            let mut entry = self.entry("claim", &job, Some(&attempt), now);
+            let mut entry = self.entry(Op::Claim, &job, Some(&attempt), now);
             entry.decision = Some(Decision::Accepted);
             entry.observed_ms = Some(request.observed_ms);
             tx.append_ledger(&entry)?;
@@ -402,11 +397,11 @@ impl<S: Store> Rules<S> {
             guard.states.push(AttemptState::Uncertain);
             guard.lease_valid_at_ms = Some(report.observed_ms);
         }
-        if report.kind == "heartbeat" && self.bugs.has(Bug::HeartbeatRevivesExpired) {
+        if report.kind == Op::Heartbeat && self.bugs.has(Bug::HeartbeatRevivesExpired) {
             guard.states.push(AttemptState::Uncertain);
             guard.lease_valid_at_ms = None;
         }
-        if report.kind == "result" && self.bugs.has(Bug::AcceptStaleResult) {
+        if report.kind == Op::Result && self.bugs.has(Bug::AcceptStaleResult) {
             guard.current = false;
             guard.states.extend([AttemptState::Uncertain, AttemptState::Failed]);
             guard.lease_valid_at_ms = None;
@@ -447,9 +442,9 @@ impl<S: Store> Rules<S> {
         }
     }
 
-    pub fn heartbeat(&self, principal: &Principal, request: &HeartbeatRequest, now: Now) -> RuleResult<Verdict> {
+    pub fn heartbeat(&self, principal: &Principal, request: &HeartbeatRequest, now: Now) -> RuleResult<Ruling> {
         let (_, project) = acting_runner(principal, &request.claim.runner)?;
-        let report = Report { kind: "heartbeat", claim: &request.claim, project, observed_ms: request.observed_ms };
+        let report = Report { kind: Op::Heartbeat, claim: &request.claim, project, observed_ms: request.observed_ms };
         self.store.transact(|tx| {
             self.expire_in(tx, now)?;
             let mut job = self.reported_job(tx, &report)?;
@@ -470,7 +465,7 @@ impl<S: Store> Rules<S> {
             let mut entry = self.report_entry(&report, &job.deployment_key, Decision::Accepted, None, now);
             entry.lease_expires_ms = Some(lease_expires_ms);
             let ledger_seq = tx.append_ledger(&entry)?;
-            Ok(Verdict {
+            Ok(Ruling {
                 decision: Decision::Accepted,
                 reason: None,
                 ledger_seq,
@@ -488,28 +483,29 @@ impl<S: Store> Rules<S> {
         job: &JobRow,
         outcome: Option<Outcome>,
         now: Now,
-    ) -> RuleResult<Verdict> {
+    ) -> RuleResult<Ruling> {
         let attempt = tx.attempt(&report.claim.attempt)?;
-        let reason =
-            standing(Some(job), attempt.as_ref(), report.claim, report.project, now.ms).err().unwrap_or("not_current");
+        let reason = standing(Some(job), attempt.as_ref(), report.claim, report.project, now.ms)
+            .err()
+            .unwrap_or(Reason::NotCurrent);
         let mut entry = self.report_entry(report, &job.deployment_key, Decision::Rejected, Some(reason), now);
-        entry.outcome = outcome.map(|outcome| outcome.as_str().to_string());
-        if report.kind == "result" {
-            entry.recorded_as = Some("late_observation".to_string());
+        entry.outcome = outcome.map(Into::into);
+        if report.kind == Op::Result {
+            entry.recorded_as = Some(RecordedAs::LateObservation);
         }
         let ledger_seq = tx.append_ledger(&entry)?;
-        Ok(Verdict {
+        Ok(Ruling {
             decision: Decision::Rejected,
-            reason: Some(reason.to_string()),
+            reason: Some(reason),
             ledger_seq,
             lease_expires_ms: None,
             capability: None,
         })
     }
 
-    pub fn capability(&self, principal: &Principal, request: &CapabilityRequest, now: Now) -> RuleResult<Verdict> {
+    pub fn capability(&self, principal: &Principal, request: &CapabilityRequest, now: Now) -> RuleResult<Ruling> {
         let (_, project) = acting_runner(principal, &request.claim.runner)?;
-        let report = Report { kind: "capability", claim: &request.claim, project, observed_ms: request.observed_ms };
+        let report = Report { kind: Op::Capability, claim: &request.claim, project, observed_ms: request.observed_ms };
         self.store.transact(|tx| {
             self.expire_in(tx, now)?;
             let job = self.reported_job(tx, &report)?;
@@ -532,7 +528,7 @@ impl<S: Store> Rules<S> {
             let mut entry = self.report_entry(&report, &job.deployment_key, Decision::Accepted, None, now);
             entry.lease_expires_ms = Some(attempt.lease_expires_ms);
             let ledger_seq = tx.append_ledger(&entry)?;
-            Ok(Verdict {
+            Ok(Ruling {
                 decision: Decision::Accepted,
                 reason: None,
                 ledger_seq,
@@ -545,24 +541,24 @@ impl<S: Store> Rules<S> {
 
 /// Results, reconciliation and reads.
 impl<S: Store> Rules<S> {
-    pub fn result(&self, principal: &Principal, request: &ResultRequest, now: Now) -> RuleResult<Verdict> {
+    pub fn result(&self, principal: &Principal, request: &ResultRequest, now: Now) -> RuleResult<Ruling> {
         let (_, project) = acting_runner(principal, &request.claim.runner)?;
         self.store.transact(|tx| self.result_in(tx, project, request, now))
     }
 
     /// Decides a result without committing it: what `ack-before-commit` answers with.
-    pub fn result_uncommitted(&self, principal: &Principal, request: &ResultRequest, now: Now) -> RuleResult<Verdict> {
+    pub fn result_uncommitted(&self, principal: &Principal, request: &ResultRequest, now: Now) -> RuleResult<Ruling> {
         let (_, project) = acting_runner(principal, &request.claim.runner)?;
         self.store.dry_run(|tx| self.result_in(tx, project, request, now))
     }
 
-    fn result_in(&self, tx: &mut dyn Tx, project: &str, request: &ResultRequest, now: Now) -> RuleResult<Verdict> {
-        let report = Report { kind: "result", claim: &request.claim, project, observed_ms: request.observed_ms };
+    fn result_in(&self, tx: &mut dyn Tx, project: &str, request: &ResultRequest, now: Now) -> RuleResult<Ruling> {
+        let report = Report { kind: Op::Result, claim: &request.claim, project, observed_ms: request.observed_ms };
         self.expire_in(tx, now)?;
         let mut job = self.reported_job(tx, &report)?;
         let attempt = tx.attempt(&request.claim.attempt)?;
         let committed = attempt.as_ref().filter(|attempt| {
-            attempt.closed_by.as_deref() == Some("result")
+            attempt.closed_by == Some(ClosedBy::Result)
                 && attempt.job == job.id
                 && attempt.runner == request.claim.runner
                 && attempt.fence == request.claim.fence
@@ -580,7 +576,7 @@ impl<S: Store> Rules<S> {
         let change = AttemptChange {
             state,
             lease_expires_ms: None,
-            closed_by: Some("result".to_string()),
+            closed_by: Some(ClosedBy::Result),
             outcome: Some(request.outcome),
         };
         let changed = match committed {
@@ -594,9 +590,9 @@ impl<S: Store> Rules<S> {
         job.outcome = Some(request.outcome);
         tx.update_job(&job)?;
         let mut entry = self.report_entry(&report, &job.deployment_key, Decision::Accepted, None, now);
-        entry.outcome = Some(request.outcome.as_str().to_string());
+        entry.outcome = Some(request.outcome.into());
         let ledger_seq = tx.append_ledger(&entry)?;
-        Ok(Verdict { decision: Decision::Accepted, reason: None, ledger_seq, lease_expires_ms: None, capability: None })
+        Ok(Ruling { decision: Decision::Accepted, reason: None, ledger_seq, lease_expires_ms: None, capability: None })
     }
 
     /// A result for an attempt whose terminal result is already committed: an identical one is
@@ -609,21 +605,15 @@ impl<S: Store> Rules<S> {
         committed: &AttemptRow,
         outcome: Outcome,
         now: Now,
-    ) -> RuleResult<Verdict> {
+    ) -> RuleResult<Ruling> {
         let identical = committed.outcome == Some(outcome);
         let (decision, reason) =
-            if identical { (Decision::Duplicate, None) } else { (Decision::Conflict, Some("conflict")) };
+            if identical { (Decision::Duplicate, None) } else { (Decision::Conflict, Some(Reason::Conflict)) };
         let mut entry = self.report_entry(report, &job.deployment_key, decision, reason, now);
-        entry.outcome = Some(outcome.as_str().to_string());
-        entry.recorded_as = (!identical).then(|| "conflict".to_string());
+        entry.outcome = Some(outcome.into());
+        entry.recorded_as = (!identical).then_some(RecordedAs::Conflict);
         let ledger_seq = tx.append_ledger(&entry)?;
-        Ok(Verdict {
-            decision,
-            reason: reason.map(str::to_string),
-            ledger_seq,
-            lease_expires_ms: None,
-            capability: None,
-        })
+        Ok(Ruling { decision, reason, ledger_seq, lease_expires_ms: None, capability: None })
     }
 
     pub fn reconcile(&self, principal: &Principal, request: &ReconcileRequest, now: Now) -> RuleResult<JobView> {
@@ -673,9 +663,8 @@ impl<S: Store> Rules<S> {
         outcome: Option<Outcome>,
         now: Now,
     ) -> RuleResult<()> {
-        let finding = serde_json::to_value(request.finding).expect("a finding serialises");
-        let mut entry = self.entry("reconcile", job, Some(attempt), now);
-        entry.outcome = finding.as_str().map(str::to_string);
+        let mut entry = self.entry(Op::Reconcile, job, Some(attempt), now);
+        entry.outcome = Some(request.finding.into());
         entry.reason = request.evidence.clone();
         let change = match request.finding {
             Finding::StillRunning => None,
@@ -684,7 +673,7 @@ impl<S: Store> Rules<S> {
                 Some(AttemptChange {
                     state: AttemptState::Failed,
                     lease_expires_ms: None,
-                    closed_by: Some("observed-stopped".into()),
+                    closed_by: Some(ClosedBy::ObservedStopped),
                     outcome: Some(Outcome::Failed),
                 })
             }
@@ -692,12 +681,12 @@ impl<S: Store> Rules<S> {
                 let outcome = outcome.expect("checked before the transaction");
                 job.state = if outcome == Outcome::Succeeded { JobState::Succeeded } else { JobState::Failed };
                 job.outcome = Some(outcome);
-                entry.recorded_as = Some(outcome.as_str().to_string());
+                entry.recorded_as = Some(outcome.into());
                 let state = if outcome == Outcome::Succeeded { AttemptState::Succeeded } else { AttemptState::Failed };
                 Some(AttemptChange {
                     state,
                     lease_expires_ms: None,
-                    closed_by: Some("reconciled-completed".into()),
+                    closed_by: Some(ClosedBy::ReconciledCompleted),
                     outcome: Some(outcome),
                 })
             }

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::store::{AttemptChange, AttemptRow, Guard, JobRow, Principal, Store, StoreError, StoreResult, Tx};
-use crate::protocol::{JobSpec, LedgerEntry};
+use protocol::{JobSpec, LedgerEntry};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -148,27 +148,41 @@ fn attempt_from(raw: RawAttempt) -> StoreResult<AttemptRow> {
         state: parse_enum("attempt state", &raw.5)?,
         lease_expires_ms: raw.6,
         claimed_ms: raw.7,
-        closed_by: raw.8,
+        closed_by: raw.8.map(|text| parse_enum("closed_by", &text)).transpose()?,
         outcome: raw.9.map(|text| parse_enum("outcome", &text)).transpose()?,
     })
 }
 
+/// A column holding a typed word; a word the type does not know is an error, never `None`.
+fn word_column<T: serde::de::DeserializeOwned>(row: &Row, index: usize) -> rusqlite::Result<Option<T>> {
+    let text: Option<String> = row.get(index)?;
+    text.map(|text| {
+        serde_json::from_value(serde_json::Value::String(text)).map_err(|error| {
+            rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, Box::new(error))
+        })
+    })
+    .transpose()
+}
+
 fn ledger_from(row: &Row) -> rusqlite::Result<LedgerEntry> {
-    let decision: Option<String> = row.get(8)?;
-    let decision = decision.and_then(|text| parse_enum("decision", &text).ok());
+    let kind = word_column(row, 1)?.ok_or(rusqlite::Error::FromSqlConversionFailure(
+        1,
+        rusqlite::types::Type::Null,
+        "no kind".into(),
+    ))?;
     Ok(LedgerEntry {
         seq: row.get(0)?,
-        kind: row.get(1)?,
+        kind,
         project: row.get(2)?,
         job: row.get(3)?,
         attempt: row.get(4)?,
         runner: row.get(5)?,
         fence: row.get(6)?,
         deployment_key: row.get(7)?,
-        decision,
+        decision: word_column(row, 8)?,
         reason: row.get(9)?,
-        recorded_as: row.get(10)?,
-        outcome: row.get(11)?,
+        recorded_as: word_column(row, 10)?,
+        outcome: word_column(row, 11)?,
         received_ms: row.get(12)?,
         observed_ms: row.get(13)?,
         mono_ns: row.get(14)?,
@@ -298,7 +312,7 @@ impl Tx for SqliteTx<'_> {
                 enum_text(&attempt.state),
                 attempt.lease_expires_ms,
                 attempt.claimed_ms,
-                attempt.closed_by,
+                attempt.closed_by.map(|closed_by| closed_by.as_str()),
                 attempt.outcome.map(|outcome| enum_text(&outcome))
             ],
         )?;
@@ -358,7 +372,7 @@ impl Tx for SqliteTx<'_> {
              recorded_as, outcome, received_ms, observed_ms, mono_ns, lease_expires_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
             params![
-                entry.kind,
+                entry.kind.as_str(),
                 entry.project,
                 entry.job,
                 entry.attempt,
@@ -367,8 +381,8 @@ impl Tx for SqliteTx<'_> {
                 entry.deployment_key,
                 entry.decision.map(|decision| enum_text(&decision)),
                 entry.reason,
-                entry.recorded_as,
-                entry.outcome,
+                entry.recorded_as.map(|word| word.as_str()),
+                entry.outcome.map(|word| word.as_str()),
                 entry.received_ms,
                 entry.observed_ms,
                 entry.mono_ns,
@@ -397,7 +411,7 @@ fn change_values(change: &AttemptChange) -> Vec<rusqlite::types::Value> {
     vec![
         enum_text(&change.state).into(),
         change.lease_expires_ms.into(),
-        change.closed_by.clone().into(),
+        change.closed_by.map(|closed_by| closed_by.as_str().to_string()).into(),
         change.outcome.map(|outcome| enum_text(&outcome)).into(),
     ]
 }
@@ -441,7 +455,7 @@ fn guard_sql(guard: &Guard) -> (Vec<String>, Vec<rusqlite::types::Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::AttemptState;
+    use protocol::AttemptState;
 
     #[test]
     fn guard_placeholders_follow_the_change() {

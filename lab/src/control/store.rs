@@ -2,7 +2,7 @@
 //! transaction. The rules (in `rules.rs`) decide; a store only reads and writes rows.
 //! A store for another database implements [`Tx`] and [`Store`] and keeps every rule.
 
-use crate::protocol::{AttemptState, JobSpec, JobState, LedgerEntry, Outcome};
+use protocol::{AttemptState, JobSpec, JobState, LedgerEntry, Outcome};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -35,7 +35,7 @@ pub struct AttemptRow {
     pub state: AttemptState,
     pub lease_expires_ms: i64,
     pub claimed_ms: i64,
-    pub closed_by: Option<String>,
+    pub closed_by: Option<history::ClosedBy>,
     pub outcome: Option<Outcome>,
 }
 
@@ -63,7 +63,7 @@ pub struct Guard {
 pub struct AttemptChange {
     pub state: AttemptState,
     pub lease_expires_ms: Option<i64>,
-    pub closed_by: Option<String>,
+    pub closed_by: Option<history::ClosedBy>,
     pub outcome: Option<Outcome>,
 }
 

@@ -5,7 +5,7 @@
 //! snapshot taken before the table.
 //!
 //! Refused *reports* (a heartbeat with a wrong fence, a late result) are not bad input: they
-//! are answered 409 with a Verdict and recorded in the ledger, so they are not in this table.
+//! are answered 409 with a Ruling and recorded in the ledger, so they are not in this table.
 //!
 //! Repeat with: `cargo nextest run -p lab bad_input`
 
@@ -14,9 +14,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use history::Decision;
-use lab::client::Client;
 use lab::demo::{LabOptions, LocalLab, OPERATOR_TOKEN};
-use lab::protocol::*;
+use protocol::client::Client;
+use protocol::*;
 use serde_json::{json, Value};
 
 const REPEAT: &str = "cargo nextest run -p lab bad_input";

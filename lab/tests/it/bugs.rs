@@ -4,7 +4,7 @@
 
 use history::Decision;
 use lab::bugs::Bug;
-use lab::protocol::*;
+use protocol::*;
 
 use crate::world::{at, observed, World, LEASE_MS};
 

@@ -4,11 +4,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use history::Decision;
+use history::{Decision, Op};
 use lab::bugs::Bug;
-use lab::client::Client;
 use lab::demo::{is_terminal, LabOptions, LocalLab, CAPABILITY_SECRET};
-use lab::protocol::*;
+use protocol::client::Client;
+use protocol::*;
 
 /// Every wait on a condition in these tests (generous: the machine may be loaded).
 const WAIT_MAX: Duration = Duration::from_secs(30);
@@ -74,21 +74,21 @@ async fn seed_stale_completion_with_real_processes() {
     // R1 reconnects and reports success for A1.
     let late = ResultRequest { claim: a1.clone(), outcome: Outcome::Succeeded, observed_ms: now_ms(), detail: None };
     let verdict = r1.result(&late).await.unwrap();
-    assert_eq!((verdict.decision, verdict.reason.as_deref()), (Decision::Rejected, Some("superseded")));
+    assert_eq!((verdict.decision, verdict.reason.map(|word| word.as_str())), (Decision::Rejected, Some("superseded")));
     let view = lab.operator.job("J").await.unwrap();
     let picture: Vec<_> =
         view.attempts.iter().map(|a| (a.fence, a.state, a.current, a.closed_by.clone(), a.runner.clone())).collect();
     assert_eq!(
         picture,
         vec![
-            (7, AttemptState::Failed, false, Some("observed-stopped".to_string()), "R1".to_string()),
+            (7, AttemptState::Failed, false, Some(history::ClosedBy::ObservedStopped), "R1".to_string()),
             (8, AttemptState::Running, true, None, "R2".to_string()),
         ]
     );
     assert_eq!((view.state, view.outcome), (JobState::Running, None));
     let kept = view.ledger.iter().find(|entry| entry.seq == verdict.ledger_seq).unwrap();
     assert_eq!(
-        (kept.attempt.as_deref(), kept.recorded_as.as_deref()),
+        (kept.attempt.as_deref(), kept.recorded_as.map(|word| word.as_str())),
         (Some(a1.attempt.as_str()), Some("late_observation"))
     );
     lab.shutdown().await;
@@ -132,10 +132,10 @@ async fn paused_runner_fences_itself_when_it_wakes() {
     let lease_expires_ms = view.attempts[0].lease_expires_ms;
     assert!(lab.runners[0].signal(libc::SIGCONT));
     let view =
-        lab.wait_job("j", WAIT_MAX, |view| view.ledger.iter().any(|entry| entry.kind == "result")).await.unwrap();
-    let result = view.ledger.iter().find(|entry| entry.kind == "result").unwrap();
+        lab.wait_job("j", WAIT_MAX, |view| view.ledger.iter().any(|entry| entry.kind == Op::Result)).await.unwrap();
+    let result = view.ledger.iter().find(|entry| entry.kind == Op::Result).unwrap();
     assert_eq!((result.decision, result.reason.as_deref()), (Some(Decision::Rejected), Some("expired")));
-    assert_eq!(result.outcome.as_deref(), Some("failed"), "the runner reports that it stopped");
+    assert_eq!(result.outcome.map(|word| word.as_str()), Some("failed"), "the runner reports that it stopped");
     let steps = target.steps(100_000).await.unwrap();
     let late: Vec<_> = steps.iter().filter(|step| step.received_ms > lease_expires_ms).collect();
     assert!(late.is_empty(), "steps sent after the lease expired: {late:?}");
@@ -153,7 +153,7 @@ async fn skewed_runner_clock_is_recorded_not_trusted() {
     lab.submit("j", "k", JobSpec { steps: 3, step_ms: 50 }).await.unwrap();
     let view = lab.wait_job("j", WAIT_MAX, is_terminal).await.unwrap();
     assert_eq!(view.state, JobState::Succeeded);
-    for entry in view.ledger.iter().filter(|entry| entry.observed_ms.is_some() && entry.kind != "submit") {
+    for entry in view.ledger.iter().filter(|entry| entry.observed_ms.is_some() && entry.kind != Op::Submit) {
         let skew_ms = entry.observed_ms.unwrap() - entry.received_ms;
         assert!((-121_000..=-119_000).contains(&skew_ms), "entry {} skew {skew_ms} ms", entry.seq);
     }
@@ -236,7 +236,7 @@ async fn target_refuses_a_forged_capability() {
     };
     let record =
         target.step(&StepRequest { capability: forged, step: 0, steps: 1, duration_ms: 0 }).await.unwrap().record;
-    assert_eq!((record.applied, record.reason.as_deref()), (false, Some("bad_signature")));
+    assert_eq!((record.applied, record.reason.map(|word| word.as_str())), (false, Some("bad_signature")));
     lab.shutdown().await;
 }
 

@@ -1,7 +1,7 @@
 //! Every rule of the control plane at the store level, with the server's clock controlled.
 
-use history::Decision;
-use lab::protocol::*;
+use history::{Decision, Op, RecordedAs};
+use protocol::*;
 
 use crate::world::{at, observed, refused_code, World, LEASE_MS};
 
@@ -38,11 +38,17 @@ fn heartbeat_extends_only_the_current_unexpired_claim() {
     assert_eq!(verdict.decision, Decision::Accepted);
     assert_eq!(verdict.lease_expires_ms, Some(at(900).ms + LEASE_MS));
     let wrong_fence = ClaimRef { fence: claim.fence + 1, ..claim.clone() };
-    assert_eq!(world.heartbeat(&runner, &wrong_fence, 950, observed(950)).reason.as_deref(), Some("not_current"));
+    assert_eq!(
+        world.heartbeat(&runner, &wrong_fence, 950, observed(950)).reason.map(|word| word.as_str()),
+        Some("not_current")
+    );
     let unknown = ClaimRef { attempt: "j1-a9".into(), ..claim.clone() };
-    assert_eq!(world.heartbeat(&runner, &unknown, 950, observed(950)).reason.as_deref(), Some("unknown"));
+    assert_eq!(
+        world.heartbeat(&runner, &unknown, 950, observed(950)).reason.map(|word| word.as_str()),
+        Some("unknown")
+    );
     let late = world.heartbeat(&runner, &claim, 900 + LEASE_MS, observed(900));
-    assert_eq!((late.decision, late.reason.as_deref()), (Decision::Rejected, Some("expired")));
+    assert_eq!((late.decision, late.reason.map(|word| word.as_str())), (Decision::Rejected, Some("expired")));
     let attempt = world.attempt("j1", &claim.attempt);
     assert_eq!(attempt.state, AttemptState::Uncertain);
     assert_eq!(attempt.lease_expires_ms, at(900).ms + LEASE_MS, "a refused heartbeat renews nothing");
@@ -53,7 +59,7 @@ fn heartbeat_of_a_superseded_attempt_is_refused_as_superseded() {
     let world = World::new(&[]);
     let (r1, a1, _, a2) = world.superseded();
     let verdict = world.heartbeat(&r1, &a1, LEASE_MS + 10, observed(LEASE_MS + 10));
-    assert_eq!(verdict.reason.as_deref(), Some("superseded"));
+    assert_eq!(verdict.reason.map(|word| word.as_str()), Some("superseded"));
     assert!(world.attempt("j", &a2.attempt).current);
 }
 
@@ -67,8 +73,8 @@ fn lease_expiry_names_uncertainty_and_never_requeues() {
     assert_eq!(view.current_attempt.as_deref(), Some(claim.attempt.as_str()));
     assert_eq!(view.attempts[0].state, AttemptState::Uncertain);
     assert!(world.claim(&runner, LEASE_MS + 1).is_none(), "an uncertain job is not handed out again");
-    let expire = view.ledger.iter().find(|entry| entry.kind == "expire").expect("expiry is in the ledger");
-    assert_eq!(expire.recorded_as.as_deref(), Some("uncertain"));
+    let expire = view.ledger.iter().find(|entry| entry.kind == Op::Expire).expect("expiry is in the ledger");
+    assert_eq!(expire.recorded_as.map(|word| word.as_str()), Some("uncertain"));
 }
 
 #[test]
@@ -80,13 +86,13 @@ fn result_is_accepted_once_then_duplicates_are_acknowledged_and_conflicts_record
     assert_eq!(duplicate.decision, Decision::Duplicate, "acknowledged even after the lease passed");
     assert_eq!(world.attempt("j1", &claim.attempt).lease_expires_ms, lease_after_commit, "a duplicate renews nothing");
     let conflict = world.result(&runner, &claim, Outcome::Failed, 5 * LEASE_MS + 1);
-    assert_eq!((conflict.decision, conflict.reason.as_deref()), (Decision::Conflict, Some("conflict")));
+    assert_eq!((conflict.decision, conflict.reason.map(|word| word.as_str())), (Decision::Conflict, Some("conflict")));
     let view = world.view("j1");
     assert_eq!((view.state, view.outcome), (JobState::Succeeded, Some(Outcome::Succeeded)));
     let recorded: Vec<_> = view
         .ledger
         .iter()
-        .filter(|entry| entry.kind == "result")
+        .filter(|entry| entry.kind == Op::Result)
         .map(|entry| (entry.decision, entry.recorded_as.clone()))
         .collect();
     assert_eq!(
@@ -94,7 +100,7 @@ fn result_is_accepted_once_then_duplicates_are_acknowledged_and_conflicts_record
         vec![
             (Some(Decision::Accepted), None),
             (Some(Decision::Duplicate), None),
-            (Some(Decision::Conflict), Some("conflict".into()))
+            (Some(Decision::Conflict), Some(RecordedAs::Conflict))
         ]
     );
 }
@@ -104,22 +110,22 @@ fn stale_completion_is_kept_as_a_late_observation_and_changes_nothing() {
     let world = World::new(&[]);
     let (r1, a1, _, a2) = world.superseded();
     let verdict = world.result(&r1, &a1, Outcome::Succeeded, LEASE_MS + 20);
-    assert_eq!((verdict.decision, verdict.reason.as_deref()), (Decision::Rejected, Some("superseded")));
+    assert_eq!((verdict.decision, verdict.reason.map(|word| word.as_str())), (Decision::Rejected, Some("superseded")));
     let view = world.view("j");
     assert_eq!((view.state, view.outcome), (JobState::Running, None));
     assert_eq!(view.current_attempt.as_deref(), Some(a2.attempt.as_str()));
     let old = world.attempt("j", &a1.attempt);
-    assert_eq!((old.state, old.closed_by.as_deref()), (AttemptState::Failed, Some("observed-stopped")));
+    assert_eq!((old.state, old.closed_by.map(|word| word.as_str())), (AttemptState::Failed, Some("observed-stopped")));
     let late = view.ledger.iter().find(|entry| entry.seq == verdict.ledger_seq).unwrap();
-    assert_eq!(late.recorded_as.as_deref(), Some("late_observation"));
-    assert_eq!(late.outcome.as_deref(), Some("succeeded"));
+    assert_eq!(late.recorded_as.map(|word| word.as_str()), Some("late_observation"));
+    assert_eq!(late.outcome.map(|word| word.as_str()), Some("succeeded"));
 }
 
 #[test]
 fn result_after_expiry_but_before_reconciliation_is_a_late_observation() {
     let (world, runner, claim) = World::claimed(&[]);
     let verdict = world.result(&runner, &claim, Outcome::Succeeded, LEASE_MS + 1);
-    assert_eq!(verdict.reason.as_deref(), Some("expired"));
+    assert_eq!(verdict.reason.map(|word| word.as_str()), Some("expired"));
     assert_eq!(world.view("j1").state, JobState::Uncertain);
 }
 
@@ -146,7 +152,11 @@ fn runner_clock_is_recorded_apart_and_never_decides_the_lease() {
     let within = world.heartbeat(&runner, &claim, 500, observed(500) + skew_ms);
     assert_eq!(within.decision, Decision::Accepted, "a skewed clock does not refuse a live claim");
     let past = world.heartbeat(&runner, &claim, 500 + LEASE_MS + 1, observed(0));
-    assert_eq!(past.reason.as_deref(), Some("expired"), "the runner's early clock does not extend the lease");
+    assert_eq!(
+        past.reason.map(|word| word.as_str()),
+        Some("expired"),
+        "the runner's early clock does not extend the lease"
+    );
     let entry = world.view("j1").ledger.into_iter().find(|entry| entry.seq == within.ledger_seq).unwrap();
     assert_eq!(entry.received_ms, at(500).ms);
     assert_eq!(entry.observed_ms, Some(observed(500) + skew_ms));
@@ -164,7 +174,7 @@ fn capability_is_signed_for_the_current_claim_only() {
     assert_eq!(capability.expires_ms, at(LEASE_MS + 10).ms + 30 * LEASE_MS, "the capability's own life, not the lease");
     let stale = world.rules.capability(&r1, &request(&a1), at(LEASE_MS + 10)).unwrap();
     assert_eq!(
-        (stale.decision, stale.reason.as_deref(), stale.capability),
+        (stale.decision, stale.reason.map(|word| word.as_str()), stale.capability),
         (Decision::Rejected, Some("superseded"), None)
     );
 }
@@ -176,7 +186,7 @@ fn reports_are_scoped_to_the_runner_and_its_project() {
     let outsider = world.runner_in("x1", "other");
     world.submit("j1", "k", 0);
     let claim = world.claim(&runner, 0).unwrap().claim;
-    let as_other = lab::protocol::ClaimRef { runner: "x1".into(), ..claim.clone() };
+    let as_other = protocol::ClaimRef { runner: "x1".into(), ..claim.clone() };
     let code = refused_code(world.try_result(&outsider, &as_other, Outcome::Succeeded, 10, 0).unwrap_err());
     assert_eq!(code, "unknown_job", "another project's runner cannot see the job");
     let code = refused_code(world.try_result(&outsider, &claim, Outcome::Succeeded, 10, 0).unwrap_err());

@@ -3,7 +3,7 @@
 use lab::bugs::{Bug, Bugs};
 use lab::control::store::Principal;
 use lab::control::{Now, Policy, RuleError, Rules, Sqlite};
-use lab::protocol::*;
+use protocol::*;
 
 /// The lease of every store-level test.
 pub const LEASE_MS: i64 = 1_000;
@@ -83,12 +83,12 @@ impl World {
         self.rules.claim(runner, &request, at(when)).expect("claim").grant
     }
 
-    pub fn heartbeat(&self, runner: &Principal, claim: &ClaimRef, when: i64, observed_ms: i64) -> Verdict {
+    pub fn heartbeat(&self, runner: &Principal, claim: &ClaimRef, when: i64, observed_ms: i64) -> Ruling {
         let request = HeartbeatRequest { claim: claim.clone(), observed_ms };
         self.rules.heartbeat(runner, &request, at(when)).expect("heartbeat answers")
     }
 
-    pub fn result(&self, runner: &Principal, claim: &ClaimRef, outcome: Outcome, when: i64) -> Verdict {
+    pub fn result(&self, runner: &Principal, claim: &ClaimRef, outcome: Outcome, when: i64) -> Ruling {
         self.try_result(runner, claim, outcome, when, observed(when)).expect("result answers")
     }
 
@@ -99,7 +99,7 @@ impl World {
         outcome: Outcome,
         when: i64,
         observed_ms: i64,
-    ) -> Result<Verdict, RuleError> {
+    ) -> Result<Ruling, RuleError> {
         let request = ResultRequest { claim: claim.clone(), outcome, observed_ms, detail: None };
         self.rules.result(runner, &request, at(when))
     }

@@ -2,7 +2,7 @@
 //! one invalid, one valid and one unknown checker; plus a large generated history.
 
 use checkers::{Anomaly, CheckerResult, Verdict};
-use history::{Decision, Event, EventType};
+use history::{Decision, Event, EventType, Op, Process, Reason};
 use results::Run;
 use serde_json::json;
 
@@ -10,7 +10,12 @@ const BASE_MS: i64 = 1_700_000_000_000;
 
 /// An event at `ms` milliseconds into the run.
 fn ev(ms: u64, process: &str, kind: EventType, f: &str) -> Event {
-    Event::new(ms * 1_000_000, process, kind, f)
+    let process = Process::parse(process).expect("a known process");
+    Event::new(ms * 1_000_000, process, kind, Op::parse(f).expect("a known op"))
+}
+
+fn code(reason: &str) -> Option<Reason> {
+    Some(Reason::parse(reason).expect("a known reason"))
 }
 
 /// A ledger entry for a claim, received at `ms` with a lease of `lease_ms` (0: none).
@@ -23,7 +28,7 @@ fn ledger(ms: u64, f: &str, claim: (&str, &str, &str, u64), lease_ms: i64) -> Ev
     e
 }
 
-fn step(ms: u64, claim: (&str, &str, &str, u64), applied: bool, reason: Option<&str>) -> Event {
+fn step(ms: u64, claim: (&str, &str, &str, u64), applied: bool, reason: Option<Reason>) -> Event {
     let decision = if applied { Decision::Accepted } else { Decision::Rejected };
     let mut e = ev(ms, "target", EventType::Step, "step").with_claim(claim.0, claim.1, claim.2, claim.3);
     e.key = Some("k1".into());
@@ -72,17 +77,17 @@ pub fn history() -> Vec<Event> {
         ev(2500, "operator", EventType::Invoke, "reconcile").with_claim("j2", "j2-a1", "r2", 2),
         ledger(2600, "reconcile", a3, 0),
         ev(2601, "operator", EventType::Ok, "reconcile").with_claim("j2", "j2-a1", "r2", 2),
-        ledger(3500, "heartbeat", a1, 0).with_decision(Decision::Rejected, Some("expired")),
+        ledger(3500, "heartbeat", a1, 0).with_decision(Decision::Rejected, code("expired")),
         nemesis(4000, EventType::Invoke, "heal"),
         nemesis(4001, EventType::Ok, "heal"),
         ledger(4100, "expire", a1, 0),
         ledger(4200, "claim", a2, 1500),
-        step(4300, a1, false, Some("stale_fence")),
+        step(4300, a1, false, code("stale_fence")),
         step(4400, a2, true, None),
-        ledger(4500, "result", a1, 0).with_decision(Decision::Rejected, Some("expired")),
+        ledger(4500, "result", a1, 0).with_decision(Decision::Rejected, code("expired")),
         ledger(5000, "result", a2, 0).with_decision(Decision::Accepted, None),
         ledger(5101, "result", a2, 0).with_decision(Decision::Duplicate, None),
-        ledger(5201, "result", a2, 0).with_decision(Decision::Conflict, Some("conflict")),
+        ledger(5201, "result", a2, 0).with_decision(Decision::Conflict, code("conflict")),
         final_state(6000, "j1", "succeeded"),
         final_state(6000, "j2", "failed"),
         final_state(6000, "j3", "queued"),
@@ -123,9 +128,9 @@ pub fn anomaly(events: &[Event]) -> Anomaly {
         fences: vec![1, 3],
         key: Some("k1".into()),
         events: vec![
-            index_of(events, |e| e.f == "expire"),
+            index_of(events, |e| e.f == Op::Expire),
             index_of(events, |e| e.kind == EventType::Step && e.decision == Some(Decision::Rejected)),
-            index_of(events, |e| e.f == "result" && e.decision == Some(Decision::Rejected)),
+            index_of(events, |e| e.f == Op::Result && e.decision == Some(Decision::Rejected)),
         ],
         message: MESSAGE.into(),
     }
@@ -195,7 +200,7 @@ pub fn large(target: usize) -> Vec<Event> {
             events.push(ledger(start + 5 + h * 1000, "heartbeat", claim, 3000).with_decision(Decision::Accepted, None));
         }
         for s in 0..4 {
-            events.push(step(start + 100 + s * 2000, claim, s != 3, (s == 3).then_some("stale_fence")));
+            events.push(step(start + 100 + s * 2000, claim, s != 3, (s == 3).then_some(Reason::StaleFence)));
         }
         let decision = if job % 97 == 0 { Decision::Rejected } else { Decision::Accepted };
         events.push(ledger(start + 14_000, "result", claim, 0).with_decision(decision, None));
@@ -209,7 +214,7 @@ pub fn large(target: usize) -> Vec<Event> {
 
 /// A run over a large history with `n` anomalies spread over its jobs, and 100 fault windows.
 pub fn large_run(events: &[Event], n: usize) -> Run {
-    let results: Vec<&Event> = events.iter().filter(|e| e.f == "result").collect();
+    let results: Vec<&Event> = events.iter().filter(|e| e.f == Op::Result).collect();
     let anomalies: Vec<Anomaly> = (0..n)
         .map(|i| {
             let e = results[i * results.len() / n];

@@ -2,6 +2,7 @@
 
 use crate::fixture::{self, COMMAND, MESSAGE, UNKNOWN_REASON};
 use checkers::{CheckerResult, Verdict};
+use history::Op;
 use results::{results_json, Overall, Run};
 use serde_json::{json, Value};
 
@@ -96,7 +97,7 @@ fn deterministic_and_newline_terminated() {
 #[test]
 fn jobs_without_final_event_are_counted() {
     let mut events = fixture::history();
-    events.retain(|e| e.f != "final");
+    events.retain(|e| e.f != Op::Final);
     let run = fixture::run(&events);
     let doc: Value = serde_json::from_str(&results_json(&run, &events)).unwrap();
     assert_eq!(doc["counts"]["jobs_by_final_state"], json!({"no_final_event": 3}));

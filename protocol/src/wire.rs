@@ -1,9 +1,13 @@
-//! The lab's wire protocol: every request and response body, shared by the control plane,
-//! the runner, the target and the harness. `docs/protocol.md` describes it for people.
+//! The wire protocol: every request and response body of the control plane, the runner
+//! and the target, shared by the lab and the harness. `docs/protocol.md` describes it for
+//! people. Protocol codes (reasons, ledger kinds, how an entry was recorded, how an attempt
+//! closed) are the history's typed words, so an answer with a word fencelab does not know
+//! fails to parse instead of being read as something else.
 //!
 //! Every body that comes in from the network denies unknown fields, so that a typo is a
 //! clear 400 instead of a silently ignored field.
 
+use history::{ClosedBy, Op, Reason, RecordedAs};
 use serde::{Deserialize, Serialize};
 
 /// The four fields that identify a claim. Every current-attempt message carries all four.
@@ -153,13 +157,13 @@ pub struct ResultRequest {
     pub detail: Option<String>,
 }
 
-/// The control plane's answer to a heartbeat, capability or result.
+/// The control plane's ruling on a heartbeat, capability or result.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Verdict {
+pub struct Ruling {
     pub decision: history::Decision,
     /// Why it was not accepted: `expired`, `superseded`, `not_current`, `unknown`, `conflict`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     /// Ledger sequence number of the entry that records this report.
     pub ledger_seq: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,9 +224,9 @@ pub struct AttemptView {
     pub current: bool,
     pub lease_expires_ms: i64,
     pub claimed_ms: i64,
-    /// How it closed: `result`, `observed-stopped`, `reconciled-completed`, ...
+    /// How it closed: `result`, `observed-stopped`, `reconciled-completed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub closed_by: Option<String>,
+    pub closed_by: Option<ClosedBy>,
 }
 
 /// One entry of the append-only ledger: every report received, and every state change the
@@ -231,7 +235,7 @@ pub struct AttemptView {
 pub struct LedgerEntry {
     pub seq: u64,
     /// `claim`, `heartbeat`, `capability`, `result`, `expire`, `reconcile`, `submit`.
-    pub kind: String,
+    pub kind: Op,
     pub project: String,
     pub job: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -247,11 +251,13 @@ pub struct LedgerEntry {
     pub decision: Option<history::Decision>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// `late_observation` for a result refused as current but kept; `conflict` for a conflict.
+    /// `late_observation` for a result refused as current but kept; `conflict` for a
+    /// conflict; `uncertain` (or `requeued`) for an expiry; the outcome of a `completed`
+    /// reconcile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recorded_as: Option<String>,
+    pub recorded_as: Option<RecordedAs>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<String>,
+    pub outcome: Option<history::OutcomeWord>,
     /// The server's receipt time, Unix ms, server clock.
     pub received_ms: i64,
     /// The runner's observation time, Unix ms, runner clock; diagnostic only.
@@ -313,7 +319,7 @@ pub struct StepRecord {
     pub applied: bool,
     /// Why it was not applied: `stale_fence`, `bad_signature`, `expired`, `duplicate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     /// The deployment's revision after this step.
     pub revision: u64,
     /// Highest fence the target had seen for the key before this step.
@@ -325,4 +331,32 @@ pub struct StepRecord {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StepResponse {
     pub record: StepRecord,
+}
+
+impl From<Outcome> for history::OutcomeWord {
+    fn from(outcome: Outcome) -> history::OutcomeWord {
+        match outcome {
+            Outcome::Succeeded => history::OutcomeWord::Succeeded,
+            Outcome::Failed => history::OutcomeWord::Failed,
+        }
+    }
+}
+
+impl From<Outcome> for RecordedAs {
+    fn from(outcome: Outcome) -> RecordedAs {
+        match outcome {
+            Outcome::Succeeded => RecordedAs::Succeeded,
+            Outcome::Failed => RecordedAs::Failed,
+        }
+    }
+}
+
+impl From<Finding> for history::OutcomeWord {
+    fn from(finding: Finding) -> history::OutcomeWord {
+        match finding {
+            Finding::Stopped => history::OutcomeWord::Stopped,
+            Finding::Completed => history::OutcomeWord::Completed,
+            Finding::StillRunning => history::OutcomeWord::StillRunning,
+        }
+    }
 }

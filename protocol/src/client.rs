@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::protocol::*;
+use crate::wire::*;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -125,16 +125,16 @@ impl Client {
         self.call(reqwest::Method::POST, "/v1/claim", Some(request), &[]).await
     }
 
-    /// Heartbeat, capability and result answer a [`Verdict`] with 200 or 409.
-    pub async fn heartbeat(&self, request: &HeartbeatRequest) -> Result<Verdict, ClientError> {
+    /// Heartbeat, capability and result answer a [`Ruling`] with 200 or 409.
+    pub async fn heartbeat(&self, request: &HeartbeatRequest) -> Result<Ruling, ClientError> {
         self.call(reqwest::Method::POST, "/v1/heartbeat", Some(request), &[409]).await
     }
 
-    pub async fn capability(&self, request: &CapabilityRequest) -> Result<Verdict, ClientError> {
+    pub async fn capability(&self, request: &CapabilityRequest) -> Result<Ruling, ClientError> {
         self.call(reqwest::Method::POST, "/v1/capability", Some(request), &[409]).await
     }
 
-    pub async fn result(&self, request: &ResultRequest) -> Result<Verdict, ClientError> {
+    pub async fn result(&self, request: &ResultRequest) -> Result<Ruling, ClientError> {
         self.call(reqwest::Method::POST, "/v1/result", Some(request), &[409]).await
     }
 

@@ -1,0 +1,304 @@
+//! The typed vocabulary of a history: who recorded an event, which operation it is, and
+//! the protocol codes its decision, reason, outcome and `recorded_as` may carry.
+//!
+//! Every word a history may hold is a variant here, and a word that is not one is an
+//! error that names the line, never an "other" that a checker then skips: a history that
+//! speaks a dialect fencelab does not know must make a verdict unknown, not valid. Serde
+//! names keep the JSONL text exactly what it was when these fields were strings.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Declares a closed word list: an enum, its wire names, `as_str`, `parse`, `ALL` and
+/// serde through those names (so an unknown word fails with the list of known ones).
+macro_rules! words {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $word:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The word as it is written in a history.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $word,)+
+                }
+            }
+
+            /// The variant a word names; `None` for a word this vocabulary does not hold.
+            pub fn parse(word: &str) -> Option<$name> {
+                match word {
+                    $($word => Some($name::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<$name, D::Error> {
+                let word = std::borrow::Cow::<str>::deserialize(deserializer)?;
+                $name::parse(&word).ok_or_else(|| {
+                    let known: Vec<&str> = $name::ALL.iter().map(|v| v.as_str()).collect();
+                    serde::de::Error::custom(format!(
+                        "unknown {} `{word}` (known: {})",
+                        stringify!($name).to_lowercase(),
+                        known.join(", ")
+                    ))
+                })
+            }
+        }
+    };
+}
+
+words! {
+    /// The operation of an event (its `f`).
+    Op {
+        /// A job submitted (client) or recorded (ledger).
+        Submit = "submit",
+        /// A runner's claim, or the ledger's grant of one.
+        Claim = "claim",
+        Heartbeat = "heartbeat",
+        Capability = "capability",
+        Result = "result",
+        /// A target step: the runner's call, or the target's step log.
+        Step = "step",
+        /// The control plane ended a lease on its own clock.
+        Expire = "expire",
+        /// The operator's finding about an uncertain attempt.
+        Reconcile = "reconcile",
+        /// The run's whole configuration, first in every run's history.
+        Config = "config",
+        /// One job's final state after recovery.
+        Final = "final",
+        /// One round of the operator's loop (recorded only when it fails).
+        Round = "round",
+        /// The operator stops an old execution (SIGSTOP) before reconciling it.
+        Freeze = "freeze",
+        /// The operator lets a stopped execution go after its reconcile.
+        Thaw = "thaw",
+        /// The nemesis heals every fault at the end of a run.
+        HealAll = "heal-all",
+        /// Evidence the harness could not read (a source's line outside the vocabulary);
+        /// `reason` says which source and line. Any such event makes a verdict unknown.
+        Unreadable = "unreadable",
+        DelayedHeartbeats = "delayed-heartbeats",
+        DuplicateResults = "duplicate-results",
+        ConflictingResults = "conflicting-results",
+        Reconnects = "reconnects",
+        ClockSkew = "clock-skew",
+        DisconnectDuringMutation = "disconnect-during-mutation",
+        Kill = "kill",
+        RestartControlPlane = "restart-control-plane",
+    }
+}
+
+impl Op {
+    /// A report a runner makes under a claim: judged by the control plane and ledgered.
+    pub fn is_report(self) -> bool {
+        matches!(self, Op::Heartbeat | Op::Capability | Op::Result)
+    }
+}
+
+words! {
+    /// A protocol code saying why a report or step was not accepted (the `reason` of a
+    /// decided event). Other events may carry free text in `reason` (an error's message).
+    Reason {
+        /// No such job, attempt or runner.
+        Unknown = "unknown",
+        /// The claim is not the job's current one in an active state.
+        NotCurrent = "not_current",
+        /// A newer attempt holds the job.
+        Superseded = "superseded",
+        /// The lease (or a capability) ended on the server's clock.
+        Expired = "expired",
+        /// A different terminal result for an attempt that already committed.
+        Conflict = "conflict",
+        /// The target saw a higher fence for the deployment key.
+        StaleFence = "stale_fence",
+        /// A capability whose signature does not verify.
+        BadSignature = "bad_signature",
+        /// The target already applied this step of this attempt.
+        Duplicate = "duplicate",
+    }
+}
+
+words! {
+    /// How the ledger recorded an entry (`value.recorded_as`).
+    RecordedAs {
+        /// A result refused as current and kept.
+        LateObservation = "late_observation",
+        /// A different terminal result, refused and kept.
+        Conflict = "conflict",
+        /// An expiry that named the job uncertain.
+        Uncertain = "uncertain",
+        /// An expiry that returned the job to the queue (only the planted `requeue-on-expiry`).
+        Requeued = "requeued",
+        /// A `completed` reconcile's outcome.
+        Succeeded = "succeeded",
+        Failed = "failed",
+    }
+}
+
+words! {
+    /// The `outcome` of an event: a terminal outcome, a job's final state, or a reconcile
+    /// finding.
+    OutcomeWord {
+        Succeeded = "succeeded",
+        Failed = "failed",
+        Uncertain = "uncertain",
+        Running = "running",
+        Queued = "queued",
+        /// Reconcile: the old execution was observed stopped.
+        Stopped = "stopped",
+        /// Reconcile: the old execution finished.
+        Completed = "completed",
+        /// Reconcile: still running; the attempt stays uncertain.
+        StillRunning = "still-running",
+    }
+}
+
+words! {
+    /// How an attempt closed (`closed_by` of an attempt in a final event or a job view).
+    ClosedBy {
+        /// Its own accepted result.
+        Result = "result",
+        /// A reconcile finding it stopped.
+        ObservedStopped = "observed-stopped",
+        /// A reconcile finding it completed.
+        ReconciledCompleted = "reconciled-completed",
+        /// Its lease expired and the job went back to the queue (only the planted
+        /// `requeue-on-expiry`).
+        ExpiredRequeued = "expired-requeued",
+    }
+}
+
+words! {
+    /// The parties that record events, apart from runners.
+    Role {
+        Client = "client",
+        Operator = "operator",
+        Nemesis = "nemesis",
+        Harness = "harness",
+        ControlPlane = "control-plane",
+        Target = "target",
+        /// A scenario's own steps.
+        Scenario = "scenario",
+    }
+}
+
+/// Who recorded an event: one of the fixed roles, or a runner by its id
+/// (written `runner:<id>`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Process {
+    Role(Role),
+    Runner(String),
+}
+
+impl Process {
+    pub const CLIENT: Process = Process::Role(Role::Client);
+    pub const OPERATOR: Process = Process::Role(Role::Operator);
+    pub const NEMESIS: Process = Process::Role(Role::Nemesis);
+    pub const HARNESS: Process = Process::Role(Role::Harness);
+    pub const CONTROL_PLANE: Process = Process::Role(Role::ControlPlane);
+    pub const TARGET: Process = Process::Role(Role::Target);
+    pub const SCENARIO: Process = Process::Role(Role::Scenario);
+
+    pub fn runner(id: &str) -> Process {
+        Process::Runner(id.to_string())
+    }
+
+    /// The runner's id, for a runner's process.
+    pub fn runner_id(&self) -> Option<&str> {
+        match self {
+            Process::Runner(id) => Some(id),
+            Process::Role(_) => None,
+        }
+    }
+
+    pub fn is_runner(&self) -> bool {
+        matches!(self, Process::Runner(_))
+    }
+
+    /// Parses `runner:<id>` or a role's name.
+    pub fn parse(word: &str) -> Result<Process, String> {
+        if let Some(id) = word.strip_prefix("runner:") {
+            if id.is_empty() {
+                return Err("a runner's process needs an id after `runner:`".to_string());
+            }
+            return Ok(Process::Runner(id.to_string()));
+        }
+        Role::parse(word).map(Process::Role).ok_or_else(|| {
+            let known: Vec<&str> = Role::ALL.iter().map(|role| role.as_str()).collect();
+            format!("unknown process `{word}` (known: runner:<id>, {})", known.join(", "))
+        })
+    }
+}
+
+impl std::fmt::Display for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Process::Role(role) => f.write_str(role.as_str()),
+            Process::Runner(id) => write!(f, "runner:{id}"),
+        }
+    }
+}
+
+impl Serialize for Process {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Process {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Process, D::Error> {
+        let word = std::borrow::Cow::<str>::deserialize(deserializer)?;
+        Process::parse(&word).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_word_round_trips_through_its_name() {
+        for op in Op::ALL {
+            assert_eq!(Op::parse(op.as_str()), Some(*op));
+            let json = serde_json::to_string(op).unwrap();
+            assert_eq!(serde_json::from_str::<Op>(&json).unwrap(), *op);
+        }
+        for reason in Reason::ALL {
+            assert_eq!(Reason::parse(reason.as_str()), Some(*reason));
+        }
+        for role in Role::ALL {
+            assert_eq!(Process::parse(role.as_str()), Ok(Process::Role(*role)));
+        }
+        assert_eq!(Process::parse("runner:r1"), Ok(Process::runner("r1")));
+        assert_eq!(Process::runner("r1").to_string(), "runner:r1");
+    }
+
+    #[test]
+    fn an_unknown_word_is_an_error_naming_it() {
+        let error = serde_json::from_str::<Op>("\"heartbeat-v2\"").unwrap_err().to_string();
+        assert!(error.contains("unknown op `heartbeat-v2`"), "{error}");
+        assert!(Process::parse("runner:").is_err());
+        assert!(Process::parse("runners").unwrap_err().contains("unknown process `runners`"));
+        assert_eq!(Reason::parse("stale-fence"), None);
+    }
+}

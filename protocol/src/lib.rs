@@ -1,0 +1,21 @@
+//! The system contract as code: every wire body of the control plane, the runner and the
+//! target ([`wire`]), a typed async client for them ([`client`]), and the one clock every
+//! process of a run stamps its log with ([`clock`]). The harness knows any system under
+//! test only through this crate; the lab is one implementation of it.
+//!
+//! ```
+//! use protocol::{ClaimRef, HeartbeatRequest};
+//! let body = r#"{"job":"j1","attempt":"j1-a1","runner":"r1","fence":7,"observed_ms":0}"#;
+//! let request: HeartbeatRequest = serde_json::from_str(body).unwrap();
+//! assert_eq!(request.claim, ClaimRef { job: "j1".into(), attempt: "j1-a1".into(), runner: "r1".into(), fence: 7 });
+//! // Unknown fields are refused, so a typo is an error rather than a silently ignored field.
+//! assert!(serde_json::from_str::<HeartbeatRequest>(&body.replace("fence", "fense")).is_err());
+//! ```
+
+pub mod client;
+pub mod clock;
+pub mod wire;
+
+pub use client::{Client, ClientError};
+pub use clock::monotonic_ns;
+pub use wire::*;
