@@ -77,7 +77,7 @@ async fn seed_stale_completion_with_real_processes() {
     assert_eq!((verdict.decision, verdict.reason.map(|word| word.as_str())), (Decision::Rejected, Some("superseded")));
     let view = lab.operator.job("J").await.unwrap();
     let picture: Vec<_> =
-        view.attempts.iter().map(|a| (a.fence, a.state, a.current, a.closed_by.clone(), a.runner.clone())).collect();
+        view.attempts.iter().map(|a| (a.fence, a.state, a.current, a.closed_by, a.runner.clone())).collect();
     assert_eq!(
         picture,
         vec![

@@ -93,7 +93,7 @@ fn result_is_accepted_once_then_duplicates_are_acknowledged_and_conflicts_record
         .ledger
         .iter()
         .filter(|entry| entry.kind == Op::Result)
-        .map(|entry| (entry.decision, entry.recorded_as.clone()))
+        .map(|entry| (entry.decision, entry.recorded_as))
         .collect();
     assert_eq!(
         recorded,
