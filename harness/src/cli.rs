@@ -6,10 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// Bad arguments: nothing was started.
-pub const EXIT_BAD_ARGUMENTS: u8 = 254;
-/// An internal error.
-pub const EXIT_INTERNAL: u8 = 255;
+use crate::exit::Exit;
 
 #[derive(Parser)]
 #[command(name = "fencelab", version, about = "A chaos harness for CI control planes: fencing under fire")]
@@ -118,11 +115,12 @@ enum ScenarioCommand {
 }
 
 pub fn main() -> ExitCode {
+    crate::exit::install_panic_hook();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {
             let _ = error.print();
-            return if error.use_stderr() { ExitCode::from(EXIT_BAD_ARGUMENTS) } else { ExitCode::SUCCESS };
+            return if error.use_stderr() { Exit::BadArguments.into() } else { ExitCode::SUCCESS };
         }
     };
     match cli.command {
@@ -132,19 +130,22 @@ pub fn main() -> ExitCode {
             lab::cli::main_from(std::iter::once(program).chain(args))
         }
         Command::Toxiproxy { listen, seed } => {
-            let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+            let runtime = match runtime("toxiproxy") {
+                Ok(runtime) => runtime,
+                Err(code) => return code,
+            };
             match runtime.block_on(proxy::serve_forever(listen, seed)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     eprintln!("fencelab toxiproxy: {error}");
-                    ExitCode::from(EXIT_INTERNAL)
+                    Exit::Internal.into()
                 }
             }
         }
         Command::Check { folder } => {
             if !folder.join("history.jsonl").is_file() {
                 eprintln!("fencelab check: {} holds no history.jsonl", folder.display());
-                return ExitCode::from(EXIT_BAD_ARGUMENTS);
+                return Exit::BadArguments.into();
             }
             let command = std::fs::read_to_string(folder.join("run.json"))
                 .ok()
@@ -182,7 +183,10 @@ fn run_command(args: crate::run::config::RunArgs) -> ExitCode {
         Ok(config) => config,
         Err(message) => return bad_arguments(&message),
     };
-    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    let runtime = match runtime("run") {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
     if let Some(url) = &config.toxiproxy_url {
         let reachable = proxy::Client::new(url).map_err(|error| error.to_string());
         let version = runtime.block_on(async { reachable?.version().await.map_err(|error| error.to_string()) });
@@ -204,14 +208,14 @@ fn run_command(args: crate::run::config::RunArgs) -> ExitCode {
         Err(error) => {
             eprintln!("fencelab run: {error:#}");
             eprintln!("repeat with: {command}");
-            ExitCode::from(EXIT_INTERNAL)
+            Exit::Internal.into()
         }
     }
 }
 
 fn bad_arguments(message: &str) -> ExitCode {
     eprintln!("fencelab run: {message}");
-    ExitCode::from(EXIT_BAD_ARGUMENTS)
+    Exit::BadArguments.into()
 }
 
 /// Checks a run folder, prints the verdict table, and answers the exit code.
@@ -242,11 +246,11 @@ fn verdict(folder: &std::path::Path, command: &str) -> ExitCode {
             if overall != results::Overall::Valid {
                 println!("repeat with  {command}");
             }
-            ExitCode::from(overall.exit_code() as u8)
+            Exit::of(overall).into()
         }
         Err(error) => {
             eprintln!("fencelab: cannot check {}: {error:#}", folder.display());
-            ExitCode::from(EXIT_INTERNAL)
+            Exit::Internal.into()
         }
     }
 }
@@ -267,16 +271,27 @@ fn summary(outcome: &crate::run::Outcome, command: &str) {
     println!("command      {command}");
 }
 
+/// A tokio runtime for `command`; failing to start one is an internal error (255).
+pub(crate) fn runtime(command: &str) -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Runtime::new().map_err(|error| {
+        eprintln!("fencelab {command}: cannot start a tokio runtime: {error}");
+        Exit::Internal.into()
+    })
+}
+
 /// The running `fencelab` binary, which runs the children; an error exits 255.
 pub(crate) fn program(command: &str) -> Result<std::path::PathBuf, ExitCode> {
     std::env::current_exe().map_err(|error| {
         eprintln!("fencelab {command}: {error}");
-        ExitCode::from(EXIT_INTERNAL)
+        Exit::Internal.into()
     })
 }
 
 fn matrix_command(args: &crate::matrix::MatrixArgs) -> ExitCode {
-    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    let runtime = match runtime("matrix") {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
     let program = match program("matrix") {
         Ok(program) => program,
         Err(code) => return code,
@@ -285,11 +300,11 @@ fn matrix_command(args: &crate::matrix::MatrixArgs) -> ExitCode {
         Ok(matrix) => {
             print!("{}", crate::matrix::table(&matrix));
             println!("matrix.json in {}", args.store.display());
-            ExitCode::from(if matrix.rows.iter().all(crate::matrix::Row::holds) { 0 } else { 1 })
+            Exit::passed(matrix.rows.iter().all(crate::matrix::Row::holds)).into()
         }
         Err(error) => {
             eprintln!("fencelab matrix: {error:#}");
-            ExitCode::from(EXIT_INTERNAL)
+            Exit::Internal.into()
         }
     }
 }
@@ -297,10 +312,12 @@ fn matrix_command(args: &crate::matrix::MatrixArgs) -> ExitCode {
 fn replay_command(folder: &std::path::Path, tries: u32, store: &std::path::Path) -> ExitCode {
     let Some(original) = crate::replay::invalid_checkers(folder) else {
         eprintln!("fencelab replay: {} holds no results.json", folder.display());
-        return ExitCode::from(EXIT_BAD_ARGUMENTS);
+        return Exit::BadArguments.into();
     };
-    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
-    let program = std::env::current_exe().expect("the running program has a path");
+    let (runtime, program) = match runtime("replay").and_then(|runtime| Ok((runtime, program("replay")?))) {
+        Ok(both) => both,
+        Err(code) => return code,
+    };
     println!("original anomalies in: {:?}", original);
     let mut reproduced = 0;
     for index in 1..=tries.max(1) {
@@ -316,12 +333,12 @@ fn replay_command(folder: &std::path::Path, tries: u32, store: &std::path::Path)
             }
             Err(error) => {
                 eprintln!("fencelab replay: {error}");
-                return ExitCode::from(EXIT_BAD_ARGUMENTS);
+                return Exit::BadArguments.into();
             }
         }
     }
     println!("{reproduced} of {} replays reproduced the anomalies", tries.max(1));
-    ExitCode::from(if reproduced == tries.max(1) { 0 } else { 1 })
+    Exit::passed(reproduced == tries.max(1)).into()
 }
 
 fn shrink_command(options: &crate::shrink::Options) -> ExitCode {
@@ -341,7 +358,10 @@ fn shrink_command(options: &crate::shrink::Options) -> ExitCode {
     if let Err(message) = crate::shrink::read_original(&options.folder, &options.checkers) {
         return bad_arguments(&message);
     }
-    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    let runtime = match runtime("shrink") {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
     let program = match program("shrink") {
         Ok(program) => program,
         Err(code) => return code,
@@ -359,13 +379,13 @@ fn shrink_command(options: &crate::shrink::Options) -> ExitCode {
                 }
                 None => {
                     println!("the anomaly did not reproduce as a scenario: nothing written");
-                    ExitCode::from(1)
+                    Exit::Invalid.into()
                 }
             }
         }
         Err(message) => {
             eprintln!("fencelab shrink: {message}");
-            ExitCode::from(EXIT_INTERNAL)
+            Exit::Internal.into()
         }
     }
 }
@@ -387,8 +407,10 @@ fn suite_command(file: &std::path::Path, shard: Option<&str>, out: Option<std::p
     if let Err(error) = std::fs::create_dir_all(&out) {
         return bad_arguments(&format!("--out {}: {error}", out.display()));
     }
-    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
-    let program = std::env::current_exe().expect("the running program has a path");
+    let (runtime, program) = match runtime("suite").and_then(|runtime| Ok((runtime, program("suite")?))) {
+        Ok(both) => both,
+        Err(code) => return code,
+    };
     let result = runtime.block_on(crate::suite::execute(&suite, shard, &program, &out));
     finish_suite(&result, &out)
 }
@@ -396,14 +418,14 @@ fn suite_command(file: &std::path::Path, shard: Option<&str>, out: Option<std::p
 fn finish_suite(result: &crate::suite::SuiteResult, out: &std::path::Path) -> ExitCode {
     if let Err(error) = crate::suite::write(result, out) {
         eprintln!("fencelab: cannot write the suite's outputs into {}: {error}", out.display());
-        return ExitCode::from(EXIT_INTERNAL);
+        return Exit::Internal.into();
     }
     for entry in &result.entries {
         let word = if entry.passed { "pass" } else { "FAIL" };
         println!("{word}  {:<32} seed {:<6} {}", entry.name, entry.seed, entry.verdict);
     }
     println!("index: {}", out.join("index.html").display());
-    ExitCode::from(result.exit_code())
+    result.exit().into()
 }
 
 fn merge_command(out: &std::path::Path, shards: &[std::path::PathBuf]) -> ExitCode {

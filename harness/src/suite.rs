@@ -88,14 +88,15 @@ pub struct SuiteResult {
 }
 
 impl SuiteResult {
-    /// 0 when every entry passed, 1 when one failed, 2 when none failed but some did not run.
-    pub fn exit_code(&self) -> u8 {
+    /// Valid when every entry passed, invalid when one failed, unknown when none failed
+    /// but some did not run.
+    pub fn exit(&self) -> crate::exit::Exit {
         if self.entries.iter().any(|entry| !entry.passed && !entry.verdict.starts_with("skipped")) {
-            1
+            crate::exit::Exit::Invalid
         } else if self.entries.iter().any(|entry| !entry.passed) {
-            2
+            crate::exit::Exit::Unknown
         } else {
-            0
+            crate::exit::Exit::Valid
         }
     }
 
@@ -366,7 +367,7 @@ expect = "invalid"
             vec![(0, true), (1, true), (2, false)]
         );
         assert_eq!(merged.entries[1].report.as_deref(), Some(Path::new("../s2/runs/x/report.html")));
-        assert_eq!(merged.exit_code(), 1);
+        assert_eq!(merged.exit(), crate::exit::Exit::Invalid);
         assert!(merge(vec![("/s1".into(), first.clone()), ("/s1".into(), first)], out).is_err());
     }
 
@@ -378,6 +379,6 @@ expect = "invalid"
         let xml = junit_xml(&result);
         assert!(xml.contains("tests=\"3\" failures=\"1\" skipped=\"1\""), "{xml}");
         assert!(xml.contains("fencelab.suite.s&lt;&amp;&gt;"), "{xml}");
-        assert_eq!(result.exit_code(), 1);
+        assert_eq!(result.exit(), crate::exit::Exit::Invalid);
     }
 }

@@ -234,16 +234,18 @@ fn expectations(scenario: &Scenario, view: &View) -> bool {
 /// `fencelab scenario run FILE`: 0 every expectation held, 1 one failed, 254 a bad file,
 /// 255 an internal error.
 pub fn main(file: &Path, store: &Path) -> std::process::ExitCode {
-    use std::process::ExitCode;
     let program = match crate::cli::program("scenario") {
         Ok(program) => program,
         Err(code) => return code,
     };
     if let Err(ScenarioError::Bad(message)) = load(file) {
         eprintln!("fencelab scenario: {message}");
-        return ExitCode::from(crate::cli::EXIT_BAD_ARGUMENTS);
+        return crate::exit::Exit::BadArguments.into();
     }
-    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    let runtime = match crate::cli::runtime("scenario") {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
     match runtime.block_on(run_file(file, store, &program)) {
         Ok(report) => {
             let word = if report.passed { "passed" } else { "FAILED" };
@@ -251,15 +253,15 @@ pub fn main(file: &Path, store: &Path) -> std::process::ExitCode {
             if !report.passed {
                 println!("repeat with  fencelab scenario run {}", file.display());
             }
-            ExitCode::from(if report.passed { 0 } else { 1 })
+            crate::exit::Exit::passed(report.passed).into()
         }
         Err(ScenarioError::Bad(message)) => {
             eprintln!("fencelab scenario: {message}");
-            ExitCode::from(crate::cli::EXIT_BAD_ARGUMENTS)
+            crate::exit::Exit::BadArguments.into()
         }
         Err(ScenarioError::Internal(error)) => {
             eprintln!("fencelab scenario: {error:#}");
-            ExitCode::from(crate::cli::EXIT_INTERNAL)
+            crate::exit::Exit::Internal.into()
         }
     }
 }

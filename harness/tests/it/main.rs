@@ -6,6 +6,7 @@ mod run;
 mod scenario;
 mod shrink;
 mod suite;
+mod tidy;
 mod vocabulary;
 
 use std::path::Path;
