@@ -10,8 +10,20 @@ use std::path::{Path, PathBuf};
 const PURE: &[&str] = &["history", "checkers", "results", "workloads"];
 
 /// Dependencies a pure crate may not have: runtimes, I/O, clocks, and the impure crates.
-const FORBIDDEN_DEPENDENCIES: &[&str] =
-    &["tokio", "reqwest", "axum", "hyper", "hyper-util", "rusqlite", "libc", "chrono", "lab", "proxy", "protocol", "harness"];
+const FORBIDDEN_DEPENDENCIES: &[&str] = &[
+    "tokio",
+    "reqwest",
+    "axum",
+    "hyper",
+    "hyper-util",
+    "rusqlite",
+    "libc",
+    "chrono",
+    "lab",
+    "proxy",
+    "protocol",
+    "harness",
+];
 
 /// Paths a pure crate's source may not name.
 const FORBIDDEN_PATHS: &[&str] =

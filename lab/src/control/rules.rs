@@ -137,14 +137,30 @@ fn standing(
     if job.current_attempt.as_deref() != Some(attempt.id.as_str()) {
         return Err(Reason::Superseded);
     }
-    let lapsed = attempt.state == AttemptState::Running && attempt.lease_expires_ms <= now_ms;
-    if attempt.state == AttemptState::Uncertain || lapsed {
+    if attempt.state == AttemptState::Uncertain || lapsed(attempt, now_ms) {
         return Err(Reason::Expired);
     }
     if attempt.state != AttemptState::Running {
         return Err(Reason::NotCurrent);
     }
     Ok(())
+}
+
+/// The lease boundary, on the server's clock: a running attempt's lease has lapsed when
+/// its end is not after now (a lease ending at `now_ms` is over).
+fn lapsed(attempt: &AttemptRow, now_ms: i64) -> bool {
+    attempt.state == AttemptState::Running && attempt.lease_expires_ms <= now_ms
+}
+
+/// The states in which a job holds its deployment key: a running job, and an uncertain one
+/// whose old execution may still be mutating the target, until a reconcile finding.
+const HOLDING_KEY: [JobState; 2] = [JobState::Running, JobState::Uncertain];
+
+/// The oldest queued job of the project whose deployment key no job holds.
+fn claimable_job(tx: &mut dyn Tx, project: &str) -> Result<Option<JobRow>, StoreError> {
+    let held: std::collections::HashSet<String> =
+        tx.jobs_in(None, &HOLDING_KEY)?.into_iter().map(|job| job.deployment_key).collect();
+    Ok(tx.jobs_in(Some(project), &[JobState::Queued])?.into_iter().find(|job| !held.contains(&job.deployment_key)))
 }
 
 struct Report<'a> {
@@ -304,8 +320,9 @@ impl<S: Store> Rules<S> {
     }
 
     fn expire_in(&self, tx: &mut dyn Tx, now: Now) -> RuleResult<usize> {
-        let lapsed = tx.lapsed_attempts(now.ms)?;
-        for attempt in &lapsed {
+        let ended: Vec<AttemptRow> =
+            tx.running_attempts()?.into_iter().filter(|attempt| lapsed(attempt, now.ms)).collect();
+        for attempt in &ended {
             let requeue = self.bugs.has(Bug::RequeueOnExpiry);
             let (state, closed_by) = if requeue {
                 (AttemptState::Failed, Some(ClosedBy::ExpiredRequeued))
@@ -323,14 +340,14 @@ impl<S: Store> Rules<S> {
             }
             tx.append_ledger(&entry)?;
         }
-        Ok(lapsed.len())
+        Ok(ended.len())
     }
 
     pub fn claim(&self, principal: &Principal, request: &ClaimRequest, now: Now) -> RuleResult<ClaimResponse> {
         let (runner, project) = acting_runner(principal, &request.runner)?;
         self.store.transact(|tx| {
             self.expire_in(tx, now)?;
-            let Some(mut job) = tx.claimable_job(project)? else {
+            let Some(mut job) = claimable_job(tx, project)? else {
                 return Ok(ClaimResponse { grant: None });
             };
             let number = tx.attempts_of(&job.id)?.len() + 1;

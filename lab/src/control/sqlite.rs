@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::store::{AttemptChange, AttemptRow, Guard, JobRow, Principal, Store, StoreError, StoreResult, Tx};
-use protocol::{JobSpec, LedgerEntry};
+use protocol::{JobSpec, JobState, LedgerEntry};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -290,14 +290,15 @@ impl Tx for SqliteTx<'_> {
         raws.into_iter().map(attempt_from).collect()
     }
 
-    fn claimable_job(&mut self, project: &str) -> StoreResult<Option<JobRow>> {
+    fn jobs_in(&mut self, project: Option<&str>, states: &[JobState]) -> StoreResult<Vec<JobRow>> {
+        let states: Vec<String> = states.iter().map(|state| format!("'{}'", enum_text(state))).collect();
         let sql = format!(
-            "SELECT {JOB_COLUMNS} FROM jobs AS candidate WHERE project = ?1 AND state = 'queued'
-             AND NOT EXISTS (SELECT 1 FROM jobs AS holder WHERE holder.deployment_key = candidate.deployment_key
-                             AND holder.state IN ('running', 'uncertain'))
-             ORDER BY created LIMIT 1"
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE (?1 IS NULL OR project = ?1) AND state IN ({}) ORDER BY created",
+            states.join(", ")
         );
-        self.tx.query_row(&sql, [project], raw_job).optional()?.map(job_from).transpose()
+        let mut statement = self.tx.prepare_cached(&sql)?;
+        let raws = statement.query_map([project], raw_job)?.collect::<rusqlite::Result<Vec<_>>>()?;
+        raws.into_iter().map(job_from).collect()
     }
 
     fn insert_attempt(&mut self, attempt: &AttemptRow) -> StoreResult<()> {
@@ -357,12 +358,10 @@ impl Tx for SqliteTx<'_> {
         Ok(changed == 1)
     }
 
-    fn lapsed_attempts(&mut self, now_ms: i64) -> StoreResult<Vec<AttemptRow>> {
-        let sql = format!(
-            "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE state = 'running' AND lease_expires_ms <= ?1 ORDER BY fence"
-        );
+    fn running_attempts(&mut self) -> StoreResult<Vec<AttemptRow>> {
+        let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE state = 'running' ORDER BY fence");
         let mut statement = self.tx.prepare_cached(&sql)?;
-        let raws = statement.query_map([now_ms], raw_attempt)?.collect::<rusqlite::Result<Vec<_>>>()?;
+        let raws = statement.query_map([], raw_attempt)?.collect::<rusqlite::Result<Vec<_>>>()?;
         raws.into_iter().map(attempt_from).collect()
     }
 

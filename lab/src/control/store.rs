@@ -88,17 +88,16 @@ pub trait Tx {
     fn jobs(&mut self) -> StoreResult<Vec<JobRow>>;
     fn attempt(&mut self, id: &str) -> StoreResult<Option<AttemptRow>>;
     fn attempts_of(&mut self, job: &str) -> StoreResult<Vec<AttemptRow>>;
-    /// The oldest queued job of the project whose deployment key no running or uncertain
-    /// job holds.
-    fn claimable_job(&mut self, project: &str) -> StoreResult<Option<JobRow>>;
+    /// The jobs in any of `states`, oldest first (`project` limits them when given).
+    fn jobs_in(&mut self, project: Option<&str>, states: &[JobState]) -> StoreResult<Vec<JobRow>>;
     fn insert_attempt(&mut self, attempt: &AttemptRow) -> StoreResult<()>;
     fn update_job(&mut self, job: &JobRow) -> StoreResult<()>;
     /// The conditional update: returns the id of the attempt it changed, or `None` for zero rows.
     fn guarded_update(&mut self, guard: &Guard, change: &AttemptChange) -> StoreResult<Option<String>>;
     /// An update with no predicate but the id. Only planted bugs call it.
     fn unguarded_update(&mut self, attempt: &str, change: &AttemptChange) -> StoreResult<bool>;
-    /// Running attempts whose lease is not after `now_ms`.
-    fn lapsed_attempts(&mut self, now_ms: i64) -> StoreResult<Vec<AttemptRow>>;
+    /// Every running attempt, by fence.
+    fn running_attempts(&mut self) -> StoreResult<Vec<AttemptRow>>;
     fn append_ledger(&mut self, entry: &LedgerEntry) -> StoreResult<u64>;
     fn ledger_after(&mut self, after_seq: u64, limit: u32) -> StoreResult<Vec<LedgerEntry>>;
     fn ledger_of(&mut self, job: &str) -> StoreResult<Vec<LedgerEntry>>;
