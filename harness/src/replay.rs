@@ -4,7 +4,6 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use crate::check::RunMeta;
 use crate::runs::{anomaly_kinds, read_results, Cell};
 
 /// What one replay found.
@@ -21,24 +20,12 @@ pub fn invalid_checkers(folder: &Path) -> Option<BTreeSet<String>> {
     Some(anomaly_kinds(folder)?.into_iter().map(|(checker, _)| checker).collect())
 }
 
-/// The `fencelab run` arguments of a recorded run, with its schedule and a new store.
+/// The `fencelab run` arguments of a recorded run, built from its typed `config.json`,
+/// with its realised schedule and a new store.
 pub fn replay_args(folder: &Path, store: &Path) -> Result<Vec<String>, String> {
-    let path = folder.join("run.json");
-    let text = std::fs::read_to_string(&path).map_err(|error| format!("{}: {error}", path.display()))?;
-    let meta: RunMeta = serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?;
-    let words: Vec<&str> = meta.command.split_whitespace().collect();
-    if words.get(..2) != Some(&["fencelab", "run"][..]) {
-        return Err(format!("{}: not a `fencelab run` command: {}", path.display(), meta.command));
-    }
+    let config = crate::run::config::ConfigFile::read(folder)?;
     let mut args = vec!["run".to_string()];
-    let mut rest = words[2..].iter();
-    while let Some(word) = rest.next() {
-        if matches!(*word, "--store" | "--schedule") {
-            rest.next();
-            continue;
-        }
-        args.push(word.to_string());
-    }
+    args.extend(config.run.args());
     let schedule =
         std::fs::canonicalize(folder.join("schedule.json")).map_err(|error| format!("schedule.json: {error}"))?;
     args.extend(["--schedule".into(), schedule.display().to_string(), "--store".into(), store.display().to_string()]);

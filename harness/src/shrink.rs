@@ -257,8 +257,9 @@ fn read_json<T: serde::de::DeserializeOwned>(folder: &Path, name: &str) -> Resul
 /// Reads a run folder: its configuration, jobs, schedule and anomalies. `checkers` names
 /// the anomalies to keep; empty means the first checker to find one.
 pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, String> {
-    let config: serde_json::Value = read_json(folder, "config.json")?;
-    if config.get("scenario").is_some() {
+    let file = crate::run::config::ConfigFile::read(folder)?;
+    let config = file.run;
+    if file.scenario.is_some() {
         return Err(format!("{} is a scenario's run folder: shrink takes a `fencelab run` folder", folder.display()));
     }
     let jobs: Vec<PlannedJob> = read_json(folder, "jobs.json")?;
@@ -283,26 +284,18 @@ pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, Str
         complete_s = complete_s.zip(hit.first_s).map(|(a, b)| a.max(b));
         named.extend(hit.jobs.iter().cloned());
     }
-    let number = |key: &str| config[key].as_u64().ok_or_else(|| format!("config.json: no `{key}`"));
-    let test_name = config["test_name"].as_str().unwrap_or("run");
-    let seed = number("seed")?;
     let header = Header {
-        name: format!("shrunk-{test_name}-s{seed}"),
+        name: format!("shrunk-{}-s{}", config.test_name, config.seed),
         source: folder.display().to_string(),
-        seed,
-        lease_ms: number("lease_ms")?,
-        heartbeat_interval_ms: number("heartbeat_interval_ms")?,
-        reconcile_after_ms: number("reconcile_after_ms")?,
-        settle_within_ms: number("recovery_limit_ms")?,
-        target_mode: config["target_mode"].as_str().unwrap_or("fenced").to_string(),
-        bugs: config["bugs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|bug| bug.as_str().map(String::from))
-            .collect(),
+        seed: config.seed,
+        lease_ms: config.lease_ms,
+        heartbeat_interval_ms: config.heartbeat_interval_ms,
+        reconcile_after_ms: config.reconcile_after_ms,
+        settle_within_ms: config.recovery_limit_ms,
+        target_mode: config.target_mode.name().to_string(),
+        bugs: config.bugs.iter().map(|bug| bug.name().to_string()).collect(),
     };
-    let runners = number("runners")? as u32;
+    let runners = config.runners;
     Ok(Original {
         header,
         case: Case { runners, jobs, faults, pins: BTreeMap::new() },

@@ -33,6 +33,23 @@ pub enum Mode {
     Unfenced,
 }
 
+impl Mode {
+    /// The mode's name, as `--target-mode` and `config.json` write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Fenced => "fenced",
+            Mode::Idempotent => "idempotent",
+            Mode::Unfenced => "unfenced",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Longest a step may run on the target (10 minutes).
 pub const STEP_DURATION_MS_MAX: u64 = 600_000;
 /// Most step records kept in memory for reads; the log file keeps all.

@@ -81,10 +81,14 @@ pub async fn start(listen: SocketAddr, seed: u64) -> Result<ServerHandle, Error>
 /// `fencelab toxiproxy` command).
 pub async fn serve_forever(listen: SocketAddr, seed: u64) -> Result<(), Error> {
     let mut handle = start(listen, seed).await?;
+    // Listen for SIGINT before saying where the API is, so a SIGINT sent as soon as the
+    // address is known stops the server instead of killing it.
+    let mut interrupt =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).map_err(Error::Serve)?;
     eprintln!("toxiproxy-compatible API listening on {}", handle.url());
     let result = tokio::select! {
         r = handle.wait() => r,
-        _ = tokio::signal::ctrl_c() => Ok(()),
+        _ = interrupt.recv() => Ok(()),
     };
     handle.shutdown().await;
     result

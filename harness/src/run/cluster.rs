@@ -19,7 +19,7 @@ pub fn libfaketime() -> Option<PathBuf> {
 }
 
 /// How a runner's clock is moved.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ClockControl {
     /// libfaketime preloaded, reading its offset from a file (FAKETIME_TIMESTAMP_FILE).
@@ -76,7 +76,7 @@ impl Cluster {
         options.program_args = vec!["lab".to_string()];
         options.lease_ms = config.lease_ms;
         options.mode = config.target_mode;
-        options.bugs = config.bug_values();
+        options.bugs = config.bugs.clone();
         let (lab, (proxy_server, proxy)) = tokio::try_join!(LocalLab::start(options), start_proxy(config))?;
         let clock = match libfaketime() {
             Some(library) => ClockControl::Libfaketime { library },

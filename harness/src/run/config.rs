@@ -7,68 +7,113 @@ use std::path::PathBuf;
 use clap::Args;
 use lab::bugs::Bug;
 use lab::target::Mode;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use workloads::faults::FaultKind;
+
+/// The defaults of every flag, from [`RunConfig::default`]: the one place they live.
+fn defaults() -> RunConfig {
+    RunConfig::default()
+}
 
 #[derive(Args, Clone, Debug)]
 pub struct RunArgs {
     /// Name of the test: the run folder is `STORE/NAME/START-TIME`.
-    #[arg(long, default_value = "chaos")]
+    #[arg(long, default_value_t = defaults().test_name)]
     pub test_name: String,
     /// Seconds of workload and faults (recovery comes after).
-    #[arg(long, default_value_t = 30)]
-    pub time_limit: u64,
+    #[arg(long = "time-limit", default_value_t = defaults().time_limit_ms / 1_000)]
+    pub time_limit_s: u64,
     /// Seed of every random choice of the run (default: taken from the clock and printed).
     #[arg(long)]
     pub seed: Option<u64>,
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = defaults().runners)]
     pub runners: u32,
     /// Distinct deployment keys the jobs spread over.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = defaults().keys)]
     pub keys: u32,
     /// Jobs submitted per second, on average.
-    #[arg(long, default_value_t = 2.0)]
-    pub rate: f64,
+    #[arg(long = "rate", default_value_t = defaults().rate_per_s)]
+    pub rate_per_s: f64,
     /// Faults: `all`, or a comma-separated list of names (see `--help`), or `none`.
     #[arg(long, default_value = "all")]
     pub nemesis: String,
     /// Planted bugs to switch on in the lab (repeatable).
     #[arg(long = "bug")]
     pub bugs: Vec<String>,
-    #[arg(long, value_enum, default_value = "fenced")]
+    #[arg(long, value_enum, default_value_t = defaults().target_mode)]
     pub target_mode: Mode,
-    #[arg(long, default_value_t = 1_000)]
+    #[arg(long, default_value_t = defaults().lease_ms)]
     pub lease_ms: u64,
     /// Default: a quarter of the lease.
     #[arg(long)]
     pub heartbeat_interval_ms: Option<u64>,
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = defaults().steps_min)]
     pub steps_min: u32,
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = defaults().steps_max)]
     pub steps_max: u32,
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = defaults().step_ms_min)]
     pub step_ms_min: u64,
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = defaults().step_ms_max)]
     pub step_ms_max: u64,
     /// How long the operator lets an attempt stay uncertain before it reconciles it
     /// (default: one lease).
     #[arg(long)]
     pub reconcile_after_ms: Option<u64>,
     /// Longest recovery phase, in seconds (faults healed, the operator reconciles, jobs settle).
-    #[arg(long, default_value_t = 30)]
-    pub recovery_limit: u64,
+    #[arg(long = "recovery-limit", default_value_t = defaults().recovery_limit_ms / 1_000)]
+    pub recovery_limit_s: u64,
     /// Drive a real Toxiproxy at this URL instead of starting the embedded one.
     #[arg(long)]
     pub toxiproxy_url: Option<String>,
     /// Where run folders go.
-    #[arg(long, default_value = "store")]
+    #[arg(long, default_value_os_t = defaults().store)]
     pub store: PathBuf,
     /// Execute this fault schedule (a run folder's `schedule.json`) instead of generating one.
     #[arg(long)]
     pub schedule: Option<PathBuf>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+impl From<&RunConfig> for RunArgs {
+    /// The flags that give `config` back through [`validate`] (a schedule stays the
+    /// config's own: it has no file here).
+    fn from(config: &RunConfig) -> RunArgs {
+        let nemesis: Vec<&str> = config.nemesis.iter().map(|kind| kind.name()).collect();
+        RunArgs {
+            test_name: config.test_name.clone(),
+            time_limit_s: config.time_limit_ms / 1_000,
+            seed: Some(config.seed),
+            runners: config.runners,
+            keys: config.keys,
+            rate_per_s: config.rate_per_s,
+            nemesis: if nemesis.is_empty() { "none".to_string() } else { nemesis.join(",") },
+            bugs: config.bugs.iter().map(|bug| bug.name().to_string()).collect(),
+            target_mode: config.target_mode,
+            lease_ms: config.lease_ms,
+            heartbeat_interval_ms: Some(config.heartbeat_interval_ms),
+            steps_min: config.steps_min,
+            steps_max: config.steps_max,
+            step_ms_min: config.step_ms_min,
+            step_ms_max: config.step_ms_max,
+            reconcile_after_ms: Some(config.reconcile_after_ms),
+            recovery_limit_s: config.recovery_limit_ms / 1_000,
+            toxiproxy_url: config.toxiproxy_url.clone(),
+            store: config.store.clone(),
+            schedule: None,
+        }
+    }
+}
+
+/// A run's validated configuration: what `config.json` holds, read back through this type.
+///
+/// Defaults ([`Default`]): test name `chaos`, seed 0 (a run takes it from the clock when no
+/// `--seed` is given), 30 000 ms of workload, 30 000 ms of recovery at most, 3 runners,
+/// 4 deployment keys, 2 jobs/s, every fault, no bug, a fenced target, a 1 000 ms lease,
+/// heartbeats every 250 ms (a quarter of the lease), reconcile after 1 000 ms (one lease),
+/// a renewal margin of 200 ms (a fifth), requests timing out after 2 000 ms (two leases:
+/// a heartbeat delayed in the network still arrives, late), 3 to 6 steps of 100 to 300 ms,
+/// the embedded Toxiproxy, run folders under `store`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RunConfig {
     pub test_name: String,
     pub seed: u64,
@@ -78,7 +123,7 @@ pub struct RunConfig {
     pub keys: u32,
     pub rate_per_s: f64,
     pub nemesis: Vec<FaultKind>,
-    pub bugs: Vec<String>,
+    pub bugs: Vec<Bug>,
     pub target_mode: Mode,
     pub lease_ms: u64,
     pub heartbeat_interval_ms: u64,
@@ -96,9 +141,65 @@ pub struct RunConfig {
     pub version: String,
 }
 
-impl RunConfig {
-    pub fn bug_values(&self) -> Vec<Bug> {
-        self.bugs.iter().filter_map(|name| name.parse().ok()).collect()
+impl Default for RunConfig {
+    fn default() -> RunConfig {
+        RunConfig {
+            test_name: "chaos".into(),
+            seed: 0,
+            time_limit_ms: 30_000,
+            recovery_limit_ms: 30_000,
+            runners: 3,
+            keys: 4,
+            rate_per_s: 2.0,
+            nemesis: FaultKind::ALL.to_vec(),
+            bugs: Vec::new(),
+            target_mode: Mode::Fenced,
+            lease_ms: 1_000,
+            heartbeat_interval_ms: 1_000 / 4,
+            reconcile_after_ms: 1_000,
+            renewal_margin_ms: 1_000 / 5,
+            request_timeout_ms: 2 * 1_000,
+            steps_min: 3,
+            steps_max: 6,
+            step_ms_min: 100,
+            step_ms_max: 300,
+            toxiproxy_url: None,
+            store: PathBuf::from("store"),
+            schedule: None,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
+/// What `config.json` holds: the run's configuration, how runner clocks were moved, how
+/// long the cluster took to become healthy, and the scenario a scenario run played.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    #[serde(flatten)]
+    pub run: RunConfig,
+    pub clock_control: super::cluster::ClockControl,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<ScenarioInfo>,
+}
+
+/// Which scenario a scenario run played.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioInfo {
+    pub name: String,
+    pub description: String,
+    pub file: PathBuf,
+}
+
+impl ConfigFile {
+    /// Reads a run folder's `config.json`; the error names the file.
+    pub fn read(folder: &std::path::Path) -> Result<ConfigFile, String> {
+        let path = folder.join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|error| format!("{}: {error}", path.display()))?;
+        serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))
     }
 }
 
@@ -109,15 +210,17 @@ pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> 
     } else {
         FaultKind::parse_list(&args.nemesis).map_err(|error| format!("--nemesis: {error}"))?
     };
-    for bug in &args.bugs {
-        bug.parse::<Bug>().map_err(|error| format!("--bug: {error}"))?;
-    }
+    let bugs = args
+        .bugs
+        .iter()
+        .map(|bug| bug.parse::<Bug>().map_err(|error| format!("--bug: {error}")))
+        .collect::<Result<Vec<Bug>, String>>()?;
     let heartbeat_interval_ms = args.heartbeat_interval_ms.unwrap_or(args.lease_ms / 4);
     let checks = [
-        (args.time_limit == 0 || args.time_limit > 86_400, "--time-limit must be 1..=86400 seconds"),
+        (args.time_limit_s == 0 || args.time_limit_s > 86_400, "--time-limit must be 1..=86400 seconds"),
         (args.runners == 0 || args.runners > 64, "--runners must be 1..=64"),
         (args.keys == 0 || args.keys > 10_000, "--keys must be 1..=10000"),
-        (!(args.rate > 0.0 && args.rate <= 1_000.0), "--rate must be above 0 and at most 1000 jobs/s"),
+        (!(args.rate_per_s > 0.0 && args.rate_per_s <= 1_000.0), "--rate must be above 0 and at most 1000 jobs/s"),
         (args.lease_ms < 100 || args.lease_ms > 600_000, "--lease-ms must be 100..=600000"),
         (
             heartbeat_interval_ms == 0 || heartbeat_interval_ms >= args.lease_ms,
@@ -131,7 +234,7 @@ pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> 
             args.step_ms_min > args.step_ms_max || args.step_ms_max > 600_000,
             "--step-ms-min must not exceed --step-ms-max (at most 600000)",
         ),
-        (args.recovery_limit == 0 || args.recovery_limit > 3_600, "--recovery-limit must be 1..=3600 seconds"),
+        (args.recovery_limit_s == 0 || args.recovery_limit_s > 3_600, "--recovery-limit must be 1..=3600 seconds"),
     ];
     if let Some((_, message)) = checks.iter().find(|(bad, _)| *bad) {
         return Err(message.to_string());
@@ -146,13 +249,13 @@ pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> 
     Ok(RunConfig {
         test_name: args.test_name.clone(),
         seed: args.seed.unwrap_or(seed_default),
-        time_limit_ms: args.time_limit * 1_000,
-        recovery_limit_ms: args.recovery_limit * 1_000,
+        time_limit_ms: args.time_limit_s * 1_000,
+        recovery_limit_ms: args.recovery_limit_s * 1_000,
         runners: args.runners,
         keys: args.keys,
-        rate_per_s: args.rate,
+        rate_per_s: args.rate_per_s,
         nemesis,
-        bugs: args.bugs.clone(),
+        bugs,
         target_mode: args.target_mode,
         lease_ms: args.lease_ms,
         heartbeat_interval_ms,
@@ -185,21 +288,44 @@ impl RunConfig {
         }
     }
 
-    /// The command that repeats this run.
-    pub fn command(&self) -> String {
+    /// The `fencelab run` arguments (after `run`) that give this configuration back, built
+    /// from the fields: `--store` and `--schedule` are the caller's to add.
+    pub fn args(&self) -> Vec<String> {
         let nemesis: Vec<&str> = self.nemesis.iter().map(|kind| kind.name()).collect();
         let nemesis = if nemesis.is_empty() { "none".to_string() } else { nemesis.join(",") };
-        let mut command = format!(
-            "fencelab run --test-name {} --seed {} --time-limit {} --runners {} --keys {} --rate {} --nemesis {} --target-mode {} --lease-ms {} --heartbeat-interval-ms {} --reconcile-after-ms {} --steps-min {} --steps-max {} --step-ms-min {} --step-ms-max {} --recovery-limit {}",
-            self.test_name, self.seed, self.time_limit_ms / 1_000, self.runners, self.keys, self.rate_per_s, nemesis,
-            serde_json::to_value(self.target_mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
-            self.lease_ms, self.heartbeat_interval_ms, self.reconcile_after_ms, self.steps_min, self.steps_max, self.step_ms_min, self.step_ms_max,
-            self.recovery_limit_ms / 1_000,
-        );
+        let mut args: Vec<String> = [
+            ("--test-name", self.test_name.clone()),
+            ("--seed", self.seed.to_string()),
+            ("--time-limit", (self.time_limit_ms / 1_000).to_string()),
+            ("--runners", self.runners.to_string()),
+            ("--keys", self.keys.to_string()),
+            ("--rate", self.rate_per_s.to_string()),
+            ("--nemesis", nemesis),
+            ("--target-mode", self.target_mode.name().to_string()),
+            ("--lease-ms", self.lease_ms.to_string()),
+            ("--heartbeat-interval-ms", self.heartbeat_interval_ms.to_string()),
+            ("--reconcile-after-ms", self.reconcile_after_ms.to_string()),
+            ("--steps-min", self.steps_min.to_string()),
+            ("--steps-max", self.steps_max.to_string()),
+            ("--step-ms-min", self.step_ms_min.to_string()),
+            ("--step-ms-max", self.step_ms_max.to_string()),
+            ("--recovery-limit", (self.recovery_limit_ms / 1_000).to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_string(), value])
+        .collect();
         for bug in &self.bugs {
-            command.push_str(&format!(" --bug {bug}"));
+            args.extend(["--bug".to_string(), bug.name().to_string()]);
         }
-        command
+        if let Some(url) = &self.toxiproxy_url {
+            args.extend(["--toxiproxy-url".to_string(), url.clone()]);
+        }
+        args
+    }
+
+    /// The command that repeats this run.
+    pub fn command(&self) -> String {
+        format!("fencelab run {}", self.args().join(" "))
     }
 
     /// The command that repeats this run, whose folder is `folder`.
@@ -231,5 +357,76 @@ impl RunConfig {
             runners: self.runners,
             lease_ms: self.lease_ms,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn parse(args: &[String]) -> RunArgs {
+        let words = std::iter::once("run".to_string()).chain(args.iter().cloned());
+        Wrapper::try_parse_from(words).expect("the command parses").run
+    }
+
+    #[test]
+    fn the_default_is_what_no_flag_gives() {
+        let config = validate(&parse(&[]), 0).unwrap();
+        assert_eq!(config, RunConfig::default());
+    }
+
+    #[test]
+    fn a_config_round_trips_through_its_command() {
+        let config = RunConfig {
+            test_name: "round-trip".into(),
+            seed: 77,
+            time_limit_ms: 12_000,
+            recovery_limit_ms: 9_000,
+            runners: 5,
+            keys: 7,
+            rate_per_s: 3.5,
+            nemesis: vec![FaultKind::Kill, FaultKind::ClockSkew],
+            bugs: vec![Bug::AcceptStaleResult, Bug::RequeueOnExpiry],
+            target_mode: Mode::Unfenced,
+            lease_ms: 800,
+            heartbeat_interval_ms: 150,
+            reconcile_after_ms: 900,
+            renewal_margin_ms: 160,
+            request_timeout_ms: 1_600,
+            steps_min: 2,
+            steps_max: 9,
+            step_ms_min: 10,
+            step_ms_max: 20,
+            toxiproxy_url: Some("http://127.0.0.1:8474".into()),
+            ..RunConfig::default()
+        };
+        assert_eq!(validate(&parse(&config.args()), 0).unwrap(), config);
+        assert_eq!(validate(&RunArgs::from(&config), 0).unwrap(), config);
+        let command = config.command();
+        let words: Vec<String> = command.split(' ').skip(2).map(str::to_string).collect();
+        assert_eq!(words, config.args(), "the printed command is the arguments");
+    }
+
+    #[test]
+    fn config_json_is_read_back_through_its_type() {
+        let file = ConfigFile {
+            run: RunConfig::default(),
+            clock_control: super::super::cluster::ClockControl::RunnerOffset,
+            healthy_ms: Some(12),
+            scenario: None,
+        };
+        let text = serde_json::to_string(&file).unwrap();
+        assert_eq!(serde_json::from_str::<ConfigFile>(&text).unwrap(), file);
+        let unknown = text.replacen('{', "{\"seeed\":1,", 1);
+        assert!(serde_json::from_str::<ConfigFile>(&unknown).is_err(), "an unknown field is refused");
+        let missing = text.replacen("\"seed\"", "\"seeed\"", 1);
+        assert!(serde_json::from_str::<ConfigFile>(&missing).is_err(), "a missing field is refused");
     }
 }

@@ -87,9 +87,13 @@ pub async fn execute(
             .await
             .map_err(|_| anyhow::anyhow!("the cluster was not healthy within {HEALTHY_WAIT_MAX:?}"))??;
     let healthy_ms = started.elapsed().as_millis() as u64;
-    let mut full_config = serde_json::to_value(&config)?;
-    full_config["clock_control"] = serde_json::to_value(&cluster.clock)?;
-    full_config["healthy_ms"] = healthy_ms.into();
+    let file = config::ConfigFile {
+        run: config.clone(),
+        clock_control: cluster.clock.clone(),
+        healthy_ms: Some(healthy_ms),
+        scenario: None,
+    };
+    let full_config = serde_json::to_value(&file)?;
     write_json(&folder.join("config.json"), &full_config)?;
     recorder.record(Process::HARNESS, EventType::Ok, Op::Config, |event| event.value = Some(full_config.clone()));
     let shared: Shared = Arc::new(State {

@@ -21,7 +21,7 @@ use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 
 use crate::run::cluster::Cluster;
-use crate::run::config::{validate, RunArgs, RunConfig};
+use crate::run::config::{validate, ConfigFile, RunArgs, RunConfig, ScenarioInfo};
 use crate::run::operator;
 use crate::run::recorder::Recorder;
 use crate::run::{Shared, State};
@@ -51,16 +51,8 @@ pub fn load(file: &Path) -> Result<Scenario, ScenarioError> {
 }
 
 fn config(scenario: &Scenario, store: &Path) -> Result<RunConfig, ScenarioError> {
-    use clap::Parser;
-    #[derive(Parser)]
-    struct Wrapper {
-        #[command(flatten)]
-        run: RunArgs,
-    }
-    let store = store.to_string_lossy().into_owned();
-    let args = Wrapper::try_parse_from(["scenario", "--store", &store, "--nemesis", "none"])
-        .map_err(|error| ScenarioError::Internal(anyhow::anyhow!("{error}")))?;
-    let mut args = args.run;
+    let mut args =
+        RunArgs::from(&RunConfig { nemesis: Vec::new(), store: store.to_path_buf(), ..RunConfig::default() });
     args.test_name = format!("scenario-{}", scenario.name);
     args.seed = Some(scenario.seed);
     args.runners = scenario.runners;
@@ -103,10 +95,15 @@ async fn execute(
     if !scenario.idle.is_empty() {
         tokio::time::sleep(steps::SETTLE).await;
     }
-    let mut full_config = serde_json::to_value(config)?;
-    full_config["clock_control"] = serde_json::to_value(&cluster.clock)?;
-    full_config["scenario"] =
-        serde_json::json!({"name": scenario.name, "description": scenario.description, "file": file});
+    let info =
+        ScenarioInfo { name: scenario.name.clone(), description: scenario.description.clone(), file: file.into() };
+    let file_config = ConfigFile {
+        run: config.clone(),
+        clock_control: cluster.clock.clone(),
+        healthy_ms: None,
+        scenario: Some(info),
+    };
+    let full_config = serde_json::to_value(&file_config)?;
     write_json(&folder.join("config.json"), &full_config)?;
     write_json(&folder.join("schedule.json"), &serde_json::json!([]))?;
     recorder.record(Process::HARNESS, EventType::Ok, Op::Config, |event| event.value = Some(full_config.clone()));
