@@ -14,6 +14,7 @@ pub mod heartbeat_resurrection;
 pub mod ledger_completeness;
 pub mod lost_work;
 mod model;
+pub mod rules_model;
 pub mod single_owner;
 pub mod stale_completion;
 pub mod stale_side_effect;
@@ -72,6 +73,7 @@ pub fn names() -> &'static [(&'static str, &'static str)] {
         (stale_side_effect::NAME, stale_side_effect::ABOUT),
         (lost_work::NAME, lost_work::ABOUT),
         (ledger_completeness::NAME, ledger_completeness::ABOUT),
+        (rules_model::NAME, rules_model::ABOUT),
     ]
 }
 
@@ -87,6 +89,7 @@ fn all_checks() -> Vec<Box<dyn Check>> {
         Box::<stale_side_effect::StaleSideEffect>::default(),
         Box::<lost_work::LostWork>::default(),
         Box::<ledger_completeness::LedgerCompleteness>::default(),
+        Box::<rules_model::RulesModel>::default(),
     ]
 }
 

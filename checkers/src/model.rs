@@ -90,6 +90,8 @@ pub enum Src {
     Final,
     /// The harness's run configuration (`harness`, `ok`, `config`).
     Config,
+    /// The operator's decision to reconcile an attempt (`operator`, `invoke`, `reconcile`).
+    OperatorReconcile,
     /// Anything else: requests, operator and nemesis operations, faults.
     Other,
 }
@@ -200,6 +202,7 @@ fn classify(event: &Event) -> Src {
         EventType::Ok if event.process == Process::CLIENT && event.f == Op::Submit => Src::SubmitOk,
         EventType::Ok if event.process == Process::HARNESS && event.f == Op::Final => Src::Final,
         EventType::Ok if event.process == Process::HARNESS && event.f == Op::Config => Src::Config,
+        EventType::Invoke if event.process == Process::OPERATOR && event.f == Op::Reconcile => Src::OperatorReconcile,
         _ => Src::Other,
     }
 }

@@ -244,6 +244,10 @@ impl Gen {
         entry.lease_expires_ms = Some(lease);
         self.ledger(out, entry, Some("uncertain"));
         let at = self.tick(100);
+        let mut decided = Event::new(0, Process::OPERATOR, EventType::Invoke, Op::Reconcile)
+            .with_claim(&c.job, &c.attempt, &c.runner, c.fence);
+        decided.outcome = Some("stopped".into());
+        self.push(out, decided);
         let mut entry = self.entry(Op::Reconcile, c, at);
         entry.outcome = Some("stopped".into());
         entry.lease_expires_ms = Some(lease);

@@ -66,7 +66,7 @@ impl H {
 
     pub fn config(&mut self, target_mode: &str) -> u64 {
         let mut event = Event::new(0, Process::HARNESS, EventType::Ok, Op::Config);
-        event.value = Some(json!({"target_mode": target_mode, "bugs": []}));
+        event.value = Some(json!({"target_mode": target_mode, "bugs": [], "lease_ms": 2_000}));
         self.push(event)
     }
 
@@ -165,6 +165,23 @@ impl H {
         lease_end: Option<i64>,
     ) -> u64 {
         self.answered(Op::Heartbeat, c, at_ms, observed_ms, decision, lease_end)
+    }
+
+    /// A heartbeat the ledger refused for `reason`, answered to the runner.
+    pub fn heartbeat_refused(&mut self, c: &C, at_ms: i64, observed_ms: i64, reason: Reason) -> u64 {
+        let seq = self.ledger_report(
+            Op::Heartbeat,
+            c,
+            at_ms,
+            observed_ms,
+            Decision::Rejected,
+            Some(reason),
+            None,
+            None,
+            None,
+        );
+        self.answer(Op::Heartbeat, c, observed_ms, None, Decision::Rejected, seq);
+        seq
     }
 
     pub fn capability(

@@ -2,6 +2,7 @@
 //! checked by name against the anomaly kinds it must (or must not) produce.
 
 mod builder;
+mod model;
 mod scenarios;
 mod violations;
 
@@ -38,7 +39,7 @@ pub fn all_valid(events: &[Event]) {
 }
 
 #[test]
-fn names_list_ten_checkers_in_order_and_check_all_follows_it() {
+fn names_list_eleven_checkers_in_order_and_check_all_follows_it() {
     let names: Vec<&str> = checkers::names().iter().map(|(name, _)| *name).collect();
     assert_eq!(
         names,
@@ -52,7 +53,8 @@ fn names_list_ten_checkers_in_order_and_check_all_follows_it() {
             "clock-authority",
             "stale-side-effect",
             "lost-work",
-            "ledger-completeness"
+            "ledger-completeness",
+            "rules-model"
         ]
     );
     let results = checkers::check_all(&scenarios::walk_through(false));
@@ -76,6 +78,7 @@ fn each_module_function_agrees_with_check_all() {
         checkers::stale_side_effect::check(&events),
         checkers::lost_work::check(&events),
         checkers::ledger_completeness::check(&events),
+        checkers::rules_model::check(&events),
     ];
     assert_eq!(all, singles);
 }

@@ -29,7 +29,7 @@ pub fn walk_through(accept_late: bool) -> Vec<history::Event> {
     } else {
         h.result(&a1, 4_500, 4_300, "succeeded", Rejected, Some(Reason::Superseded));
     }
-    h.heartbeat(&a1, 4_510, 4_310, Rejected, None);
+    h.heartbeat_refused(&a1, 4_510, 4_310, Reason::Superseded);
     h.step(&a1, 4_520, Rejected, Some(Reason::StaleFence));
     h.step(&a2, 4_600, Accepted, None);
     h.result(&a2, 5_000, 5_000, "succeeded", Accepted, None);
