@@ -68,10 +68,25 @@ pub async fn sending_upstream(payload: Vec<u8>) -> SocketAddr {
 
 /// A raw request; answers the status and the JSON body (Null when empty).
 pub async fn call(base: &str, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
-    call_as(base, method, path, body, "fencelab-tests").await
+    let raw = call_raw(base, method, path, body, "fencelab-tests").await;
+    let value = if raw.body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&raw.body).unwrap_or_else(|_| panic!("non-JSON body: {:?}", raw.body))
+    };
+    (raw.status, value)
 }
 
-pub async fn call_as(base: &str, method: &str, path: &str, body: Option<&str>, user_agent: &str) -> (u16, Value) {
+/// An answer as it came: status, content type, request-id header and body text.
+pub struct RawAnswer {
+    pub status: u16,
+    pub content_type: String,
+    pub request_id: Option<String>,
+    pub body: String,
+}
+
+/// A raw request with a chosen User-Agent; answers the body as text.
+pub async fn call_raw(base: &str, method: &str, path: &str, body: Option<&str>, user_agent: &str) -> RawAnswer {
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
     let mut req = http.request(method, format!("{base}{path}")).header("user-agent", user_agent);
@@ -80,13 +95,11 @@ pub async fn call_as(base: &str, method: &str, path: &str, body: Option<&str>, u
     }
     let resp = step("http call", req.send()).await.expect("request sent");
     let status = resp.status().as_u16();
-    let bytes = resp.bytes().await.unwrap();
-    let value = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).unwrap_or_else(|_| panic!("non-JSON body: {bytes:?}"))
-    };
-    (status, value)
+    let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let content_type = header("content-type").unwrap_or_default();
+    let request_id = header("x-toxiproxy-request-id");
+    let body = step("http body", resp.text()).await.unwrap();
+    RawAnswer { status, content_type, request_id, body }
 }
 
 /// Creates a proxy on port 0 through the raw API; answers its bound address.
