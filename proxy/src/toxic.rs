@@ -155,18 +155,7 @@ impl ToxicKind {
             "limit_data" => ToxicKind::LimitData { bytes: get("bytes") },
             other => return Err(ToxicInputError::UnknownType(other.to_string())),
         };
-        kind.check()?;
         Ok(kind)
-    }
-
-    /// Cross-attribute checks that a single value cannot express.
-    fn check(&self) -> Result<(), ToxicInputError> {
-        if let ToxicKind::Slicer { average_size_bytes: 0, .. } = self {
-            return Err(ToxicInputError::Invalid(
-                "bad request body: attribute average_size must be greater than 0".into(),
-            ));
-        }
-        Ok(())
     }
 
     /// Parses attributes for `type_name` (`null` or absent: none given); with
@@ -393,7 +382,6 @@ mod tests {
             (json!({"type": "latency", "attributes": {"latency": -1}}), "latency"),
             (json!({"type": "bandwidth", "attributes": {"rate": "fast"}}), "rate"),
             (json!({"type": "noop", "toxicity": 1.5}), "toxicity"),
-            (json!({"type": "slicer", "attributes": {"average_size": 0}}), "average_size"),
         ];
         for (body, field) in cases {
             let err = Toxic::from_create_json(&body).unwrap_err().to_string();

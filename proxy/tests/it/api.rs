@@ -363,8 +363,6 @@ async fn invalid_toxics_are_400_naming_the_field_and_create_nothing() {
             (r#"{"type":"bandwidth","attributes":{"rate":1.5}}"#, "rate"),
             (r#"{"type":"reset_peer","attributes":{"timeout":"soon"}}"#, "timeout"),
             (r#"{"type":"limit_data","attributes":{"bytes":-1}}"#, "bytes"),
-            (r#"{"type":"slicer","attributes":{"average_size":0}}"#, "average_size"),
-            (r#"{"type":"slicer"}"#, "average_size"),
             (r#"{"type":"latency","attributes":[1]}"#, "attributes"),
             (r#"{"type":"latency""#, "bad request body"),
         ];
