@@ -153,9 +153,12 @@ struct Ends {
     dest_closed: watch::Sender<bool>,
 }
 
-/// Resolves once the socket was marked closed (or the marker is gone).
+/// Resolves once the socket was marked closed; never if the other pump ended
+/// without marking it (a half-close leaves the socket open).
 async fn closed(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|closed| *closed).await;
+    if rx.wait_for(|closed| *closed).await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// Waits for a change of the toxic set; never resolves if the proxy is gone.

@@ -7,6 +7,8 @@
 
 mod api;
 mod client;
+mod fidelity;
 mod support;
 mod toxics;
 mod upstream_api;
+mod upstream_toxics;
