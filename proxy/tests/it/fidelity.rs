@@ -9,7 +9,7 @@ use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 /// Item 1: `"attributes": null` or none creates a toxic with zero attributes;
 /// a `timeout` toxic created so holds data (timeout 0).

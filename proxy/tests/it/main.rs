@@ -6,6 +6,7 @@
 //! runs under a timeout so a regression fails instead of hanging.
 
 mod api;
+mod chaostoolkit;
 mod client;
 mod fidelity;
 mod support;
