@@ -12,4 +12,5 @@ mod fidelity;
 mod support;
 mod toxics;
 mod upstream_api;
+mod upstream_proxy;
 mod upstream_toxics;
