@@ -1,12 +1,14 @@
 //! Toxiproxy's REST API over the registry: routes, request decoding and
 //! Toxiproxy-shaped answers (status codes, `{"error", "status"}` bodies, the
-//! 403 for browsers). Bodies are decoded by hand rather than with axum's `Json`
-//! extractor so that any content type is accepted (curl's default included)
-//! and every rejection carries a message that names the offending field.
+//! plain-text 403 for browsers and 404 for unknown routes, the `/version`
+//! body, an `X-Toxiproxy-Request-Id` header). Bodies are decoded by hand rather
+//! than with axum's `Json` extractor so that any content type is accepted
+//! (curl's default included) and every rejection carries a message that names
+//! the offending field.
 
 use crate::error::ApiError;
-use crate::registry::{ProxyInput, Registry, DEFAULT_LISTEN};
-use crate::toxic::Toxic;
+use crate::registry::{ProxyChange, ProxyInput, Registry, DEFAULT_LISTEN, HALF_CLOSE_FIELD};
+use crate::toxic::CreateHead;
 use axum::body::Bytes;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
@@ -15,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The Toxiproxy API version this server speaks, with our own version appended.
@@ -46,7 +49,24 @@ pub(crate) fn router(registry: Arc<Registry>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(stop_browsers))
+        .layer(middleware::from_fn(request_id))
         .with_state(registry)
+}
+
+/// Toxiproxy names every answer with an `X-Toxiproxy-Request-Id` header.
+async fn request_id(request: Request, next: Next) -> Response {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut response = next.run(request).await;
+    if let Ok(value) = header::HeaderValue::from_str(&format!("fencelab-{id}")) {
+        response.headers_mut().insert("x-toxiproxy-request-id", value);
+    }
+    response
+}
+
+/// A plain-text answer, as Go's `http.Error` writes one.
+fn plain(status: StatusCode, text: &'static str) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
 }
 
 /// Toxiproxy refuses browsers so that a web page cannot drive it (CSRF).
@@ -57,21 +77,26 @@ async fn stop_browsers(request: Request, next: Next) -> Response {
         .and_then(|v| v.to_str().ok())
         .is_some_and(|ua| ua.starts_with("Mozilla/"));
     if is_browser {
-        return ApiError::new(403, "User agent not allowed").into_response();
+        return plain(StatusCode::FORBIDDEN, "User agent not allowed\n");
     }
     next.run(request).await
 }
 
-async fn not_found() -> ApiError {
-    ApiError::new(404, "not found")
+/// Toxiproxy's router answers unknown routes with Go's plain-text 404.
+async fn not_found() -> Response {
+    plain(StatusCode::NOT_FOUND, "404 page not found\n")
 }
 
-async fn method_not_allowed() -> ApiError {
-    ApiError::new(405, "method not allowed")
+/// Toxiproxy's router answers a known route with a wrong method 405 with an
+/// empty body; ours says what went wrong.
+async fn method_not_allowed() -> Response {
+    plain(StatusCode::METHOD_NOT_ALLOWED, "405 method not allowed\n")
 }
 
+/// Toxiproxy's exact body: `{"version": "…"}` and a newline.
 async fn version() -> Response {
-    Json(json!({ "version": VERSION })).into_response()
+    let body = format!("{{\"version\": \"{VERSION}\"}}\n");
+    ([(header::CONTENT_TYPE, "application/json;charset=utf-8")], body).into_response()
 }
 
 /// Decodes a JSON body; Toxiproxy's "bad request body" on failure.
@@ -111,7 +136,8 @@ fn proxy_input(obj: &Value, at: &str) -> Result<ProxyInput, ApiError> {
     let upstream = required("upstream")?;
     let listen = opt_string(obj, "listen")?.filter(|l| !l.is_empty()).unwrap_or_else(|| DEFAULT_LISTEN.to_string());
     let enabled = opt_bool(obj, "enabled")?.unwrap_or(true);
-    Ok(ProxyInput { name, listen, upstream, enabled })
+    let half_close = opt_bool(obj, HALF_CLOSE_FIELD)?.unwrap_or(false);
+    Ok(ProxyInput { name, listen, upstream, enabled, half_close })
 }
 
 fn ok_json(status: StatusCode, body: Value) -> ApiResult {
@@ -156,10 +182,13 @@ async fn update_proxy(State(reg): Shared, Path(proxy): Path<String>, body: Bytes
     if !body.is_object() {
         return Err(ApiError::bad_request("bad request body: expected a JSON object"));
     }
-    let listen = opt_string(&body, "listen")?.filter(|s| !s.is_empty());
-    let upstream = opt_string(&body, "upstream")?.filter(|s| !s.is_empty());
-    let enabled = opt_bool(&body, "enabled")?;
-    let updated = reg.update(&proxy, listen, upstream, enabled).await?;
+    let change = ProxyChange {
+        listen: opt_string(&body, "listen")?.filter(|s| !s.is_empty()),
+        upstream: opt_string(&body, "upstream")?.filter(|s| !s.is_empty()),
+        enabled: opt_bool(&body, "enabled")?,
+        half_close: opt_bool(&body, HALF_CLOSE_FIELD)?,
+    };
+    let updated = reg.update(&proxy, change).await?;
     ok_json(StatusCode::OK, updated)
 }
 
@@ -172,10 +201,15 @@ async fn list_toxics(State(reg): Shared, Path(proxy): Path<String>) -> ApiResult
     ok_json(StatusCode::OK, reg.toxics(&proxy).await?)
 }
 
+/// Toxiproxy's order of judgement: unknown proxy (404), body, stream, type
+/// (400), name taken (409), then the attributes (400).
 async fn create_toxic(State(reg): Shared, Path(proxy): Path<String>, body: Bytes) -> ApiResult {
-    // Unknown proxy answers 404 before the body is judged, as Toxiproxy does.
     reg.get(&proxy).await?;
-    let toxic = Toxic::from_create_json(&parse_body(&body)?).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let body = parse_body(&body)?;
+    let bad = |e: crate::toxic::ToxicInputError| ApiError::bad_request(e.to_string());
+    let head = CreateHead::parse(&body).map_err(bad)?;
+    reg.toxic_name_free(&proxy, &head.name).await?;
+    let toxic = head.with_attributes(&body).map_err(bad)?;
     ok_json(StatusCode::OK, reg.add_toxic(&proxy, toxic).await?)
 }
 

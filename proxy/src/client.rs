@@ -17,6 +17,8 @@ use std::time::Duration;
 
 /// Bound on every request, connect included.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// The proxy field of fencelab's half-close option (the server's name for it).
+const HALF_CLOSE_FIELD: &str = "fencelab_half_close";
 
 /// A proxy as the server reports it.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +30,10 @@ pub struct ProxyInfo {
     pub enabled: bool,
     /// Toxics of known types, in the server's order.
     pub toxics: Vec<Toxic>,
+    /// fencelab's half-close option (field `fencelab_half_close`): a plain EOF
+    /// is forwarded as a FIN and the other direction stays open. Only the
+    /// embedded server has it; a real Toxiproxy always reports false.
+    pub half_close: bool,
 }
 
 impl ProxyInfo {
@@ -55,6 +61,7 @@ impl ProxyInfo {
             upstream: text("upstream")?,
             enabled: value.get("enabled").and_then(Value::as_bool).unwrap_or(false),
             toxics,
+            half_close: value.get(HALF_CLOSE_FIELD).and_then(Value::as_bool).unwrap_or(false),
         })
     }
 }
@@ -141,11 +148,59 @@ impl Client {
         ProxyInfo::from_json(&body)
     }
 
-    /// Creates or replaces proxies in one request (their toxics are ignored).
+    /// Creates an enabled proxy with fencelab's half-close option: when one side
+    /// ends its sending (EOF), the proxy forwards the FIN and keeps the other
+    /// direction open, so an answer sent after the client's half-close still
+    /// reaches it. Toxiproxy has no such option and closes the whole
+    /// connection; against a server that does not report the option back (a
+    /// real Toxiproxy), the proxy just created is deleted again and the answer
+    /// is [`ClientError::Unsupported`].
+    pub async fn create_proxy_half_close(
+        &self,
+        name: &str,
+        listen: &str,
+        upstream: &str,
+    ) -> Result<ProxyInfo, ClientError> {
+        let body =
+            json!({"name": name, "listen": listen, "upstream": upstream, "enabled": true, HALF_CLOSE_FIELD: true});
+        let body = self.call(Method::POST, "/proxies", Some(body)).await?;
+        let created = ProxyInfo::from_json(&body)?;
+        if !created.half_close {
+            let _ = self.delete_proxy(name).await;
+            return Err(ClientError::Unsupported(format!(
+                "the server at {} has no half-close option (a real Toxiproxy closes the whole connection)",
+                self.base
+            )));
+        }
+        Ok(created)
+    }
+
+    /// Sets fencelab's half-close option of a proxy for the connections it
+    /// accepts from now on; [`ClientError::Unsupported`] when the server does
+    /// not report the option back as set (a real Toxiproxy ignores the field).
+    pub async fn set_half_close(&self, name: &str, half_close: bool) -> Result<ProxyInfo, ClientError> {
+        let body = json!({ HALF_CLOSE_FIELD: half_close });
+        let body = self.call(Method::POST, &proxy_path(name), Some(body)).await?;
+        let info = ProxyInfo::from_json(&body)?;
+        if info.half_close != half_close {
+            return Err(ClientError::Unsupported(format!("the server at {} has no half-close option", self.base)));
+        }
+        Ok(info)
+    }
+
+    /// Creates or replaces proxies in one request (their toxics are ignored;
+    /// the half-close option is sent only where set).
     pub async fn populate(&self, proxies: &[ProxyInfo]) -> Result<Vec<ProxyInfo>, ClientError> {
         let list: Vec<Value> = proxies
             .iter()
-            .map(|p| json!({"name": p.name, "listen": p.listen, "upstream": p.upstream, "enabled": p.enabled}))
+            .map(|p| {
+                let mut entry =
+                    json!({"name": p.name, "listen": p.listen, "upstream": p.upstream, "enabled": p.enabled});
+                if p.half_close {
+                    entry[HALF_CLOSE_FIELD] = Value::Bool(true);
+                }
+                entry
+            })
             .collect();
         let body = self.call(Method::POST, "/populate", Some(Value::Array(list))).await?;
         let created =

@@ -61,4 +61,7 @@ pub enum ClientError {
     /// The server's answer did not have the expected shape.
     #[error("unexpected toxiproxy answer: {0}")]
     Decode(String),
+    /// The server lacks a fencelab-only option that was asked for.
+    #[error("not supported by this toxiproxy: {0}")]
+    Unsupported(String),
 }

@@ -1,5 +1,6 @@
 //! The data path of one proxied connection: two pumps (client → server and
-//! server → client) that apply the toxics configured for their stream.
+//! server → client) that apply the toxics configured for their stream, and
+//! Toxiproxy's rules for how a connection ends.
 //!
 //! A pump with no active toxic copies with a large buffer and no extra hop, so
 //! a clean proxy costs little. When toxics appear (the proxy's toxic set is
@@ -7,6 +8,13 @@
 //! that timestamps chunks into a bounded queue and a writer that runs each chunk
 //! through the toxic chain. Every random choice comes from a ChaCha RNG derived
 //! from the server seed, the proxy, the connection index and the toxic name.
+//!
+//! Ending, as in Toxiproxy: when one direction ends (its source reached EOF and
+//! its chain drained, or a toxic closed it), its destination gets a FIN and the
+//! other direction stops reading that socket, drains what it already read and
+//! ends in turn: the whole connection closes. A proxy with the fencelab
+//! half-close option forwards a plain EOF as a FIN and keeps the other
+//! direction open instead. A `reset_peer` toxic resets both sockets.
 
 use crate::toxic::{Stream, Toxic, ToxicKind};
 use rand::{Rng, SeedableRng};
@@ -32,11 +40,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How far a paced stream may fall behind before its schedule restarts.
 const PACE_SLACK: Duration = Duration::from_millis(5);
 
-/// A toxic installed on a proxy, with an id that changes on every update so
-/// per-connection state (toxicity roll, counters) restarts with new settings.
+/// A toxic installed on a proxy. `id` stays the same for the toxic's life on
+/// the proxy, so per-connection state (a `limit_data` count) survives updates;
+/// `version` changes on every update, which restarts the toxic on live
+/// connections (a new toxicity roll, a new `timeout` timer), as Toxiproxy
+/// restarts a toxic's pipe on update.
 #[derive(Debug)]
 pub(crate) struct Installed {
-    pub uid: u64,
+    pub id: u64,
+    pub version: u64,
     pub toxic: Toxic,
 }
 
@@ -64,12 +76,15 @@ pub(crate) struct ConnCtx {
     pub conn_index: u64,
     pub upstream: Arc<str>,
     pub toxics: watch::Receiver<Arc<ToxicSet>>,
+    /// fencelab's option: forward a plain EOF as a FIN and keep the other
+    /// direction open, instead of closing the whole connection.
+    pub half_close: bool,
 }
 
 /// How a pump ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum End {
-    /// Source reached EOF; the FIN was forwarded.
+    /// Source reached EOF and the chain drained.
     Eof,
     /// A toxic closed the connection.
     Close,
@@ -88,9 +103,14 @@ pub(crate) async fn run_connection(client: TcpStream, ctx: ConnCtx) {
     let _ = server.set_nodelay(true);
     let (mut client_rd, mut client_wr) = client.into_split();
     let (mut server_rd, mut server_wr) = server.into_split();
+    // Each pump tells the other when the socket they share is closed.
+    let (client_closed, client_closed_rx) = watch::channel(false);
+    let (server_closed, server_closed_rx) = watch::channel(false);
     let outcome = {
-        let up = pump(&mut client_rd, &mut server_wr, Stream::Upstream, &ctx);
-        let down = pump(&mut server_rd, &mut client_wr, Stream::Downstream, &ctx);
+        let up_ends = Ends { source_closed: client_closed_rx, dest_closed: server_closed };
+        let down_ends = Ends { source_closed: server_closed_rx, dest_closed: client_closed };
+        let up = pump(&mut client_rd, &mut server_wr, Stream::Upstream, &ctx, up_ends);
+        let down = pump(&mut server_rd, &mut client_wr, Stream::Downstream, &ctx, down_ends);
         both_directions(up, down).await
     };
     if outcome == Some(End::Reset) {
@@ -103,7 +123,9 @@ pub(crate) async fn run_connection(client: TcpStream, ctx: ConnCtx) {
     }
 }
 
-/// Drives both pumps until both reach EOF (None) or one ends otherwise.
+/// Drives both pumps until both end, or one resets or fails (then the
+/// connection is dropped at once). A pump that ends otherwise has already
+/// closed its destination, which ends the other pump's source.
 async fn both_directions(
     up: impl std::future::Future<Output = io::Result<End>>,
     down: impl std::future::Future<Output = io::Result<End>>,
@@ -116,12 +138,27 @@ async fn both_directions(
             r = &mut down, if !down_done => { down_done = true; r }
         };
         match result {
-            Ok(End::Eof) => {}
-            Ok(end) => return Some(end),
+            Ok(End::Eof | End::Close) => {}
+            Ok(End::Reset) => return Some(End::Reset),
             Err(_) => return Some(End::Close),
         }
     }
     None
+}
+
+/// How a pump learns that its source socket was closed by the other pump, and
+/// tells the other pump that it closed its destination.
+struct Ends {
+    source_closed: watch::Receiver<bool>,
+    dest_closed: watch::Sender<bool>,
+}
+
+/// Resolves once the socket was marked closed; never if the other pump ended
+/// without marking it (a half-close leaves the socket open).
+async fn closed(rx: &mut watch::Receiver<bool>) {
+    if rx.wait_for(|closed| *closed).await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// Waits for a change of the toxic set; never resolves if the proxy is gone.
@@ -132,27 +169,39 @@ async fn toxics_changed(rx: &mut watch::Receiver<Arc<ToxicSet>>) {
 }
 
 /// One direction of a connection.
-async fn pump(rd: &mut OwnedReadHalf, wr: &mut OwnedWriteHalf, stream: Stream, ctx: &ConnCtx) -> io::Result<End> {
+async fn pump(
+    rd: &mut OwnedReadHalf,
+    wr: &mut OwnedWriteHalf,
+    stream: Stream,
+    ctx: &ConnCtx,
+    mut ends: Ends,
+) -> io::Result<End> {
     let mut toxics = ctx.toxics.clone();
     let mut state = DirState::new(ctx, stream);
     let mut buf = vec![0u8; FAST_BUF_BYTES];
-    loop {
+    let source_closed = &mut ends.source_closed;
+    let end = loop {
         let set = toxics.borrow_and_update().clone();
-        let chain = state.active(set.for_stream(stream));
-        let end = if chain.is_empty() {
-            clean_copy(rd, wr, &mut buf, &mut toxics).await?
-        } else {
-            toxic_copy(rd, wr, &mut toxics, &mut state).await?
+        let step = match state.refresh(set.for_stream(stream)) {
+            Err(end) => Step::Done(end),
+            Ok(chain) if chain.is_empty() => clean_copy(rd, wr, &mut buf, &mut toxics, source_closed).await?,
+            Ok(_) => toxic_copy(rd, wr, &mut toxics, &mut state, source_closed).await?,
         };
-        match end {
+        match step {
             Step::Again => continue,
-            Step::Done(End::Eof) => {
-                let _ = wr.shutdown().await;
-                return Ok(End::Eof);
-            }
-            Step::Done(end) => return Ok(end),
+            Step::Done(end) => break end,
         }
+    };
+    match end {
+        End::Eof | End::Close => {
+            let _ = wr.shutdown().await;
+            if end == End::Close || !ctx.half_close {
+                let _ = ends.dest_closed.send(true);
+            }
+        }
+        End::Reset => {}
     }
+    Ok(end)
 }
 
 /// Result of one mode of a pump.
@@ -168,12 +217,14 @@ async fn clean_copy(
     wr: &mut OwnedWriteHalf,
     buf: &mut [u8],
     toxics: &mut watch::Receiver<Arc<ToxicSet>>,
+    source_closed: &mut watch::Receiver<bool>,
 ) -> io::Result<Step> {
     loop {
         let n = tokio::select! {
             biased;
             r = rd.read(buf) => r?,
             _ = toxics_changed(toxics) => return Ok(Step::Again),
+            _ = closed(source_closed) => 0,
         };
         if n == 0 {
             return Ok(Step::Done(End::Eof));
@@ -194,9 +245,10 @@ async fn toxic_copy(
     wr: &mut OwnedWriteHalf,
     toxics: &mut watch::Receiver<Arc<ToxicSet>>,
     state: &mut DirState,
+    source_closed: &mut watch::Receiver<bool>,
 ) -> io::Result<Step> {
     let (tx, mut rx) = mpsc::channel::<Chunk>(CHUNK_QUEUE);
-    let reader = read_chunks(rd, tx);
+    let reader = read_chunks(rd, tx, source_closed);
     let writer = write_chunks(wr, &mut rx, toxics, state);
     tokio::pin!(reader, writer);
     let mut reader_done = false;
@@ -208,15 +260,24 @@ async fn toxic_copy(
     }
 }
 
-/// Reads chunks into the queue until EOF. Takes a queue slot before reading so
-/// that cancelling it (on a switch back to the clean path) never loses data.
-async fn read_chunks(rd: &mut OwnedReadHalf, tx: mpsc::Sender<Chunk>) -> io::Result<()> {
+/// Reads chunks into the queue until EOF (or the source was closed by the
+/// other direction). Takes a queue slot before reading so that cancelling it
+/// (on a switch back to the clean path) never loses data.
+async fn read_chunks(
+    rd: &mut OwnedReadHalf,
+    tx: mpsc::Sender<Chunk>,
+    source_closed: &mut watch::Receiver<bool>,
+) -> io::Result<()> {
     let mut buf = vec![0u8; CHUNK_BYTES];
     loop {
         let Ok(permit) = tx.reserve().await else {
             return Ok(());
         };
-        let n = rd.read(&mut buf).await?;
+        let n = tokio::select! {
+            biased;
+            r = rd.read(&mut buf) => r?,
+            _ = closed(source_closed) => 0,
+        };
         if n == 0 {
             return Ok(()); // dropping `tx` tells the writer about EOF
         }
@@ -233,10 +294,15 @@ async fn write_chunks(
 ) -> io::Result<Step> {
     loop {
         let set = toxics.borrow_and_update().clone();
-        let chain = state.active(set.for_stream(state.stream));
+        let chain = match state.refresh(set.for_stream(state.stream)) {
+            Ok(chain) => chain,
+            Err(end) => return Ok(Step::Done(end)),
+        };
         if chain.is_empty() && rx.is_empty() {
             return Ok(Step::Again);
         }
+        // Toxiproxy's bandwidth toxic with rate 0 never lets data through.
+        let stalled = chain.iter().any(|t| matches!(t.toxic.kind, ToxicKind::Bandwidth { rate_kbps: 0 }));
         let deadline = state.deadline(&chain);
         let far = Instant::now() + Duration::from_secs(86_400);
         tokio::select! {
@@ -245,7 +311,7 @@ async fn write_chunks(
                 return Ok(Step::Done(deadline.map_or(End::Close, |d| d.1)));
             }
             _ = toxics_changed(toxics) => continue,
-            chunk = rx.recv() => match chunk {
+            chunk = rx.recv(), if !stalled => match chunk {
                 Some(chunk) => {
                     if let Some(end) = state.apply(&chain, chunk, wr).await? {
                         return Ok(Step::Done(end));
@@ -259,11 +325,15 @@ async fn write_chunks(
 
 /// Per-connection state of one toxic.
 struct ToxicState {
+    /// The toxic's version this state was last started for.
+    version: u64,
+    /// A timeout toxic, whose removal closes the connection.
+    is_timeout: bool,
     active: bool,
     rng: ChaCha8Rng,
     /// When the toxic started on this connection, or last dropped data (timeout).
     timer_from: Instant,
-    /// Bytes passed so far (limit_data).
+    /// Bytes passed so far (limit_data); kept across updates.
     passed_bytes: u64,
     /// When a reset_peer toxic fires, once triggered by data.
     reset_at: Option<Instant>,
@@ -297,36 +367,53 @@ impl DirState {
         }
     }
 
-    /// The toxics of `chain` that apply to this connection (toxicity is rolled
-    /// once per connection and toxic), creating state for new ones.
-    fn active(&mut self, chain: &[Arc<Installed>]) -> Vec<Arc<Installed>> {
-        self.toxics.retain(|uid, _| chain.iter().any(|t| t.uid == *uid));
+    /// Brings the per-toxic states up to date with `chain` and answers the
+    /// toxics that apply to this connection. Toxicity is rolled when a toxic
+    /// starts on the connection and again when it is updated. A removed
+    /// `timeout` toxic closes the connection (Toxiproxy's cleanup), whether or
+    /// not its roll applied it here.
+    fn refresh(&mut self, chain: &[Arc<Installed>]) -> Result<Vec<Arc<Installed>>, End> {
+        let timeout_removed = self.toxics.iter().any(|(id, st)| st.is_timeout && !chain.iter().any(|t| t.id == *id));
+        if timeout_removed {
+            return Err(End::Close);
+        }
+        self.toxics.retain(|id, _| chain.iter().any(|t| t.id == *id));
         let mut out = Vec::with_capacity(chain.len());
         for t in chain {
-            let seed = derive_seed(self.seed, &self.proxy, self.conn_index, self.stream, &t.toxic.name);
-            let st = self.toxics.entry(t.uid).or_insert_with(|| {
+            let toxicity = t.toxic.toxicity;
+            let is_timeout = matches!(t.toxic.kind, ToxicKind::Timeout { .. });
+            let st = self.toxics.entry(t.id).or_insert_with(|| {
+                let seed = derive_seed(self.seed, &self.proxy, self.conn_index, self.stream, &t.toxic.name);
                 let mut rng = ChaCha8Rng::seed_from_u64(seed);
-                let roll: f32 = rng.gen();
+                let active = roll(&mut rng, toxicity);
                 ToxicState {
-                    active: t.toxic.toxicity >= 1.0 || roll < t.toxic.toxicity,
+                    version: t.version,
+                    is_timeout,
+                    active,
                     rng,
                     timer_from: Instant::now(),
                     passed_bytes: 0,
                     reset_at: None,
                 }
             });
+            if st.version != t.version {
+                st.version = t.version;
+                st.is_timeout = is_timeout;
+                st.active = roll(&mut st.rng, toxicity);
+                st.timer_from = Instant::now();
+            }
             if st.active {
                 out.push(t.clone());
             }
         }
-        out
+        Ok(out)
     }
 
     /// The earliest time-driven event of the chain: a timeout close or a reset.
     fn deadline(&self, chain: &[Arc<Installed>]) -> Option<(Instant, End)> {
         let mut best: Option<(Instant, End)> = None;
         for t in chain {
-            let Some(st) = self.toxics.get(&t.uid) else {
+            let Some(st) = self.toxics.get(&t.id) else {
                 continue;
             };
             let event = match t.toxic.kind {
@@ -353,16 +440,20 @@ impl DirState {
         wr: &mut OwnedWriteHalf,
     ) -> io::Result<Option<End>> {
         let mut pieces = vec![Piece { data: chunk.data, gap: Duration::ZERO }];
+        // Each latency toxic delays the chunk from the time the previous one
+        // released it, so latencies on one stream add up (as in Toxiproxy).
+        let mut released = chunk.arrived;
         let mut close_after = false;
         for t in chain {
-            let Some(st) = self.toxics.get_mut(&t.uid) else {
+            let Some(st) = self.toxics.get_mut(&t.id) else {
                 continue;
             };
             match t.toxic.kind {
                 ToxicKind::Noop | ToxicKind::SlowClose { .. } => {}
                 ToxicKind::Latency { latency_ms, jitter_ms } => {
                     let delay_ms = jittered_ms(&mut st.rng, latency_ms, jitter_ms);
-                    sleep_until(chunk.arrived + Duration::from_millis(delay_ms)).await;
+                    released += Duration::from_millis(delay_ms);
+                    sleep_until(released).await;
                 }
                 ToxicKind::Timeout { .. } => {
                     st.timer_from = Instant::now();
@@ -382,6 +473,9 @@ impl DirState {
                     let sizes = (average_size_bytes, size_variation_bytes);
                     pieces = slice(pieces, sizes, delay_us, &mut st.rng);
                 }
+            }
+            if close_after && pieces.iter().all(|p| p.data.is_empty()) {
+                break;
             }
         }
         self.write_pieces(pieces, wr).await?;
@@ -405,25 +499,19 @@ impl DirState {
         Ok(())
     }
 
-    /// Handles EOF of the source: a reset_peer toxic triggers on it (as on data),
-    /// a timeout toxic swallows it, slow_close delays the FIN.
+    /// Handles EOF of the source, toxic by toxic in chain order: a reset_peer
+    /// toxic triggers on it (as on data), a timeout toxic closes the connection
+    /// at once, slow_close delays the close.
     async fn finish(&mut self, chain: &[Arc<Installed>]) -> io::Result<End> {
         for t in chain {
             match t.toxic.kind {
                 ToxicKind::ResetPeer { timeout_ms } => {
-                    let at = self.toxics.get(&t.uid).and_then(|s| s.reset_at);
+                    let at = self.toxics.get(&t.id).and_then(|s| s.reset_at);
                     let at = at.unwrap_or_else(|| Instant::now() + Duration::from_millis(timeout_ms));
                     sleep_until(at).await;
                     return Ok(End::Reset);
                 }
-                ToxicKind::Timeout { timeout_ms } => {
-                    if timeout_ms == 0 {
-                        std::future::pending::<()>().await;
-                    }
-                    let from = self.toxics.get(&t.uid).map_or(Instant::now(), |s| s.timer_from);
-                    sleep_until(from + Duration::from_millis(timeout_ms)).await;
-                    return Ok(End::Close);
-                }
+                ToxicKind::Timeout { .. } => return Ok(End::Close),
                 ToxicKind::SlowClose { delay_ms } => {
                     tokio::time::sleep(Duration::from_millis(delay_ms)).await;
                 }
@@ -432,6 +520,12 @@ impl DirState {
         }
         Ok(End::Eof)
     }
+}
+
+/// Whether a toxic applies, drawn from its RNG (toxicity 1 always does).
+fn roll(rng: &mut ChaCha8Rng, toxicity: f32) -> bool {
+    let draw: f32 = rng.gen();
+    toxicity >= 1.0 || draw < toxicity
 }
 
 /// latency ± jitter, uniformly, never below zero.

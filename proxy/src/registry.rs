@@ -6,13 +6,18 @@
 //! consistent collection and a listener is bound or closed before the answer
 //! is sent. Each running proxy has one accept task that owns its connections,
 //! so stopping it closes the listener and every connection, and waits for both.
+//!
+//! Listen addresses are compared as Toxiproxy 2.12 compares them: two texts
+//! are the same address when they resolve to a common socket address, so
+//! `localhost:P` is the proxy bound to `127.0.0.1:P`.
 
 use crate::error::ApiError;
 use crate::link::{run_connection, ConnCtx, Installed, ToxicSet};
 use crate::toxic::{Stream, Toxic};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -23,6 +28,10 @@ use tokio::task::{JoinHandle, JoinSet};
 pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:0";
 /// Longest wait for a proxy's accept task to close its connections.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait for resolving a listen address.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The JSON field of fencelab's per-proxy half-close option (not Toxiproxy's).
+pub(crate) const HALF_CLOSE_FIELD: &str = "fencelab_half_close";
 
 /// A running proxy's accept task and the way to stop it.
 struct Running {
@@ -33,12 +42,13 @@ struct Running {
 /// One proxy and its toxics.
 struct ProxyEntry {
     name: String,
-    /// The listen address as last requested (may be `host:0`).
-    listen_requested: String,
-    /// The address reported: the bound one once the proxy has run.
+    /// The address reported: as requested until the proxy first runs, then the
+    /// bound one (so a re-enabled proxy gets its port back), as in Toxiproxy.
     listen: String,
     upstream: String,
     enabled: bool,
+    /// fencelab's half-close option, read by each new connection.
+    half_close: Arc<AtomicBool>,
     toxics: Vec<Arc<Installed>>,
     toxics_tx: watch::Sender<Arc<ToxicSet>>,
     running: Option<Running>,
@@ -51,6 +61,16 @@ pub(crate) struct ProxyInput {
     pub listen: String,
     pub upstream: String,
     pub enabled: bool,
+    pub half_close: bool,
+}
+
+/// The fields a proxy update may change; `None` keeps the current value.
+#[derive(Debug, Default)]
+pub(crate) struct ProxyChange {
+    pub listen: Option<String>,
+    pub upstream: Option<String>,
+    pub enabled: Option<bool>,
+    pub half_close: Option<bool>,
 }
 
 /// The collection of proxies, shared by the API handlers.
@@ -65,10 +85,10 @@ impl ProxyEntry {
         let (toxics_tx, _) = watch::channel(Arc::new(ToxicSet::default()));
         ProxyEntry {
             name: input.name,
-            listen_requested: input.listen.clone(),
             listen: input.listen,
             upstream: input.upstream,
             enabled: input.enabled,
+            half_close: Arc::new(AtomicBool::new(input.half_close)),
             toxics: Vec::new(),
             toxics_tx,
             running: None,
@@ -76,14 +96,20 @@ impl ProxyEntry {
         }
     }
 
+    /// Toxiproxy's proxy shape; the half-close field appears only when set, so
+    /// a proxy without it looks exactly like a Toxiproxy one.
     fn to_json(&self) -> Value {
-        json!({
+        let mut body = json!({
             "name": self.name,
             "listen": self.listen,
             "upstream": self.upstream,
             "enabled": self.enabled,
             "toxics": self.toxics_json(),
-        })
+        });
+        if self.half_close.load(Ordering::Relaxed) {
+            body[HALF_CLOSE_FIELD] = Value::Bool(true);
+        }
+        body
     }
 
     fn toxics_json(&self) -> Vec<Value> {
@@ -111,9 +137,7 @@ impl ProxyEntry {
         if self.running.is_some() {
             return Ok(());
         }
-        let listener = TcpListener::bind(self.listen.as_str())
-            .await
-            .map_err(|e| ApiError::new(500, format!("listen {}: {e}", self.listen)))?;
+        let listener = bind(&self.listen).await?;
         if let Ok(addr) = listener.local_addr() {
             self.listen = addr.to_string();
         }
@@ -124,9 +148,10 @@ impl ProxyEntry {
             conn_index: 0,
             upstream: Arc::from(self.upstream.as_str()),
             toxics: self.toxics_tx.subscribe(),
+            half_close: false,
         };
         let counter = self.conn_counter.clone();
-        let task = tokio::spawn(accept_loop(listener, stop_rx, ctx, counter));
+        let task = tokio::spawn(accept_loop(listener, stop_rx, ctx, counter, self.half_close.clone()));
         self.running = Some(Running { stop, task });
         Ok(())
     }
@@ -143,8 +168,62 @@ impl ProxyEntry {
     }
 }
 
+/// Resolves `host:port` (bounded); empty when it does not resolve.
+async fn resolve(addr: &str) -> Vec<SocketAddr> {
+    match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host(addr)).await {
+        Ok(Ok(addrs)) => addrs.collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Toxiproxy 2.12's listen comparison: the same text, or two addresses that
+/// resolve to a common socket address (`localhost:P` and `127.0.0.1:P`).
+async fn same_address(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    let (ra, rb) = (resolve(a).await, resolve(b).await);
+    ra.iter().any(|x| rb.contains(x))
+}
+
+/// Binds a listen address as Go's `net.Listen("tcp", …)` does (the first IPv4
+/// address of a name), with Toxiproxy's error texts, e.g. `listen tcp
+/// 127.0.0.1:3310: bind: address already in use`.
+async fn bind(listen: &str) -> Result<TcpListener, ApiError> {
+    let resolved = match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host(listen)).await {
+        Ok(Ok(addrs)) => addrs.collect::<Vec<_>>(),
+        Ok(Err(e)) => return Err(ApiError::new(500, format!("listen tcp: address {listen}: {}", os_text(&e)))),
+        Err(_) => return Err(ApiError::new(500, format!("listen tcp: address {listen}: lookup timed out"))),
+    };
+    let Some(addr) = resolved.iter().find(|a| a.is_ipv4()).or(resolved.first()).copied() else {
+        return Err(ApiError::new(500, format!("listen tcp: address {listen}: no address")));
+    };
+    TcpListener::bind(addr).await.map_err(|e| ApiError::new(500, format!("listen tcp {addr}: bind: {}", os_text(&e))))
+}
+
+/// An I/O error as Go prints it: the system's text, lower case, without
+/// Rust's "(os error N)".
+fn os_text(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    let text = match text.find(" (os error") {
+        Some(at) => &text[..at],
+        None => &text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
 /// Accepts connections until told to stop, then closes all of them.
-async fn accept_loop(listener: TcpListener, mut stop: oneshot::Receiver<()>, ctx: ConnCtx, counter: Arc<AtomicU64>) {
+async fn accept_loop(
+    listener: TcpListener,
+    mut stop: oneshot::Receiver<()>,
+    ctx: ConnCtx,
+    counter: Arc<AtomicU64>,
+    half_close: Arc<AtomicBool>,
+) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -153,6 +232,7 @@ async fn accept_loop(listener: TcpListener, mut stop: oneshot::Receiver<()>, ctx
                 Ok((socket, _)) => {
                     let mut conn_ctx = ctx.clone();
                     conn_ctx.conn_index = counter.fetch_add(1, Ordering::Relaxed);
+                    conn_ctx.half_close = half_close.load(Ordering::Relaxed);
                     conns.spawn(run_connection(socket, conn_ctx));
                 }
                 // Out of descriptors and the like: back off instead of spinning.
@@ -196,16 +276,17 @@ impl Registry {
         Ok(body)
     }
 
-    /// POST /populate: inputs are already validated. Keeps identical existing
-    /// proxies (and their toxics), replaces the others. On a bind failure it
-    /// answers the error together with the proxies handled so far.
+    /// POST /populate: inputs are already validated. Keeps an existing proxy
+    /// with the same listen address (compared resolved) and upstream, with its
+    /// toxics, connections and settings (as Toxiproxy, it ignores `enabled`
+    /// then); replaces the others. On a bind failure it answers the error
+    /// together with the proxies handled so far.
     pub(crate) async fn populate(&self, inputs: Vec<ProxyInput>) -> (Vec<Value>, Option<ApiError>) {
         let mut proxies = self.proxies.lock().await;
         let mut done = Vec::with_capacity(inputs.len());
         for input in inputs {
             if let Some(existing) = proxies.get(&input.name) {
-                let same_listen = input.listen == existing.listen || input.listen == existing.listen_requested;
-                if same_listen && input.upstream == existing.upstream {
+                if input.upstream == existing.upstream && same_address(&input.listen, &existing.listen).await {
                     done.push(existing.to_json());
                     continue;
                 }
@@ -232,25 +313,27 @@ impl Registry {
         Ok(entry.to_json())
     }
 
-    /// POST/PATCH /proxies/{name}: unspecified fields keep their values.
-    pub(crate) async fn update(
-        &self,
-        name: &str,
-        listen: Option<String>,
-        upstream: Option<String>,
-        enabled: Option<bool>,
-    ) -> Result<Value, ApiError> {
+    /// POST/PATCH /proxies/{name}: unspecified fields keep their values; a
+    /// listen address that resolves to the current one changes nothing; the
+    /// half-close option applies to connections accepted from now on.
+    pub(crate) async fn update(&self, name: &str, change: ProxyChange) -> Result<Value, ApiError> {
+        let ProxyChange { listen, upstream, enabled, half_close } = change;
         let mut proxies = self.proxies.lock().await;
         let entry = proxies.get_mut(name).ok_or_else(ApiError::proxy_not_found)?;
         let old = (entry.listen.clone(), entry.upstream.clone(), entry.enabled);
-        let listen = listen.filter(|l| *l != entry.listen && *l != entry.listen_requested);
+        let listen = match listen {
+            Some(l) if !same_address(&l, &entry.listen).await => Some(l),
+            _ => None,
+        };
         let upstream = upstream.filter(|u| *u != entry.upstream);
+        if let Some(half_close) = half_close {
+            entry.half_close.store(half_close, Ordering::Relaxed);
+        }
         let enabled = enabled.unwrap_or(entry.enabled);
         if listen.is_some() || upstream.is_some() || !enabled {
             entry.stop().await;
         }
         if let Some(l) = listen {
-            entry.listen_requested = l.clone();
             entry.listen = l;
         }
         if let Some(u) = upstream {
@@ -284,6 +367,16 @@ impl Registry {
         Ok(Value::Array(entry.toxics_json()))
     }
 
+    /// 409 when the proxy has a toxic named `name` (on either stream).
+    pub(crate) async fn toxic_name_free(&self, proxy: &str, name: &str) -> Result<(), ApiError> {
+        let proxies = self.proxies.lock().await;
+        let entry = proxies.get(proxy).ok_or_else(ApiError::proxy_not_found)?;
+        if entry.toxics.iter().any(|t| t.toxic.name == name) {
+            return Err(ApiError::new(409, "toxic already exists"));
+        }
+        Ok(())
+    }
+
     /// POST /proxies/{name}/toxics: names are unique across both streams.
     pub(crate) async fn add_toxic(&self, proxy: &str, toxic: Toxic) -> Result<Value, ApiError> {
         let mut proxies = self.proxies.lock().await;
@@ -292,8 +385,8 @@ impl Registry {
             return Err(ApiError::new(409, "toxic already exists"));
         }
         let body = toxic.to_json();
-        let uid = self.uid();
-        entry.toxics.push(Arc::new(Installed { uid, toxic }));
+        let id = self.uid();
+        entry.toxics.push(Arc::new(Installed { id, version: id, toxic }));
         entry.publish();
         Ok(body)
     }
@@ -313,8 +406,8 @@ impl Registry {
         let idx = entry.find_toxic(name)?;
         let toxic = entry.toxics[idx].toxic.merged_with(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
         let out = toxic.to_json();
-        let uid = self.uid();
-        entry.toxics[idx] = Arc::new(Installed { uid, toxic });
+        let (id, version) = (entry.toxics[idx].id, self.uid());
+        entry.toxics[idx] = Arc::new(Installed { id, version, toxic });
         entry.publish();
         Ok(out)
     }

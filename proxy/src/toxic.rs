@@ -53,11 +53,13 @@ pub enum ToxicKind {
     Noop,
     /// Delays each chunk by `latency_ms` ± `jitter_ms`.
     Latency { latency_ms: u64, jitter_ms: u64 },
-    /// Limits throughput to `rate_kbps` kilobytes (1000 bytes) per second; 0 is unlimited.
+    /// Limits throughput to `rate_kbps` kilobytes (1000 bytes) per second; 0 holds
+    /// all data until the toxic is removed or changed (as in Toxiproxy).
     Bandwidth { rate_kbps: u64 },
     /// Delays the close (FIN) by `delay_ms`.
     SlowClose { delay_ms: u64 },
-    /// Drops all data; closes the connection after `timeout_ms` (0: never).
+    /// Drops all data; closes the connection after `timeout_ms` without data (0:
+    /// never), at once when the source ends, and when the toxic is removed.
     Timeout { timeout_ms: u64 },
     /// On the first data, waits `timeout_ms` then resets the connection (RST).
     ResetPeer { timeout_ms: u64 },
@@ -67,12 +69,12 @@ pub enum ToxicKind {
     LimitData { bytes: u64 },
 }
 
-/// Why a toxic or its attributes were rejected; the message names the field.
+/// Why a toxic or its attributes were rejected. The messages of the first two
+/// are Toxiproxy's own, word for word; the others name the offending field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ToxicInputError {
-    #[error("missing required field: {0}")]
-    Missing(String),
-    #[error("invalid toxic type: {0}")]
+    /// The type is missing or unknown (the variant keeps what was given).
+    #[error("invalid toxic type")]
     UnknownType(String),
     #[error("stream was invalid, can be either upstream or downstream")]
     InvalidStream,
@@ -80,17 +82,18 @@ pub enum ToxicInputError {
     Invalid(String),
 }
 
-/// Attribute names of each toxic type: (name, required).
-fn attribute_names(type_name: &str) -> Option<&'static [(&'static str, bool)]> {
+/// Attribute names of each toxic type. As in Toxiproxy, every attribute is
+/// optional and defaults to 0 (an update keeps the current value instead).
+fn attribute_names(type_name: &str) -> Option<&'static [&'static str]> {
     Some(match type_name {
         "noop" => &[],
-        "latency" => &[("latency", true), ("jitter", false)],
-        "bandwidth" => &[("rate", true)],
-        "slow_close" => &[("delay", true)],
-        "timeout" => &[("timeout", true)],
-        "reset_peer" => &[("timeout", true)],
-        "slicer" => &[("average_size", true), ("size_variation", false), ("delay", false)],
-        "limit_data" => &[("bytes", true)],
+        "latency" => &["latency", "jitter"],
+        "bandwidth" => &["rate"],
+        "slow_close" => &["delay"],
+        "timeout" => &["timeout"],
+        "reset_peer" => &["timeout"],
+        "slicer" => &["average_size", "size_variation", "delay"],
+        "limit_data" => &["bytes"],
         _ => return None,
     })
 }
@@ -152,20 +155,12 @@ impl ToxicKind {
             "limit_data" => ToxicKind::LimitData { bytes: get("bytes") },
             other => return Err(ToxicInputError::UnknownType(other.to_string())),
         };
-        kind.check()?;
         Ok(kind)
     }
 
-    /// Cross-attribute checks that a single value cannot express.
-    fn check(&self) -> Result<(), ToxicInputError> {
-        if let ToxicKind::Slicer { average_size_bytes: 0, .. } = self {
-            return Err(ToxicInputError::Invalid("attribute average_size must be greater than 0".into()));
-        }
-        Ok(())
-    }
-
-    /// Parses attributes for `type_name`; with `base`, unspecified attributes keep
-    /// the base's values (update), otherwise required ones must be present.
+    /// Parses attributes for `type_name` (`null` or absent: none given); with
+    /// `base`, unspecified attributes keep the base's values (update), otherwise
+    /// they are 0, as in Toxiproxy.
     pub fn parse(
         type_name: &str,
         attributes: Option<&Value>,
@@ -175,18 +170,17 @@ impl ToxicKind {
         let given = match attributes {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(map)) => map.clone(),
-            Some(_) => return Err(ToxicInputError::Invalid("attributes must be a JSON object".into())),
+            Some(_) => {
+                return Err(ToxicInputError::Invalid("bad request body: attributes must be a JSON object".into()))
+            }
         };
         let base_values: Vec<(&str, u64)> = base.map(|b| b.attributes()).unwrap_or_default();
         let mut values: Vec<(&str, u64)> = Vec::with_capacity(names.len());
-        for &(name, required) in names {
+        for &name in names {
             let value = match given.get(name) {
-                Some(v) => attribute_value(name, v)?,
-                None => match base_values.iter().find(|(n, _)| *n == name) {
-                    Some(&(_, v)) => v,
-                    None if required => return Err(ToxicInputError::Missing(format!("attributes.{name}"))),
-                    None => 0,
-                },
+                Some(v) if !v.is_null() => attribute_value(name, v)?,
+                // Absent or null: Toxiproxy's JSON decoding leaves the field as it was.
+                _ => base_values.iter().find(|(n, _)| *n == name).map_or(0, |&(_, v)| v),
             };
             values.push((name, value));
         }
@@ -206,7 +200,9 @@ fn attribute_value(name: &str, value: &Value) -> Result<u64, ToxicInputError> {
             return Ok(f as u64);
         }
     }
-    Err(ToxicInputError::Invalid(format!("attribute {name} must be a non-negative integer, got {value}")))
+    Err(ToxicInputError::Invalid(format!(
+        "bad request body: attribute {name} must be a non-negative integer, got {value}"
+    )))
 }
 
 /// A toxic as configured on a proxy.
@@ -260,42 +256,79 @@ impl Toxic {
             "name": self.name,
             "type": self.kind.type_name(),
             "stream": self.stream.as_str(),
-            "toxicity": self.toxicity,
+            "toxicity": toxicity_json(self.toxicity),
             "attributes": self.kind.attributes_json(),
         })
     }
 
     /// Parses a create request body (already decoded as JSON).
     pub fn from_create_json(body: &Value) -> Result<Toxic, ToxicInputError> {
-        let obj = body.as_object().ok_or_else(|| ToxicInputError::Invalid("toxic must be a JSON object".into()))?;
-        let type_name = match obj.get("type") {
-            None | Some(Value::Null) => return Err(ToxicInputError::Missing("type".into())),
-            Some(Value::String(s)) if s.is_empty() => return Err(ToxicInputError::Missing("type".into())),
+        CreateHead::parse(body)?.with_attributes(body)
+    }
+
+    /// Applies an update body: merges attributes and toxicity, keeps the rest.
+    pub fn merged_with(&self, body: &Value) -> Result<Toxic, ToxicInputError> {
+        let obj = body.as_object().ok_or_else(|| ToxicInputError::Invalid(NOT_AN_OBJECT.into()))?;
+        let kind = ToxicKind::parse(self.kind.type_name(), obj.get("attributes"), Some(&self.kind))?;
+        let toxicity = parse_toxicity(obj.get("toxicity"))?.unwrap_or(self.toxicity);
+        Ok(Toxic { kind, toxicity, ..self.clone() })
+    }
+}
+
+const NOT_AN_OBJECT: &str = "bad request body: toxic must be a JSON object";
+
+/// The fields of a create request other than the attributes, checked in
+/// Toxiproxy's order (stream, then type), so that the server can answer a name
+/// conflict before it judges the attributes, as Toxiproxy does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateHead {
+    pub name: String,
+    pub type_name: &'static str,
+    pub stream: Stream,
+    pub toxicity: f32,
+}
+
+impl CreateHead {
+    /// Reads stream, type, name and toxicity; a missing, empty or unknown type
+    /// is Toxiproxy's `invalid toxic type`.
+    pub fn parse(body: &Value) -> Result<CreateHead, ToxicInputError> {
+        let obj = body.as_object().ok_or_else(|| ToxicInputError::Invalid(NOT_AN_OBJECT.into()))?;
+        let stream = parse_stream(obj.get("stream"))?;
+        let given_type = match obj.get("type") {
             Some(Value::String(s)) => s.as_str(),
+            None | Some(Value::Null) => "",
             Some(other) => return Err(ToxicInputError::UnknownType(other.to_string())),
         };
-        if attribute_names(type_name).is_none() {
-            return Err(ToxicInputError::UnknownType(type_name.to_string()));
-        }
-        let stream = parse_stream(obj.get("stream"))?;
+        let type_name = KNOWN_TYPES
+            .iter()
+            .find(|t| **t == given_type)
+            .ok_or_else(|| ToxicInputError::UnknownType(given_type.to_string()))?;
         let toxicity = parse_toxicity(obj.get("toxicity"))?.unwrap_or(1.0);
         let name = match obj.get("name") {
             None | Some(Value::Null) => default_name(type_name, stream),
             Some(Value::String(s)) if s.is_empty() => default_name(type_name, stream),
             Some(Value::String(s)) => s.clone(),
-            Some(_) => return Err(ToxicInputError::Invalid("name must be a string".into())),
+            Some(_) => return Err(ToxicInputError::Invalid("bad request body: name must be a string".into())),
         };
-        let kind = ToxicKind::parse(type_name, obj.get("attributes"), None)?;
-        Ok(Toxic { name, kind, stream, toxicity })
+        Ok(CreateHead { name, type_name, stream, toxicity })
     }
 
-    /// Applies an update body: merges attributes and toxicity, keeps the rest.
-    pub fn merged_with(&self, body: &Value) -> Result<Toxic, ToxicInputError> {
-        let obj = body.as_object().ok_or_else(|| ToxicInputError::Invalid("toxic must be a JSON object".into()))?;
-        let kind = ToxicKind::parse(self.kind.type_name(), obj.get("attributes"), Some(&self.kind))?;
-        let toxicity = parse_toxicity(obj.get("toxicity"))?.unwrap_or(self.toxicity);
-        Ok(Toxic { kind, toxicity, ..self.clone() })
+    /// Completes the toxic with the body's attributes (`null` or absent: all 0).
+    pub fn with_attributes(self, body: &Value) -> Result<Toxic, ToxicInputError> {
+        let kind = ToxicKind::parse(self.type_name, body.get("attributes"), None)?;
+        Ok(Toxic { name: self.name, kind, stream: self.stream, toxicity: self.toxicity })
     }
+}
+
+/// Every toxic type this server knows.
+const KNOWN_TYPES: [&str; 8] =
+    ["noop", "latency", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer", "limit_data"];
+
+/// A toxicity as JSON, printed as its shortest decimal (0.2, not 0.20000000298…),
+/// as Toxiproxy's float32 encoding prints it.
+fn toxicity_json(toxicity: f32) -> Value {
+    let shortest: f64 = toxicity.to_string().parse().unwrap_or(f64::from(toxicity));
+    Value::from(shortest)
 }
 
 /// Toxiproxy's default toxic name.
@@ -303,11 +336,12 @@ pub fn default_name(type_name: &str, stream: Stream) -> String {
     format!("{type_name}_{stream}")
 }
 
+/// Toxiproxy's stream rules: absent or null is downstream, the names are
+/// case-insensitive, anything else (the empty string too) is invalid.
 fn parse_stream(value: Option<&Value>) -> Result<Stream, ToxicInputError> {
     match value {
         None | Some(Value::Null) => Ok(Stream::Downstream),
-        Some(Value::String(s)) if s.is_empty() => Ok(Stream::Downstream),
-        Some(Value::String(s)) => Stream::parse(s).ok_or(ToxicInputError::InvalidStream),
+        Some(Value::String(s)) => Stream::parse(&s.to_ascii_lowercase()).ok_or(ToxicInputError::InvalidStream),
         Some(_) => Err(ToxicInputError::InvalidStream),
     }
 }
@@ -317,7 +351,9 @@ fn parse_toxicity(value: Option<&Value>) -> Result<Option<f32>, ToxicInputError>
         None | Some(Value::Null) => Ok(None),
         Some(v) => match v.as_f64() {
             Some(t) if (0.0..=1.0).contains(&t) => Ok(Some(t as f32)),
-            _ => Err(ToxicInputError::Invalid(format!("toxicity must be a number between 0 and 1, got {v}"))),
+            _ => Err(ToxicInputError::Invalid(format!(
+                "bad request body: toxicity must be a number between 0 and 1, got {v}"
+            ))),
         },
     }
 }
@@ -340,18 +376,41 @@ mod tests {
     fn rejects_bad_input_naming_the_field() {
         let cases = [
             (json!({"type": "nope"}), "invalid toxic type"),
-            (json!({"attributes": {}}), "type"),
-            (json!({"type": "latency", "stream": "sideways", "attributes": {"latency": 1}}), "stream"),
-            (json!({"type": "latency"}), "attributes.latency"),
+            (json!({"type": 5}), "invalid toxic type"),
+            (json!({"type": "latency", "stream": "sideways"}), "stream"),
+            (json!({"type": "latency", "stream": ""}), "stream"),
             (json!({"type": "latency", "attributes": {"latency": -1}}), "latency"),
             (json!({"type": "bandwidth", "attributes": {"rate": "fast"}}), "rate"),
             (json!({"type": "noop", "toxicity": 1.5}), "toxicity"),
-            (json!({"type": "slicer", "attributes": {"average_size": 0}}), "average_size"),
         ];
         for (body, field) in cases {
             let err = Toxic::from_create_json(&body).unwrap_err().to_string();
             assert!(err.contains(field), "{body}: {err}");
         }
+    }
+
+    #[test]
+    fn unknown_or_missing_type_is_toxiproxys_exact_message() {
+        for body in [json!({"type": "earthquake"}), json!({"attributes": {}}), json!({"type": ""})] {
+            assert_eq!(Toxic::from_create_json(&body).unwrap_err().to_string(), "invalid toxic type");
+        }
+    }
+
+    #[test]
+    fn null_or_missing_attributes_are_zero() {
+        for body in [json!({"type": "timeout"}), json!({"type": "timeout", "attributes": null})] {
+            assert_eq!(Toxic::from_create_json(&body).unwrap().kind, ToxicKind::Timeout { timeout_ms: 0 });
+        }
+        let t = Toxic::from_create_json(&json!({"type": "latency", "attributes": {"jitter": null}})).unwrap();
+        assert_eq!(t.kind, ToxicKind::Latency { latency_ms: 0, jitter_ms: 0 });
+        let t = Toxic::from_create_json(&json!({"type": "latency", "stream": "UpStream"})).unwrap();
+        assert_eq!((t.stream, t.name.as_str()), (Stream::Upstream, "latency_upstream"));
+    }
+
+    #[test]
+    fn toxicity_prints_its_shortest_decimal() {
+        let t = Toxic::new(ToxicKind::Noop).with_toxicity(0.2);
+        assert_eq!(t.to_json()["toxicity"].to_string(), "0.2");
     }
 
     #[test]
@@ -362,6 +421,8 @@ mod tests {
         let v = u.merged_with(&json!({"toxicity": 0.5})).unwrap();
         assert_eq!(v.toxicity, 0.5);
         assert_eq!(v.kind, u.kind);
+        let w = v.merged_with(&json!({"attributes": null})).unwrap();
+        assert_eq!(w, v);
     }
 
     #[test]

@@ -80,6 +80,7 @@ async fn typed_client_manages_proxies() {
             upstream: up.to_string(),
             enabled: true,
             toxics: vec![],
+            half_close: false,
         };
         let populated = c.populate(&[two]).await.unwrap();
         assert_eq!(populated[0].name, "two");

@@ -68,10 +68,25 @@ pub async fn sending_upstream(payload: Vec<u8>) -> SocketAddr {
 
 /// A raw request; answers the status and the JSON body (Null when empty).
 pub async fn call(base: &str, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
-    call_as(base, method, path, body, "fencelab-tests").await
+    let raw = call_raw(base, method, path, body, "fencelab-tests").await;
+    let value = if raw.body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&raw.body).unwrap_or_else(|_| panic!("non-JSON body: {:?}", raw.body))
+    };
+    (raw.status, value)
 }
 
-pub async fn call_as(base: &str, method: &str, path: &str, body: Option<&str>, user_agent: &str) -> (u16, Value) {
+/// An answer as it came: status, content type, request-id header and body text.
+pub struct RawAnswer {
+    pub status: u16,
+    pub content_type: String,
+    pub request_id: Option<String>,
+    pub body: String,
+}
+
+/// A raw request with a chosen User-Agent; answers the body as text.
+pub async fn call_raw(base: &str, method: &str, path: &str, body: Option<&str>, user_agent: &str) -> RawAnswer {
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
     let mut req = http.request(method, format!("{base}{path}")).header("user-agent", user_agent);
@@ -80,13 +95,11 @@ pub async fn call_as(base: &str, method: &str, path: &str, body: Option<&str>, u
     }
     let resp = step("http call", req.send()).await.expect("request sent");
     let status = resp.status().as_u16();
-    let bytes = resp.bytes().await.unwrap();
-    let value = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).unwrap_or_else(|_| panic!("non-JSON body: {bytes:?}"))
-    };
-    (status, value)
+    let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let content_type = header("content-type").unwrap_or_default();
+    let request_id = header("x-toxiproxy-request-id");
+    let body = step("http body", resp.text()).await.unwrap();
+    RawAnswer { status, content_type, request_id, body }
 }
 
 /// Creates a proxy on port 0 through the raw API; answers its bound address.
@@ -130,4 +143,84 @@ pub async fn round_trip(sock: &mut TcpStream, msg: &[u8]) -> Duration {
     step("echo reply", sock.read_exact(&mut back)).await.unwrap();
     assert_eq!(back, msg);
     start.elapsed()
+}
+
+/// A loopback port that was free a moment ago (bound, read, released), for
+/// the upstream tests that name their listen address, e.g. `localhost:P`.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// True when a TCP connect to `addr` (a name or an IP address) succeeds.
+pub async fn up(addr: &str) -> bool {
+    matches!(tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr)).await, Ok(Ok(_)))
+}
+
+/// An upstream that hands every accepted connection to the test.
+pub async fn accepting_upstream() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<TcpStream>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = listener.accept().await {
+            let _ = sock.set_nodelay(true);
+            if tx.send(sock).is_err() {
+                return;
+            }
+        }
+    });
+    (addr, rx)
+}
+
+/// A client connection through `listen` and the upstream's side of it.
+pub async fn established(
+    listen: SocketAddr,
+    accepted: &mut tokio::sync::mpsc::UnboundedReceiver<TcpStream>,
+) -> (TcpStream, TcpStream) {
+    let client = step("connect", TcpStream::connect(listen)).await.unwrap();
+    client.set_nodelay(true).unwrap();
+    let server = step("upstream accept", accepted.recv()).await.expect("upstream accepted");
+    (client, server)
+}
+
+/// Reads exactly `n` bytes, bounded.
+pub async fn read_n(sock: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; n];
+    step("read exact", sock.read_exact(&mut buf)).await.unwrap();
+    buf
+}
+
+/// Asserts nothing arrives on `sock` within `window` (the connection stays open).
+pub async fn silent_for(sock: &mut TcpStream, window: Duration) {
+    let mut buf = [0u8; 1];
+    let got = tokio::time::timeout(window, sock.read(&mut buf)).await;
+    assert!(got.is_err(), "expected silence, got {got:?}");
+}
+
+/// Go client's `CreateProxy`/`Save` body for a new proxy.
+pub fn go_proxy(name: &str, listen: &str, upstream: &str, enabled: bool) -> String {
+    serde_json::json!({"name": name, "listen": listen, "upstream": upstream, "enabled": enabled, "toxics": null})
+        .to_string()
+}
+
+/// Go client's `AddToxic` body: the stream is left out when empty, nil
+/// attributes are `null`, and a toxicity of -1 is sent as 1.
+pub fn go_toxic(name: &str, type_name: &str, stream: &str, toxicity: f32, attributes: Value) -> String {
+    let toxicity = if toxicity == -1.0 { 1.0 } else { toxicity };
+    let mut body = serde_json::json!({"name": name, "type": type_name, "toxicity": toxicity, "attributes": attributes});
+    if !stream.is_empty() {
+        body["stream"] = Value::from(stream);
+    }
+    body.to_string()
+}
+
+/// POSTs a Go-client-shaped toxic; answers status and body.
+pub async fn go_add_toxic(base: &str, proxy: &str, body: &str) -> (u16, Value) {
+    call(base, "POST", &format!("/proxies/{proxy}/toxics"), Some(body)).await
+}
+
+/// Finds a toxic by name in a toxics array.
+pub fn toxic_named<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
+    list.as_array().unwrap().iter().find(|t| t["name"] == name)
 }
