@@ -14,6 +14,7 @@ pub mod heartbeat_resurrection;
 pub mod ledger_completeness;
 pub mod lost_work;
 mod model;
+pub mod progress;
 pub mod rules_model;
 pub mod single_owner;
 pub mod stale_completion;
@@ -74,6 +75,7 @@ pub fn names() -> &'static [(&'static str, &'static str)] {
         (lost_work::NAME, lost_work::ABOUT),
         (ledger_completeness::NAME, ledger_completeness::ABOUT),
         (rules_model::NAME, rules_model::ABOUT),
+        (progress::NAME, progress::ABOUT),
     ]
 }
 
@@ -90,6 +92,7 @@ fn all_checks() -> Vec<Box<dyn Check>> {
         Box::<lost_work::LostWork>::default(),
         Box::<ledger_completeness::LedgerCompleteness>::default(),
         Box::<rules_model::RulesModel>::default(),
+        Box::<progress::Progress>::default(),
     ]
 }
 

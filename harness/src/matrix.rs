@@ -46,6 +46,10 @@ pub fn exposing_faults(bug: Bug) -> &'static str {
         Bug::OverwriteTerminalResult | Bug::UnscopedFence => "conflicting-results",
         Bug::AckBeforeCommit => "restart-control-plane",
         Bug::TargetIgnoresFence => "disconnect-during-mutation",
+        Bug::RefuseDuplicateResult => "duplicate-results",
+        Bug::SelfReconcile => "reconnects",
+        Bug::ExpireEarly => "delayed-heartbeats",
+        Bug::TargetRefusesCurrentFence => "reconnects",
     }
 }
 

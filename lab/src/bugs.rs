@@ -17,6 +17,10 @@ pub enum Bug {
     BlindRetryOnZeroRows,
     AckBeforeCommit,
     TargetIgnoresFence,
+    RefuseDuplicateResult,
+    SelfReconcile,
+    ExpireEarly,
+    TargetRefusesCurrentFence,
 }
 
 /// Which process a bug lives in.
@@ -27,7 +31,7 @@ pub enum Home {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 9] = [
+    pub const ALL: [Bug; 13] = [
         Bug::AcceptStaleResult,
         Bug::HeartbeatRevivesExpired,
         Bug::RequeueOnExpiry,
@@ -37,6 +41,10 @@ impl Bug {
         Bug::BlindRetryOnZeroRows,
         Bug::AckBeforeCommit,
         Bug::TargetIgnoresFence,
+        Bug::RefuseDuplicateResult,
+        Bug::SelfReconcile,
+        Bug::ExpireEarly,
+        Bug::TargetRefusesCurrentFence,
     ];
 
     pub fn name(self) -> &'static str {
@@ -50,6 +58,10 @@ impl Bug {
             Bug::BlindRetryOnZeroRows => "blind-retry-on-zero-rows",
             Bug::AckBeforeCommit => "ack-before-commit",
             Bug::TargetIgnoresFence => "target-ignores-fence",
+            Bug::RefuseDuplicateResult => "refuse-duplicate-result",
+            Bug::SelfReconcile => "self-reconcile",
+            Bug::ExpireEarly => "expire-early",
+            Bug::TargetRefusesCurrentFence => "target-refuses-current-fence",
         }
     }
 
@@ -69,12 +81,22 @@ impl Bug {
             Bug::BlindRetryOnZeroRows => "a zero-row conditional update is retried without its predicates",
             Bug::AckBeforeCommit => "results are acknowledged before they are committed to the store",
             Bug::TargetIgnoresFence => "the fenced target applies steps without comparing their fence",
+            Bug::RefuseDuplicateResult => {
+                "an identical retry of a committed result is refused as late instead of acknowledged as a duplicate"
+            }
+            Bug::SelfReconcile => {
+                "the sweeper reconciles an expired attempt as stopped on its own, without an operator's decision"
+            }
+            Bug::ExpireEarly => "the sweeper expires a lease half a lease before it ends on the server's clock",
+            Bug::TargetRefusesCurrentFence => {
+                "the fenced target refuses a step whose fence equals the key's highest as stale"
+            }
         }
     }
 
     pub fn home(self) -> Home {
         match self {
-            Bug::TargetIgnoresFence => Home::Target,
+            Bug::TargetIgnoresFence | Bug::TargetRefusesCurrentFence => Home::Target,
             _ => Home::ControlPlane,
         }
     }

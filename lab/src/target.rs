@@ -112,6 +112,9 @@ impl Target {
         if capability.fence < deployment.highest_fence && !self.bugs.has(Bug::TargetIgnoresFence) {
             return refuse(Reason::StaleFence);
         }
+        if capability.fence == deployment.highest_fence && self.bugs.has(Bug::TargetRefusesCurrentFence) {
+            return refuse(Reason::StaleFence);
+        }
         Judgement { applied: true, reason: None }
     }
 

@@ -3,6 +3,7 @@
 
 mod builder;
 mod model;
+mod progress;
 mod scenarios;
 mod violations;
 
@@ -39,7 +40,7 @@ pub fn all_valid(events: &[Event]) {
 }
 
 #[test]
-fn names_list_eleven_checkers_in_order_and_check_all_follows_it() {
+fn names_list_twelve_checkers_in_order_and_check_all_follows_it() {
     let names: Vec<&str> = checkers::names().iter().map(|(name, _)| *name).collect();
     assert_eq!(
         names,
@@ -54,7 +55,8 @@ fn names_list_eleven_checkers_in_order_and_check_all_follows_it() {
             "stale-side-effect",
             "lost-work",
             "ledger-completeness",
-            "rules-model"
+            "rules-model",
+            "progress"
         ]
     );
     let results = checkers::check_all(&scenarios::walk_through(false));
@@ -79,6 +81,7 @@ fn each_module_function_agrees_with_check_all() {
         checkers::lost_work::check(&events),
         checkers::ledger_completeness::check(&events),
         checkers::rules_model::check(&events),
+        checkers::progress::check(&events),
     ];
     assert_eq!(all, singles);
 }

@@ -320,8 +320,9 @@ impl<S: Store> Rules<S> {
     }
 
     fn expire_in(&self, tx: &mut dyn Tx, now: Now) -> RuleResult<usize> {
+        let early_ms = if self.bugs.has(Bug::ExpireEarly) { self.policy.lease_ms as i64 / 2 } else { 0 };
         let ended: Vec<AttemptRow> =
-            tx.running_attempts()?.into_iter().filter(|attempt| lapsed(attempt, now.ms)).collect();
+            tx.running_attempts()?.into_iter().filter(|attempt| lapsed(attempt, now.ms + early_ms)).collect();
         for attempt in &ended {
             let requeue = self.bugs.has(Bug::RequeueOnExpiry);
             let (state, closed_by) = if requeue {
@@ -339,6 +340,18 @@ impl<S: Store> Rules<S> {
                 tx.update_job(&job)?;
             }
             tx.append_ledger(&entry)?;
+            let current = job.current_attempt.as_deref() == Some(attempt.id.as_str());
+            if self.bugs.has(Bug::SelfReconcile) && current && job.state == JobState::Uncertain {
+                let request = ReconcileRequest {
+                    job: job.id.clone(),
+                    attempt: attempt.id.clone(),
+                    finding: Finding::Stopped,
+                    outcome: None,
+                    evidence: Some("lease expired".into()),
+                };
+                let expired = AttemptRow { state: AttemptState::Uncertain, ..attempt.clone() };
+                self.apply_finding(tx, &mut job, &expired, &request, None, now)?;
+            }
         }
         Ok(ended.len())
     }
@@ -624,11 +637,18 @@ impl<S: Store> Rules<S> {
         now: Now,
     ) -> RuleResult<Ruling> {
         let identical = committed.outcome == Some(outcome);
-        let (decision, reason) =
-            if identical { (Decision::Duplicate, None) } else { (Decision::Conflict, Some(Reason::Conflict)) };
+        let (decision, reason) = match identical {
+            true if self.bugs.has(Bug::RefuseDuplicateResult) => (Decision::Rejected, Some(Reason::NotCurrent)),
+            true => (Decision::Duplicate, None),
+            false => (Decision::Conflict, Some(Reason::Conflict)),
+        };
         let mut entry = self.report_entry(report, &job.deployment_key, decision, reason, now);
         entry.outcome = Some(outcome.into());
-        entry.recorded_as = (!identical).then_some(RecordedAs::Conflict);
+        entry.recorded_as = match decision {
+            Decision::Conflict => Some(RecordedAs::Conflict),
+            Decision::Rejected => Some(RecordedAs::LateObservation),
+            _ => None,
+        };
         let ledger_seq = tx.append_ledger(&entry)?;
         Ok(Ruling { decision, reason, ledger_seq, lease_expires_ms: None, capability: None })
     }
