@@ -99,3 +99,39 @@ fn unscoped_fence_accepts_another_attempts_report_with_a_higher_fence() {
         verdict.decision == Decision::Rejected && world.view("j1").state == JobState::Running
     });
 }
+
+#[test]
+fn refuse_duplicate_result_refuses_an_identical_retry_as_late() {
+    breaks(Bug::RefuseDuplicateResult, |world| {
+        let runner = world.runner("r1");
+        world.submit("j", "k", 0);
+        let claim = world.claim(&runner, 0).unwrap().claim;
+        world.result(&runner, &claim, Outcome::Succeeded, 10);
+        let verdict = world.result(&runner, &claim, Outcome::Succeeded, 3 * LEASE_MS);
+        verdict.decision == Decision::Duplicate
+    });
+}
+
+#[test]
+fn self_reconcile_finds_an_expired_attempt_stopped_on_its_own() {
+    breaks(Bug::SelfReconcile, |world| {
+        let runner = world.runner("r1");
+        world.submit("j", "k", 0);
+        world.claim(&runner, 0).unwrap();
+        world.rules.expire(at(LEASE_MS + 1)).unwrap();
+        let view = world.view("j");
+        let reconciled = view.ledger.iter().any(|entry| entry.kind == history::Op::Reconcile);
+        view.state == JobState::Uncertain && !reconciled
+    });
+}
+
+#[test]
+fn expire_early_expires_a_lease_before_it_ends() {
+    breaks(Bug::ExpireEarly, |world| {
+        let runner = world.runner("r1");
+        world.submit("j", "k", 0);
+        world.claim(&runner, 0).unwrap();
+        world.rules.expire(at(LEASE_MS - 1)).unwrap();
+        world.view("j").state == JobState::Running
+    });
+}

@@ -181,6 +181,13 @@ async fn ack_before_commit_loses_an_acknowledged_result_across_a_kill() {
 
 /// The seed's exercise at the target boundary: fence 11 applied, then a step carrying fence 10.
 async fn stale_step_refused(mode: lab::target::Mode, bugs: &[Bug]) -> bool {
+    let (first, second) = two_steps(mode, bugs, (11, "j-a2"), (10, "j-a1")).await;
+    assert!(first, "the first step, with the highest fence, was refused");
+    !second
+}
+
+/// Two steps on one key through a real target: whether each was applied.
+async fn two_steps(mode: lab::target::Mode, bugs: &[Bug], first: (u64, &str), second: (u64, &str)) -> (bool, bool) {
     let dir = tempfile::tempdir().unwrap();
     let mut options = options(dir.path(), 2_000, bugs);
     options.mode = mode;
@@ -203,10 +210,23 @@ async fn stale_step_refused(mode: lab::target::Mode, bugs: &[Bug]) -> bool {
             duration_ms: 0,
         }
     };
-    assert!(target.step(&step(11, "j-a2")).await.unwrap().record.applied);
-    let stale = target.step(&step(10, "j-a1")).await.unwrap().record;
+    let first = target.step(&step(first.0, first.1)).await.unwrap().record.applied;
+    let second = target.step(&step(second.0, second.1)).await.unwrap().record.applied;
     lab.shutdown().await;
-    !stale.applied
+    (first, second)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn target_refuses_current_fence_refuses_the_second_step_of_the_current_attempt() {
+    use lab::target::Mode;
+    let current = (11, "j-a2");
+    assert_eq!(
+        two_steps(Mode::Fenced, &[], current, current).await,
+        (true, true),
+        "the fenced target refused fence 11 twice"
+    );
+    let buggy = two_steps(Mode::Fenced, &[Bug::TargetRefusesCurrentFence], current, current).await;
+    assert_eq!(buggy, (true, false), "target-refuses-current-fence applied the current fence's second step");
 }
 
 #[tokio::test(flavor = "multi_thread")]
