@@ -5,7 +5,7 @@
 //! is before it — a decision that holds only on the runner's clock.
 
 use crate::driver::{Check, Findings, Found};
-use crate::model::{Ctx, Ev, Op, Src};
+use crate::model::{Index, Observed, Op, Source};
 
 pub const NAME: &str = "clock-authority";
 pub const ABOUT: &str =
@@ -24,8 +24,8 @@ impl Check for ClockAuthority {
         NAME
     }
 
-    fn observe(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings) {
-        if ev.src != Src::Ledger || !ev.op.is_report() || !ev.accepted() {
+    fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
+        if ev.src != Source::Ledger || !ev.op.is_report() || !ev.accepted() {
             return;
         }
         let (Some(job), Some(attempt), Some(received), Some(observed)) =

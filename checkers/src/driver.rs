@@ -10,7 +10,7 @@
 //! that of `seq`. When a ledger event has no `seq`, or a `seq` repeats, the history's order
 //! is kept.
 
-use crate::model::{Ctx, Ev};
+use crate::model::{Index, Observed};
 use crate::{Anomaly, CheckerResult, Verdict};
 use history::{Event, EventType};
 
@@ -22,11 +22,11 @@ pub(crate) trait Check {
     fn name(&self) -> &'static str;
     /// The evidence the checker needs that the history lacks, if any (then it cannot say
     /// Valid, only Invalid or Unknown). Most checkers read the ledger, hence the default.
-    fn lacking(&self, ctx: &Ctx) -> Option<String> {
+    fn lacking(&self, ctx: &Index) -> Option<String> {
         need_ledger(ctx)
     }
-    fn observe(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings);
-    fn finish(&mut self, _ctx: &Ctx, _out: &mut Findings) {}
+    fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings);
+    fn finish(&mut self, _ctx: &Index, _out: &mut Findings) {}
 }
 
 /// The anomalies one checker found.
@@ -76,7 +76,7 @@ fn ledger_slots(events: &[Event]) -> Option<Vec<u32>> {
 
 /// The checkers and the index, fed one event at a time.
 pub(crate) struct Pass {
-    ctx: Ctx,
+    ctx: Index,
     checks: Vec<Box<dyn Check>>,
     found: Vec<Findings>,
 }
@@ -84,7 +84,7 @@ pub(crate) struct Pass {
 impl Pass {
     pub fn new(checks: Vec<Box<dyn Check>>) -> Pass {
         let found = checks.iter().map(|_| Findings::default()).collect();
-        Pass { ctx: Ctx::default(), checks, found }
+        Pass { ctx: Index::default(), checks, found }
     }
 
     /// Shows one event, which should sit at `position` in the history, to every checker.
@@ -175,17 +175,17 @@ impl Found {
         self
     }
 
-    pub fn job(mut self, ctx: &Ctx, job: Option<u32>) -> Found {
+    pub fn job(mut self, ctx: &Index, job: Option<u32>) -> Found {
         self.0.job = ctx.job_name(job);
         self
     }
 
-    pub fn key(mut self, ctx: &Ctx, key: Option<u32>) -> Found {
+    pub fn key(mut self, ctx: &Index, key: Option<u32>) -> Found {
         self.0.key = key.map(|key| ctx.key_names.name(key).to_string());
         self
     }
 
-    pub fn attempt(mut self, ctx: &Ctx, attempt: u32) -> Found {
+    pub fn attempt(mut self, ctx: &Index, attempt: u32) -> Found {
         push_new(&mut self.0.attempts, ctx.attempt_name(attempt).to_string());
         if let Some(claim) = ctx.attempt(attempt).claim {
             self = self.runner(ctx, claim.runner).fence(claim.fence);
@@ -193,14 +193,14 @@ impl Found {
         self
     }
 
-    pub fn attempts_of(self, ctx: &Ctx, attempt: Option<u32>) -> Found {
+    pub fn attempts_of(self, ctx: &Index, attempt: Option<u32>) -> Found {
         match attempt {
             Some(attempt) => self.attempt(ctx, attempt),
             None => self,
         }
     }
 
-    pub fn runner(mut self, ctx: &Ctx, runner: u32) -> Found {
+    pub fn runner(mut self, ctx: &Index, runner: u32) -> Found {
         push_new(&mut self.0.runners, ctx.runner_name(runner).to_string());
         self
     }
@@ -211,7 +211,7 @@ impl Found {
     }
 
     /// Adds the reporting claim of an event: its attempt, runner and fence as sent.
-    pub fn reported(mut self, ctx: &Ctx, ev: &Ev) -> Found {
+    pub fn reported(mut self, ctx: &Index, ev: &Observed) -> Found {
         if let Some(attempt) = ev.attempt {
             self = self.attempt(ctx, attempt);
         }
@@ -245,13 +245,13 @@ fn push_new<T: PartialEq>(list: &mut Vec<T>, item: T) {
 }
 
 /// Unknown's reason when the history holds no ledger events.
-pub(crate) fn need_ledger(ctx: &Ctx) -> Option<String> {
+pub(crate) fn need_ledger(ctx: &Index) -> Option<String> {
     (ctx.seen.ledger == 0)
         .then(|| "the history has no ledger events: nothing the control plane decided to check".into())
 }
 
 /// Unknown's reason when the history holds no `final` events.
-pub(crate) fn need_finals(ctx: &Ctx) -> Option<String> {
+pub(crate) fn need_finals(ctx: &Index) -> Option<String> {
     (ctx.seen.finals == 0).then(|| "the history has no `final` events: the state after recovery is not known".into())
 }
 

@@ -7,7 +7,7 @@
 //! to the queue.
 
 use crate::driver::{Check, Findings, Found};
-use crate::model::{Ctx, Ev, Op, Src};
+use crate::model::{Index, Observed, Op, Source};
 use history::RecordedAs;
 
 pub const NAME: &str = "explicit-uncertainty";
@@ -27,8 +27,8 @@ impl Check for ExplicitUncertainty {
         NAME
     }
 
-    fn observe(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings) {
-        if ev.src != Src::Ledger {
+    fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
+        if ev.src != Source::Ledger {
             return;
         }
         let (Some(job), Some(attempt)) = (ev.job, ev.attempt) else { return };
@@ -49,7 +49,7 @@ impl Check for ExplicitUncertainty {
 }
 
 /// A new claim of a job whose previous attempt was not found stopped.
-fn reclaim(ev: &Ev, ctx: &Ctx, job: u32, attempt: u32, out: &mut Findings) {
+fn reclaim(ev: &Observed, ctx: &Index, job: u32, attempt: u32, out: &mut Findings) {
     let Some(previous) = ctx.job(job).latest.filter(|&previous| previous != attempt) else { return };
     let facts = ctx.attempt(previous);
     if facts.stopped.is_some() {

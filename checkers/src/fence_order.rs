@@ -8,7 +8,7 @@
 //! by a bare fence number is the planted `unscoped-fence`).
 
 use crate::driver::{Check, Findings, Found};
-use crate::model::{Ctx, Ev, FxMap, Op, Src};
+use crate::model::{FxMap, Index, Observed, Op, Source};
 use history::Decision;
 
 pub const NAME: &str = "fence-order";
@@ -33,8 +33,8 @@ impl Check for FenceOrder {
         NAME
     }
 
-    fn observe(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings) {
-        if ev.src != Src::Ledger {
+    fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
+        if ev.src != Source::Ledger {
             return;
         }
         let (Some(job), Some(attempt), Some(fence)) = (ev.job, ev.attempt, ev.fence) else { return };
@@ -48,7 +48,7 @@ impl Check for FenceOrder {
 }
 
 impl FenceOrder {
-    fn claim(&mut self, ev: &Ev, ctx: &Ctx, job: u32, attempt: u32, fence: u64, out: &mut Findings) {
+    fn claim(&mut self, ev: &Observed, ctx: &Index, job: u32, attempt: u32, fence: u64, out: &mut Findings) {
         let found = || Found::new(NAME, "").job(ctx, Some(job)).reported(ctx, ev);
         let name = ctx.attempt_name(attempt);
         if let Some(before) = ctx.attempt(attempt).claim {
@@ -79,7 +79,7 @@ fn kind(found: Found, kind: &str) -> Found {
 }
 
 /// An acknowledged report must carry its attempt's claim exactly.
-fn report(ev: &Ev, ctx: &Ctx, job: u32, attempt: u32, fence: u64, out: &mut Findings) {
+fn report(ev: &Observed, ctx: &Index, job: u32, attempt: u32, fence: u64, out: &mut Findings) {
     let what = ev.raw.f.as_str();
     let name = ctx.attempt_name(attempt);
     let Some(claim) = ctx.attempt(attempt).claim else {

@@ -8,7 +8,7 @@
 //! reconciliation flow, not a heartbeat.
 
 use crate::driver::{Check, Findings, Found};
-use crate::model::{Ctx, Ev, Op, Src};
+use crate::model::{Index, Observed, Op, Source};
 
 pub const NAME: &str = "heartbeat-resurrection";
 pub const ABOUT: &str =
@@ -30,8 +30,8 @@ impl Check for HeartbeatResurrection {
         NAME
     }
 
-    fn observe(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings) {
-        if ev.src != Src::Ledger || ev.op != Op::Heartbeat || !ev.accepted() {
+    fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
+        if ev.src != Source::Ledger || ev.op != Op::Heartbeat || !ev.accepted() {
             return;
         }
         let (Some(job), Some(attempt), Some(received)) = (ev.job, ev.attempt, ev.received_ms) else { return };

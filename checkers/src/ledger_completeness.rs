@@ -9,7 +9,7 @@
 //! before its entry waits for it, so the check does not depend on which comes first.
 
 use crate::driver::{Check, Findings, Found};
-use crate::model::{Ctx, Ev, FxMap, Op, Src};
+use crate::model::{FxMap, Index, Observed, Op, Source};
 use history::Decision;
 
 pub const NAME: &str = "ledger-completeness";
@@ -42,7 +42,7 @@ impl Check for LedgerCompleteness {
         NAME
     }
 
-    fn lacking(&self, ctx: &Ctx) -> Option<String> {
+    fn lacking(&self, ctx: &Index) -> Option<String> {
         if ctx.seen.ledger == 0 {
             return crate::driver::need_ledger(ctx);
         }
@@ -52,19 +52,19 @@ impl Check for LedgerCompleteness {
         None
     }
 
-    fn observe(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings) {
+    fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
         if !ev.op.is_report() {
             return;
         }
         let says = Says { op: ev.op, attempt: ev.attempt, decision: ev.decision };
         match (ev.src, ev.seq, ev.ledger_seq) {
-            (Src::Ledger, Some(seq), _) => {
+            (Source::Ledger, Some(seq), _) => {
                 for (answer, at) in self.waiting.remove(&seq).unwrap_or_default() {
                     judge(ctx, at, seq, answer, Some((says, ev.index)), out);
                 }
                 self.entries.insert(seq, (says, ev.index));
             }
-            (Src::RunnerResponse, _, Some(seq)) => {
+            (Source::RunnerResponse, _, Some(seq)) => {
                 self.answers += 1;
                 match self.entries.remove(&seq) {
                     Some((entry, at)) => judge(ctx, ev.index, seq, says, Some((entry, at)), out),
@@ -75,7 +75,7 @@ impl Check for LedgerCompleteness {
         }
     }
 
-    fn finish(&mut self, ctx: &Ctx, out: &mut Findings) {
+    fn finish(&mut self, ctx: &Index, out: &mut Findings) {
         if ctx.seen.ledger_seqs == 0 {
             return;
         }
@@ -89,7 +89,7 @@ impl Check for LedgerCompleteness {
     }
 }
 
-fn judge(ctx: &Ctx, at: u64, seq: u64, says: Says, entry: Option<(Says, u64)>, out: &mut Findings) {
+fn judge(ctx: &Index, at: u64, seq: u64, says: Says, entry: Option<(Says, u64)>, out: &mut Findings) {
     if entry.is_some_and(|(entry, _)| entry == says) {
         return;
     }
@@ -117,7 +117,7 @@ fn judge(ctx: &Ctx, at: u64, seq: u64, says: Says, entry: Option<(Says, u64)>, o
     out.push(found.events(&events).says(message));
 }
 
-fn describe(ctx: &Ctx, says: Says) -> String {
+fn describe(ctx: &Index, says: Says) -> String {
     let op = match says.op {
         Op::Heartbeat => "heartbeat",
         Op::Capability => "capability",

@@ -7,7 +7,7 @@
 //! `queued` (neither terminal nor explicitly uncertain after recovery).
 
 use crate::driver::{Check, Findings, Found};
-use crate::model::{Ctx, Ev, FxMap, Op, Src};
+use crate::model::{FxMap, Index, Observed, Op, Source};
 
 pub const NAME: &str = "lost-work";
 pub const ABOUT: &str =
@@ -38,28 +38,28 @@ impl Check for LostWork {
         NAME
     }
 
-    fn lacking(&self, ctx: &Ctx) -> Option<String> {
+    fn lacking(&self, ctx: &Index) -> Option<String> {
         crate::driver::need_finals(ctx)
     }
 
-    fn observe(&mut self, ev: &Ev, _ctx: &Ctx, _out: &mut Findings) {
+    fn observe(&mut self, ev: &Observed, _ctx: &Index, _out: &mut Findings) {
         let Some(job) = ev.job else { return };
         match ev.src {
-            Src::SubmitOk => {
+            Source::SubmitOk => {
                 let end = self.jobs.entry(job).or_default();
                 end.submitted = end.submitted.or(Some(ev.index));
             }
-            Src::RunnerResponse if ev.op == Op::Result && ev.accepted() => {
+            Source::RunnerResponse if ev.op == Op::Result && ev.accepted() => {
                 if let Some(outcome) = ev.outcome {
                     self.jobs.entry(job).or_default().acked.push((ev.index, ev.attempt, outcome));
                 }
             }
-            Src::Final => self.jobs.entry(job).or_default().last = Some((ev.index, ev.outcome)),
+            Source::Final => self.jobs.entry(job).or_default().last = Some((ev.index, ev.outcome)),
             _ => {}
         }
     }
 
-    fn finish(&mut self, ctx: &Ctx, out: &mut Findings) {
+    fn finish(&mut self, ctx: &Index, out: &mut Findings) {
         if ctx.seen.finals == 0 {
             return;
         }
@@ -71,7 +71,7 @@ impl Check for LostWork {
     }
 }
 
-fn judge(ctx: &Ctx, job: u32, end: &JobEnd, out: &mut Findings) {
+fn judge(ctx: &Index, job: u32, end: &JobEnd, out: &mut Findings) {
     let name = ctx.jobs_names.name(job);
     let found = |kind: &str| Found::new(NAME, kind).job(ctx, Some(job)).key(ctx, ctx.job(job).key);
     let Some((final_at, state)) = end.last else {

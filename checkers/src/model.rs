@@ -7,8 +7,8 @@
 //! interned to small integers so per-attempt state is a few words and no event is cloned:
 //! memory grows with the number of jobs and attempts, not with the number of events.
 //!
-//! [`Ev`] is one event decoded once (names interned, `value.seq` and friends read out).
-//! [`Ctx`] is the index *before* the event being observed: a checker sees the event and
+//! [`Observed`] is one event decoded once (names interned, `value.seq` and friends read out).
+//! [`Index`] is the index *before* the event being observed: a checker sees the event and
 //! the facts established by everything earlier, and the driver then applies the event.
 
 use history::{Decision, Event, EventType, Process, RecordedAs};
@@ -77,7 +77,7 @@ impl Interner {
 
 /// Who recorded an event, as far as the checkers care.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Src {
+pub enum Source {
     /// An entry of the control plane's ledger (`type = ledger`).
     Ledger,
     /// A runner's log: `response` to one of its calls.
@@ -99,9 +99,9 @@ pub enum Src {
 pub use history::Op;
 
 /// One event, decoded once: names interned, the `value` fields the checkers use read out.
-pub struct Ev<'a> {
+pub struct Observed<'a> {
     pub index: u64,
-    pub src: Src,
+    pub src: Source,
     pub op: Op,
     pub job: Option<u32>,
     pub attempt: Option<u32>,
@@ -124,7 +124,7 @@ pub struct Ev<'a> {
     pub raw: &'a Event,
 }
 
-impl Ev<'_> {
+impl Observed<'_> {
     pub fn accepted(&self) -> bool {
         self.decision == Some(Decision::Accepted)
     }
@@ -179,7 +179,7 @@ pub struct Seen {
 
 /// The index of everything before the current event.
 #[derive(Default)]
-pub struct Ctx {
+pub struct Index {
     pub jobs_names: Interner,
     pub attempt_names: Interner,
     pub runner_names: Interner,
@@ -194,16 +194,18 @@ pub struct Ctx {
     pub malformed: Option<String>,
 }
 
-fn classify(event: &Event) -> Src {
+fn classify(event: &Event) -> Source {
     match event.kind {
-        EventType::Ledger => Src::Ledger,
-        EventType::Step => Src::Target,
-        EventType::Response if event.process.is_runner() => Src::RunnerResponse,
-        EventType::Ok if event.process == Process::CLIENT && event.f == Op::Submit => Src::SubmitOk,
-        EventType::Ok if event.process == Process::HARNESS && event.f == Op::Final => Src::Final,
-        EventType::Ok if event.process == Process::HARNESS && event.f == Op::Config => Src::Config,
-        EventType::Invoke if event.process == Process::OPERATOR && event.f == Op::Reconcile => Src::OperatorReconcile,
-        _ => Src::Other,
+        EventType::Ledger => Source::Ledger,
+        EventType::Step => Source::Target,
+        EventType::Response if event.process.is_runner() => Source::RunnerResponse,
+        EventType::Ok if event.process == Process::CLIENT && event.f == Op::Submit => Source::SubmitOk,
+        EventType::Ok if event.process == Process::HARNESS && event.f == Op::Final => Source::Final,
+        EventType::Ok if event.process == Process::HARNESS && event.f == Op::Config => Source::Config,
+        EventType::Invoke if event.process == Process::OPERATOR && event.f == Op::Reconcile => {
+            Source::OperatorReconcile
+        }
+        _ => Source::Other,
     }
 }
 
@@ -216,32 +218,32 @@ fn value_str<'a>(event: &'a Event, field: &str) -> Option<&'a str> {
 }
 
 /// Whether the fields a source must carry are present; if not, why not.
-fn missing_fields(ev: &Ev) -> Option<&'static str> {
+fn missing_fields(ev: &Observed) -> Option<&'static str> {
     let claim = ev.job.is_some() && ev.attempt.is_some() && ev.runner.is_some() && ev.fence.is_some();
     match (ev.src, ev.op) {
-        (Src::Ledger, Op::Claim) if !claim || ev.received_ms.is_none() || ev.lease_ms.is_none() => {
+        (Source::Ledger, Op::Claim) if !claim || ev.received_ms.is_none() || ev.lease_ms.is_none() => {
             Some("a ledger claim needs job, attempt, runner, fence, received_ms and lease_expires_ms")
         }
-        (Src::Ledger, op) if op.is_report() && (!claim || ev.received_ms.is_none() || ev.decision.is_none()) => {
+        (Source::Ledger, op) if op.is_report() && (!claim || ev.received_ms.is_none() || ev.decision.is_none()) => {
             Some("a ledger report needs job, attempt, runner, fence, received_ms and decision")
         }
-        (Src::Ledger, Op::Expire | Op::Reconcile) if ev.job.is_none() || ev.attempt.is_none() => {
+        (Source::Ledger, Op::Expire | Op::Reconcile) if ev.job.is_none() || ev.attempt.is_none() => {
             Some("a ledger expire or reconcile needs job and attempt")
         }
-        (Src::Target, _) if ev.key.is_none() || ev.fence.is_none() || ev.decision.is_none() => {
+        (Source::Target, _) if ev.key.is_none() || ev.fence.is_none() || ev.decision.is_none() => {
             Some("a target step needs key, fence and decision")
         }
-        (Src::RunnerResponse, Op::Claim | Op::Result) if ev.accepted() && !claim => {
+        (Source::RunnerResponse, Op::Claim | Op::Result) if ev.accepted() && !claim => {
             Some("an accepted claim or result answer needs job, attempt, runner and fence")
         }
-        (Src::Final | Src::SubmitOk, _) if ev.job.is_none() => Some("a submit or final event needs a job"),
+        (Source::Final | Source::SubmitOk, _) if ev.job.is_none() => Some("a submit or final event needs a job"),
         _ => None,
     }
 }
 
-impl Ctx {
+impl Index {
     /// Decodes one event; `None` for the events no checker reads (requests, faults, …).
-    pub fn decode<'a>(&mut self, event: &'a Event, position: usize) -> Option<Ev<'a>> {
+    pub fn decode<'a>(&mut self, event: &'a Event, position: usize) -> Option<Observed<'a>> {
         if event.index != position as u64 && self.malformed.is_none() {
             self.malformed = Some(format!("event at position {position} has index {}", event.index));
         }
@@ -250,13 +252,13 @@ impl Ctx {
             self.malformed = Some(format!("event {} says evidence could not be read: {why}", event.index));
         }
         let src = classify(event);
-        if src == Src::Other {
+        if src == Source::Other {
             return None;
         }
-        if src == Src::Config {
+        if src == Source::Config {
             self.target_mode = value_str(event, "target_mode").map(str::to_string);
         }
-        let ev = Ev {
+        let ev = Observed {
             index: event.index,
             src,
             op: event.f,
@@ -270,9 +272,9 @@ impl Ctx {
             lease_ms: event.lease_expires_ms,
             decision: event.decision,
             outcome: event.outcome.as_deref().map(|name| self.outcome_names.id(name)),
-            seq: if src == Src::Ledger { value_u64(event, "seq") } else { None },
-            ledger_seq: if src == Src::RunnerResponse { value_u64(event, "ledger_seq") } else { None },
-            recorded_as: if src == Src::Ledger { event.recorded_as() } else { None },
+            seq: if src == Source::Ledger { value_u64(event, "seq") } else { None },
+            ledger_seq: if src == Source::RunnerResponse { value_u64(event, "ledger_seq") } else { None },
+            recorded_as: if src == Source::Ledger { event.recorded_as() } else { None },
             recorded: None,
             raw: event,
         };
@@ -285,7 +287,7 @@ impl Ctx {
         Some(ev)
     }
 
-    fn grow(&mut self, ev: &Ev) {
+    fn grow(&mut self, ev: &Observed) {
         if let Some(job) = ev.job {
             if self.jobs.len() <= job as usize {
                 self.jobs.resize(job as usize + 1, Job::default());
@@ -340,27 +342,27 @@ impl Ctx {
 }
 
 /// Applying an event to the index, after every checker has observed it.
-impl Ctx {
-    pub fn apply(&mut self, ev: &Ev) {
+impl Index {
+    pub fn apply(&mut self, ev: &Observed) {
         match ev.src {
-            Src::Ledger => {
+            Source::Ledger => {
                 self.seen.ledger += 1;
                 self.seen.ledger_seqs += u64::from(ev.seq.is_some());
                 self.apply_ledger(ev);
             }
-            Src::RunnerResponse => {
+            Source::RunnerResponse => {
                 self.seen.responses += 1;
                 if ev.op == Op::Claim && ev.accepted() {
                     self.see_claim(ev);
                 }
             }
-            Src::Target => self.seen.steps += 1,
-            Src::Final => self.seen.finals += 1,
+            Source::Target => self.seen.steps += 1,
+            Source::Final => self.seen.finals += 1,
             _ => {}
         }
     }
 
-    fn see_claim(&mut self, ev: &Ev) {
+    fn see_claim(&mut self, ev: &Observed) {
         let (Some(job), Some(attempt), Some(fence)) = (ev.job, ev.attempt, ev.fence) else { return };
         let Some(facts) = self.jobs.get_mut(job as usize) else { return };
         if facts.newest_seen.is_none_or(|(_, newest, _)| fence > newest) {
@@ -368,7 +370,7 @@ impl Ctx {
         }
     }
 
-    fn apply_ledger(&mut self, ev: &Ev) {
+    fn apply_ledger(&mut self, ev: &Observed) {
         let (Some(job), Some(attempt)) = (ev.job, ev.attempt) else { return };
         match ev.op {
             Op::Claim => self.apply_claim(ev, job, attempt),
@@ -405,7 +407,7 @@ impl Ctx {
         }
     }
 
-    fn apply_claim(&mut self, ev: &Ev, job: u32, attempt: u32) {
+    fn apply_claim(&mut self, ev: &Observed, job: u32, attempt: u32) {
         let (Some(runner), Some(fence)) = (ev.runner, ev.fence) else { return };
         let facts = &mut self.attempts[attempt as usize];
         if facts.claim.is_none() {
@@ -441,7 +443,7 @@ mod tests {
 
     #[test]
     fn a_claim_then_an_accepted_heartbeat_move_the_lease_and_expire_is_remembered() {
-        let mut ctx = Ctx::default();
+        let mut ctx = Index::default();
         let mut claim =
             Event::new(0, Process::CONTROL_PLANE, EventType::Ledger, Op::Claim).with_claim("j1", "j1-a1", "r1", 7);
         claim.received_ms = Some(1_000);

@@ -10,7 +10,7 @@
 //! - a run in which jobs were acknowledged but none succeeded made no progress.
 
 use crate::driver::{need_finals, Check, Findings, Found};
-use crate::model::{Ctx, Ev, FxMap, Op, Src};
+use crate::model::{FxMap, Index, Observed, Op, Source};
 use history::{Decision, OutcomeWord, Reason};
 use std::collections::HashSet;
 
@@ -48,16 +48,16 @@ impl Check for Progress {
         NAME
     }
 
-    fn lacking(&self, ctx: &Ctx) -> Option<String> {
+    fn lacking(&self, ctx: &Index) -> Option<String> {
         crate::driver::need_ledger(ctx).or_else(|| need_finals(ctx))
     }
 
-    fn observe(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings) {
+    fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
         match ev.src {
-            Src::Target => self.step(ev, ctx, out),
-            Src::Ledger if ev.op == Op::Result && ev.accepted() => self.success(ev, ctx, out),
-            Src::SubmitOk => self.acknowledged += 1,
-            Src::Final => {
+            Source::Target => self.step(ev, ctx, out),
+            Source::Ledger if ev.op == Op::Result && ev.accepted() => self.success(ev, ctx, out),
+            Source::SubmitOk => self.acknowledged += 1,
+            Source::Final => {
                 self.succeeded += u64::from(ev.raw.outcome_word() == Some(OutcomeWord::Succeeded));
                 if self.finals.len() < FINALS_NAMED_MAX {
                     self.finals.push(ev.index);
@@ -67,7 +67,7 @@ impl Check for Progress {
         }
     }
 
-    fn finish(&mut self, _ctx: &Ctx, out: &mut Findings) {
+    fn finish(&mut self, _ctx: &Index, out: &mut Findings) {
         if self.acknowledged >= JOBS_FOR_PROGRESS_MIN && self.succeeded == 0 {
             let message =
                 format!("{} jobs were acknowledged and none succeeded: the system made no progress", self.acknowledged);
@@ -77,7 +77,7 @@ impl Check for Progress {
 }
 
 impl Progress {
-    fn step(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings) {
+    fn step(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
         let (Some(key), Some(fence)) = (ev.key, ev.fence) else { return };
         let step = ev.raw.value.as_ref().and_then(|value| value.get("step")?.as_u64());
         let highest = self.highest.get(&key).copied().unwrap_or(0);
@@ -111,7 +111,7 @@ impl Progress {
         }
     }
 
-    fn success(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings) {
+    fn success(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
         let Some(attempt) = ev.attempt else { return };
         if ev.raw.outcome_word() != Some(OutcomeWord::Succeeded) || self.worked.contains(&attempt) {
             return;

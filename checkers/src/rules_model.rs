@@ -14,7 +14,7 @@
 //! without it, lease lengths are not judged.
 
 use crate::driver::{Check, Findings, Found};
-use crate::model::{Ctx, Ev, FxMap, Op, Src};
+use crate::model::{FxMap, Index, Observed, Op, Source};
 use history::{Decision, OutcomeWord, Reason, RecordedAs};
 
 pub const NAME: &str = "rules-model";
@@ -122,20 +122,20 @@ impl Check for RulesModel {
         NAME
     }
 
-    fn observe(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings) {
+    fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
         match ev.src {
-            Src::Config => self.lease_ms = ev.raw.value.as_ref().and_then(|v| v.get("lease_ms")?.as_i64()),
-            Src::OperatorReconcile => {
+            Source::Config => self.lease_ms = ev.raw.value.as_ref().and_then(|v| v.get("lease_ms")?.as_i64()),
+            Source::OperatorReconcile => {
                 if let Some(attempt) = ev.attempt {
                     self.decided.entry(attempt).or_default().push(ev.raw.time_ns);
                 }
             }
-            Src::Ledger => {
+            Source::Ledger => {
                 if let Some(divergence) = self.replay(ev, ctx) {
                     out.push(self.anomaly(ev, ctx, divergence));
                 }
             }
-            Src::Final => {
+            Source::Final => {
                 if let Some(divergence) = self.final_state(ev, ctx) {
                     out.push(self.anomaly(ev, ctx, divergence));
                 }
@@ -147,7 +147,7 @@ impl Check for RulesModel {
     /// Every reconcile entry needs an operator's decision about its attempt sent before
     /// the entry was received: the control plane may never reconcile on its own. Matched
     /// on the run's clock, as ledger entries are visited in commit order.
-    fn finish(&mut self, _ctx: &Ctx, out: &mut Findings) {
+    fn finish(&mut self, _ctx: &Index, out: &mut Findings) {
         self.reconciled.sort_by_key(|(_, received_ns, _)| *received_ns);
         for decisions in self.decided.values_mut() {
             decisions.sort_unstable();
@@ -163,7 +163,7 @@ impl Check for RulesModel {
 }
 
 impl RulesModel {
-    fn anomaly(&self, ev: &Ev, ctx: &Ctx, divergence: Divergence) -> crate::Anomaly {
+    fn anomaly(&self, ev: &Observed, ctx: &Index, divergence: Divergence) -> crate::Anomaly {
         let mut found = Found::new(NAME, divergence.kind).job(ctx, ev.job).key(ctx, ev.key).reported(ctx, ev);
         let mut events = vec![ev.index];
         if let Some(attempt) = ev.attempt.and_then(|attempt| self.attempts.get(attempt as usize)) {
@@ -212,7 +212,7 @@ impl RulesModel {
     }
 
     /// Decides the entry again, then applies what the ledger says.
-    fn replay(&mut self, ev: &Ev, ctx: &Ctx) -> Option<Divergence> {
+    fn replay(&mut self, ev: &Observed, ctx: &Index) -> Option<Divergence> {
         let job = ev.job?;
         match ev.op {
             Op::Submit => self.submit(ev, ctx, job),
@@ -225,7 +225,7 @@ impl RulesModel {
         }
     }
 
-    fn submit(&mut self, ev: &Ev, ctx: &Ctx, job: u32) -> Option<Divergence> {
+    fn submit(&mut self, ev: &Observed, ctx: &Index, job: u32) -> Option<Divergence> {
         let before = self.job(job).state;
         let facts = self.job_mut(job);
         facts.key = ev.key;
@@ -241,7 +241,7 @@ impl RulesModel {
 
     /// Whether a claim may be granted: a queued job, its key free, a fence above every
     /// fence before, a lease from the server's receipt time no longer than the policy's.
-    fn claim(&mut self, ev: &Ev, ctx: &Ctx, job: u32) -> Option<Divergence> {
+    fn claim(&mut self, ev: &Observed, ctx: &Index, job: u32) -> Option<Divergence> {
         let attempt = ev.attempt?;
         let (fence, received) = (ev.fence.unwrap_or(0), ev.received_ms.unwrap_or(0));
         let facts = self.job(job);
@@ -292,7 +292,7 @@ impl RulesModel {
     }
 
     /// A granted lease must end after the receipt and no later than the policy allows.
-    fn lease_divergence(&self, ev: &Ev, received: i64, what: &str) -> Option<Divergence> {
+    fn lease_divergence(&self, ev: &Observed, received: i64, what: &str) -> Option<Divergence> {
         let lease_ms = self.lease_ms?;
         let end = ev.lease_ms?;
         (end <= received || end > received + lease_ms).then(|| Divergence {
@@ -307,7 +307,7 @@ impl RulesModel {
 
     /// Why a report's claim is not the job's current, live claim at `received_ms` on the
     /// server's clock, in the contract's order of checks.
-    fn standing(&self, ev: &Ev) -> Result<(), Reason> {
+    fn standing(&self, ev: &Observed) -> Result<(), Reason> {
         let (Some(job), Some(attempt)) = (ev.job, ev.attempt) else { return Err(Reason::Unknown) };
         let facts = self.attempt(attempt);
         if facts.state == AttemptState::Unknown || self.job(job).state == JobState::Unknown {
@@ -334,7 +334,7 @@ impl RulesModel {
     }
 
     /// A heartbeat or a capability: accepted exactly when the claim is current and live.
-    fn renewal(&mut self, ev: &Ev, ctx: &Ctx) -> Option<Divergence> {
+    fn renewal(&mut self, ev: &Observed, ctx: &Index) -> Option<Divergence> {
         let expected = self.standing(ev);
         let divergence =
             compare(ev, ctx, expected.err().map_or(Decision::Accepted, |_| Decision::Rejected), expected.err())
@@ -359,7 +359,7 @@ impl RulesModel {
 
     /// A result: a duplicate or a conflict when its attempt already committed one, else
     /// accepted when current and live, else kept as a late observation.
-    fn result(&mut self, ev: &Ev, ctx: &Ctx) -> Option<Divergence> {
+    fn result(&mut self, ev: &Observed, ctx: &Index) -> Option<Divergence> {
         let attempt = ev.attempt?;
         let facts = self.attempt(attempt);
         let outcome = ev.raw.outcome_word();
@@ -398,7 +398,7 @@ impl RulesModel {
 
     /// An expiry: of a running attempt whose lease ended on the server's clock, naming
     /// it uncertain; the job stays claimed (its key held) until a reconcile.
-    fn expire(&mut self, ev: &Ev, ctx: &Ctx) -> Option<Divergence> {
+    fn expire(&mut self, ev: &Observed, ctx: &Index) -> Option<Divergence> {
         let attempt = ev.attempt?;
         let facts = self.attempt(attempt);
         let received = ev.received_ms.unwrap_or(0);
@@ -436,7 +436,7 @@ impl RulesModel {
     }
 
     /// A reconcile: of an uncertain attempt, after an operator decided it.
-    fn reconcile(&mut self, ev: &Ev, ctx: &Ctx) -> Option<Divergence> {
+    fn reconcile(&mut self, ev: &Observed, ctx: &Index) -> Option<Divergence> {
         let attempt = ev.attempt?;
         let facts = self.attempt(attempt);
         let unauthorised = Divergence {
@@ -480,7 +480,7 @@ impl RulesModel {
     }
 
     /// A job's final outcome must be the one the ledger replays to.
-    fn final_state(&self, ev: &Ev, ctx: &Ctx) -> Option<Divergence> {
+    fn final_state(&self, ev: &Observed, ctx: &Index) -> Option<Divergence> {
         let job = ev.job?;
         let replayed = self.job(job).state;
         let reported = ev.raw.outcome_word();
@@ -512,7 +512,7 @@ fn decision_name(decision: Decision) -> &'static str {
 }
 
 /// The ledger's decision and reason against the model's.
-fn compare(ev: &Ev, ctx: &Ctx, decision: Decision, reason: Option<Reason>) -> Option<Divergence> {
+fn compare(ev: &Observed, ctx: &Index, decision: Decision, reason: Option<Reason>) -> Option<Divergence> {
     let label = ev.attempt.map_or_else(|| "an unknown attempt".to_string(), |attempt| ctx.label(attempt));
     let recorded = ev.decision.map_or("undecided", decision_name);
     let why = reason.map_or(String::new(), |reason| format!(" ({reason})"));

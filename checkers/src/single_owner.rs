@@ -11,7 +11,7 @@
 //! transaction, so a claim may carry an earlier time than the release it waited for).
 
 use crate::driver::{Check, Findings, Found};
-use crate::model::{Ctx, Ev, FxMap, Op, Src};
+use crate::model::{FxMap, Index, Observed, Op, Source};
 use std::collections::HashSet;
 
 pub const NAME: &str = "single-owner";
@@ -46,8 +46,8 @@ impl Check for SingleOwner {
         NAME
     }
 
-    fn observe(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings) {
-        if ev.src != Src::Ledger {
+    fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
+        if ev.src != Source::Ledger {
             return;
         }
         let (Some(job), Some(attempt), Some(at)) = (ev.job, ev.attempt, ev.received_ms) else { return };
@@ -79,7 +79,7 @@ impl Check for SingleOwner {
 impl SingleOwner {
     /// Opens a lease interval, reporting every other open interval of its job or key that
     /// it overlaps.
-    fn start(&mut self, ctx: &Ctx, attempt: u32, lease: Lease, out: &mut Findings) {
+    fn start(&mut self, ctx: &Index, attempt: u32, lease: Lease, out: &mut Findings) {
         self.close(attempt);
         let mut holders = Vec::new();
         for (list, on_key) in
@@ -114,7 +114,7 @@ impl SingleOwner {
     }
 }
 
-fn overlap(ctx: &Ctx, attempt: u32, lease: &Lease, other: u32, held: &Lease, on_key: bool) -> crate::Anomaly {
+fn overlap(ctx: &Index, attempt: u32, lease: &Lease, other: u32, held: &Lease, on_key: bool) -> crate::Anomaly {
     let scope = if on_key && held.job != lease.job {
         format!("deployment key {}", ctx.key_names.name(lease.key.unwrap_or(0)))
     } else {

@@ -8,7 +8,7 @@
 //! whose attempt had already been expired or reconciled.
 
 use crate::driver::{Check, Findings, Found};
-use crate::model::{Ctx, Ev, Op, Src};
+use crate::model::{Index, Observed, Op, Source};
 
 pub const NAME: &str = "stale-completion";
 pub const ABOUT: &str =
@@ -27,26 +27,26 @@ impl Check for StaleCompletion {
         NAME
     }
 
-    fn lacking(&self, ctx: &Ctx) -> Option<String> {
+    fn lacking(&self, ctx: &Index) -> Option<String> {
         (ctx.seen.ledger == 0 && ctx.seen.responses == 0)
             .then(|| "the history has neither ledger events nor runner answers: no result to judge".to_string())
     }
 
-    fn observe(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings) {
+    fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
         if ev.op != Op::Result || !ev.accepted() {
             return;
         }
         let (Some(job), Some(attempt)) = (ev.job, ev.attempt) else { return };
         match ev.src {
-            Src::RunnerResponse => outside(ev, ctx, job, attempt, out),
-            Src::Ledger => ledger(ev, ctx, job, attempt, out),
+            Source::RunnerResponse => outside(ev, ctx, job, attempt, out),
+            Source::Ledger => ledger(ev, ctx, job, attempt, out),
             _ => {}
         }
     }
 }
 
 /// A runner was told its result was accepted although a newer attempt had been claimed.
-fn outside(ev: &Ev, ctx: &Ctx, job: u32, attempt: u32, out: &mut Findings) {
+fn outside(ev: &Observed, ctx: &Index, job: u32, attempt: u32, out: &mut Findings) {
     let Some((newest, newest_fence, shown_at)) = ctx.job(job).newest_seen else { return };
     let fence = ev.fence.unwrap_or(0);
     if newest == attempt || newest_fence <= fence {
@@ -68,7 +68,7 @@ fn outside(ev: &Ev, ctx: &Ctx, job: u32, attempt: u32, out: &mut Findings) {
 }
 
 /// The ledger committed a result for an attempt that was not current.
-fn ledger(ev: &Ev, ctx: &Ctx, job: u32, attempt: u32, out: &mut Findings) {
+fn ledger(ev: &Observed, ctx: &Index, job: u32, attempt: u32, out: &mut Findings) {
     let facts = ctx.attempt(attempt);
     let fence = ev.fence.unwrap_or(0);
     let name = ctx.attempt_name(attempt);

@@ -8,7 +8,7 @@
 //! the seed's exercise names, not hidden.
 
 use crate::driver::{Check, Findings, Found};
-use crate::model::{Ctx, Ev, FxMap, Src};
+use crate::model::{FxMap, Index, Observed, Source};
 use std::collections::HashSet;
 
 pub const NAME: &str = "stale-side-effect";
@@ -40,12 +40,12 @@ impl Check for StaleSideEffect {
         NAME
     }
 
-    fn lacking(&self, ctx: &Ctx) -> Option<String> {
+    fn lacking(&self, ctx: &Index) -> Option<String> {
         (ctx.seen.steps == 0).then(|| "the history has no target step events: no side effect to judge".to_string())
     }
 
-    fn observe(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings) {
-        if ev.src != Src::Target || !ev.accepted() {
+    fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
+        if ev.src != Source::Target || !ev.accepted() {
             return;
         }
         let (Some(key), Some(fence)) = (ev.key, ev.fence) else { return };
@@ -65,7 +65,7 @@ impl Check for StaleSideEffect {
     }
 }
 
-fn stale(ev: &Ev, ctx: &Ctx, key: u32, fence: u64, high: &Highest) -> crate::Anomaly {
+fn stale(ev: &Observed, ctx: &Index, key: u32, fence: u64, high: &Highest) -> crate::Anomaly {
     let who = |attempt: Option<u32>| attempt.map_or("an unnamed attempt", |attempt| ctx.attempt_name(attempt));
     let mut message = format!(
         "the target applied a step of {} (fence {fence}) on key {} after applying {} (fence {})",

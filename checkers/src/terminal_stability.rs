@@ -8,7 +8,7 @@
 //! acknowledged as `duplicate`.
 
 use crate::driver::{Check, Findings, Found};
-use crate::model::{Ctx, Ev, FxMap, Op, Src};
+use crate::model::{FxMap, Index, Observed, Op, Source};
 use history::{Decision, RecordedAs};
 
 pub const NAME: &str = "terminal-stability";
@@ -38,26 +38,26 @@ impl Check for TerminalStability {
         NAME
     }
 
-    fn lacking(&self, ctx: &Ctx) -> Option<String> {
+    fn lacking(&self, ctx: &Index) -> Option<String> {
         crate::driver::need_ledger(ctx).or_else(|| crate::driver::need_finals(ctx))
     }
 
-    fn observe(&mut self, ev: &Ev, ctx: &Ctx, out: &mut Findings) {
+    fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
         let Some(job) = ev.job else { return };
         match (ev.src, ev.op) {
-            (Src::Ledger, Op::Result) => self.result(ev, ctx, job, out),
-            (Src::Ledger, Op::Reconcile) if ev.recorded.is_some() && ev.attempt.is_some() => {
+            (Source::Ledger, Op::Result) => self.result(ev, ctx, job, out),
+            (Source::Ledger, Op::Reconcile) if ev.recorded.is_some() && ev.attempt.is_some() => {
                 let (Some(outcome), Some(attempt)) = (ev.recorded, ev.attempt) else { return };
                 self.commit(ev, ctx, job, Commit { event: ev.index, outcome, attempt }, out);
             }
-            (Src::Final, _) => self.final_state(ev, ctx, job, out),
+            (Source::Final, _) => self.final_state(ev, ctx, job, out),
             _ => {}
         }
     }
 }
 
 impl TerminalStability {
-    fn result(&mut self, ev: &Ev, ctx: &Ctx, job: u32, out: &mut Findings) {
+    fn result(&mut self, ev: &Observed, ctx: &Index, job: u32, out: &mut Findings) {
         let (Some(attempt), Some(outcome)) = (ev.attempt, ev.outcome) else { return };
         if ev.accepted() {
             self.commit(ev, ctx, job, Commit { event: ev.index, outcome, attempt }, out);
@@ -96,7 +96,7 @@ impl TerminalStability {
     }
 
     /// A commit: the first for its job, or an anomaly replacing (or repeating) the first.
-    fn commit(&mut self, ev: &Ev, ctx: &Ctx, job: u32, commit: Commit, out: &mut Findings) {
+    fn commit(&mut self, ev: &Observed, ctx: &Index, job: u32, commit: Commit, out: &mut Findings) {
         let Some(first) = self.committed.get(&job).copied() else {
             self.committed.insert(job, commit);
             return;
@@ -132,7 +132,7 @@ impl TerminalStability {
         );
     }
 
-    fn final_state(&mut self, ev: &Ev, ctx: &Ctx, job: u32, out: &mut Findings) {
+    fn final_state(&mut self, ev: &Observed, ctx: &Index, job: u32, out: &mut Findings) {
         let Some(commit) = self.committed.get(&job).copied() else { return };
         if ev.outcome == Some(commit.outcome) {
             return;
