@@ -671,7 +671,7 @@ mod tests {
     #[test]
     fn a_case_becomes_a_scenario_that_parses_back_to_the_same_jobs_and_faults() {
         let checkers = vec!["stale-completion".to_string()];
-        let scenario = parse(&scenario_text(&header(), &case(), &checkers)).unwrap();
+        let scenario = parse(&scenario_text(&header(), &case(), &checkers), &crate::scenario::checker_names()).unwrap();
         assert_eq!((scenario.runners, scenario.lease_ms, scenario.seed), (3, 1_000, 7));
         assert_eq!((scenario.heartbeat_interval_ms, scenario.reconcile_after_ms), (Some(250), Some(1_000)));
         assert_eq!(scenario.bugs, vec!["accept-stale-result".to_string()]);
@@ -731,7 +731,7 @@ mod tests {
         pinned.pins = BTreeMap::from([("j1".into(), 0), ("j2".into(), 2), ("j3".into(), 1)]);
         assert_eq!(pinned.needed_runners(), BTreeSet::from([0, 1, 2]), "j3 is not kept: its pin does not count");
         let text = scenario_text(&header(), &pinned, &["stale-completion".into()]);
-        let scenario = parse(&text).unwrap();
+        let scenario = parse(&text, &crate::scenario::checker_names()).unwrap();
         let runners: Vec<Option<String>> = scenario
             .steps
             .iter()

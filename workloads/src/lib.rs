@@ -11,6 +11,7 @@
 pub mod faults;
 pub mod jobs;
 pub mod operator;
+pub mod scenario;
 
 /// The random generator of a plan, derived from the run's seed and a purpose, so that
 /// adding faults does not change the jobs (and the other way round).

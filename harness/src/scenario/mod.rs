@@ -4,7 +4,7 @@
 //! like a run, and then asserts every `[[expect]]`.
 
 pub mod conditions;
-pub mod format;
+pub use workloads::scenario as format;
 mod player;
 mod steps;
 
@@ -43,11 +43,22 @@ pub struct Report {
     pub passed: bool,
 }
 
+/// The checkers an expectation may name.
+pub fn checker_names() -> Vec<&'static str> {
+    checkers::names().iter().map(|(name, _)| *name).collect()
+}
+
 /// Reads and validates a scenario file.
 pub fn load(file: &Path) -> Result<Scenario, ScenarioError> {
     let text =
         std::fs::read_to_string(file).map_err(|error| ScenarioError::Bad(format!("{}: {error}", file.display())))?;
-    format::parse(&text).map_err(|message| ScenarioError::Bad(format!("{}: {message}", file.display())))
+    let bad = |message: String| ScenarioError::Bad(format!("{}: {message}", file.display()));
+    let scenario = format::parse(&text, &checker_names()).map_err(bad)?;
+    // The planted bugs are the lab's vocabulary, which the pure format does not know.
+    for bug in &scenario.bugs {
+        bug.parse::<lab::bugs::Bug>().map_err(|error| bad(format!("bugs: {error}")))?;
+    }
+    Ok(scenario)
 }
 
 fn config(scenario: &Scenario, store: &Path) -> Result<RunConfig, ScenarioError> {

@@ -113,7 +113,7 @@ pub enum Action {
     /// A fault exactly as the nemesis of `fencelab run` realises it, started in the
     /// background and healed after `duration_ms`.
     Fault {
-        fault: Option<workloads::faults::FaultKind>,
+        fault: Option<crate::faults::FaultKind>,
         how: String,
         runner: Option<String>,
         #[serde(default)]
@@ -287,7 +287,8 @@ fn header_lines(text: &str, name: &str) -> Vec<usize> {
 }
 
 /// Parses and validates a scenario; the error is one message for people.
-pub fn parse(text: &str) -> Result<Scenario, String> {
+/// `checkers` are the names an `[[expect]]` may give as `checker`.
+pub fn parse(text: &str, checkers: &[&str]) -> Result<Scenario, String> {
     let raw: Raw = toml::from_str(text).map_err(|error| error.to_string().trim_end().to_string())?;
     let step_lines = header_lines(text, "step");
     let expect_lines = header_lines(text, "expect");
@@ -321,7 +322,7 @@ pub fn parse(text: &str) -> Result<Scenario, String> {
         let condition: Condition = toml::Value::Table(table)
             .try_into()
             .map_err(|error: toml::de::Error| format!("{place}: {}", error.message()))?;
-        check_condition(&condition, false, raw.runners).map_err(|message| format!("{place}: {message}"))?;
+        check_condition(&condition, false, raw.runners, checkers).map_err(|message| format!("{place}: {message}"))?;
         expects.push(condition);
     }
     let scenario = Scenario {
@@ -357,9 +358,6 @@ fn check_header(scenario: &Scenario) -> Result<(), String> {
     if !["fenced", "idempotent", "unfenced"].contains(&scenario.target_mode.as_str()) {
         return Err(format!("target_mode = `{}`: must be fenced, idempotent or unfenced", scenario.target_mode));
     }
-    for bug in &scenario.bugs {
-        bug.parse::<lab::bugs::Bug>().map_err(|error| format!("bugs: {error}"))?;
-    }
     for runner in &scenario.idle {
         runner_index(runner, scenario.runners).map_err(|message| format!("idle: {message}"))?;
     }
@@ -392,7 +390,7 @@ pub fn runner_index(name: &str, runners: u32) -> Result<usize, String> {
 fn check_step(step: &Step, runners: u32) -> Result<(), String> {
     let index = |name: &str| runner_index(name, runners).map(drop);
     match &step.action {
-        Action::Wait(condition) => check_condition(condition, true, runners),
+        Action::Wait(condition) => check_condition(condition, true, runners, &[]),
         Action::Submit { steps, step_ms, runner, .. } => {
             if let Some(runner) = runner {
                 index(runner)?;
@@ -436,7 +434,7 @@ fn check_step(step: &Step, runners: u32) -> Result<(), String> {
 pub const FAULT_DURATION_MAX_MS: u64 = 600_000;
 
 /// The nemesis fault a `fault` step describes, starting at `at_ms`.
-pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<workloads::faults::Fault, String> {
+pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<crate::faults::Fault, String> {
     let Action::Fault { fault, how, runner, duration_ms, latency_ms, offset_ms } = action else {
         return Err("not a fault step".into());
     };
@@ -447,7 +445,7 @@ pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<workloads::
     if let Some(ms) = offset_ms {
         fields["offset_ms"] = (*ms).into();
     }
-    let variant: workloads::faults::Variant =
+    let variant: crate::faults::Variant =
         serde_json::from_value(fields.clone()).map_err(|error| format!("how = `{how}`: {error}"))?;
     let parameters = serde_json::to_value(&variant).map_err(|error| error.to_string())?;
     for key in ["latency_ms", "offset_ms"] {
@@ -463,14 +461,14 @@ pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<workloads::
         return Err(format!("duration_ms = {duration_ms}: must be at most {FAULT_DURATION_MAX_MS}"));
     }
     let runner = match (runner, kind) {
-        (Some(_), workloads::faults::FaultKind::RestartControlPlane) => {
+        (Some(_), crate::faults::FaultKind::RestartControlPlane) => {
             return Err("restart-control hits the control plane, not a runner".into())
         }
-        (None, workloads::faults::FaultKind::RestartControlPlane) => None,
+        (None, crate::faults::FaultKind::RestartControlPlane) => None,
         (None, _) => return Err(format!("how = `{how}` needs a runner")),
         (Some(name), _) => Some(runner_index(name, runners)? as u32),
     };
-    Ok(workloads::faults::Fault { at_ms, duration_ms: *duration_ms, kind, runner, variant })
+    Ok(crate::faults::Fault { at_ms, duration_ms: *duration_ms, kind, runner, variant })
 }
 
 fn check_outcome(outcome: &str) -> Result<(), String> {
@@ -492,7 +490,7 @@ fn check_finding(finding: &str, outcome: Option<&str>) -> Result<(), String> {
 
 /// A condition names one subject: a checker, the target's stale steps, a ledger entry, an
 /// attempt, or a job. Waits need a bound and cannot wait for a checker.
-fn check_condition(condition: &Condition, wait: bool, runners: u32) -> Result<(), String> {
+fn check_condition(condition: &Condition, wait: bool, runners: u32, checkers: &[&str]) -> Result<(), String> {
     match (wait, condition.within_ms) {
         (true, None) => return Err("a wait needs a bound: within_ms".into()),
         (true, Some(ms)) if ms == 0 || ms > WITHIN_MAX_MS => {
@@ -505,7 +503,7 @@ fn check_condition(condition: &Condition, wait: bool, runners: u32) -> Result<()
         if wait {
             return Err("a wait cannot wait for a checker's verdict".into());
         }
-        if !checkers::names().iter().any(|(name, _)| name == checker) {
+        if !checkers.contains(&checker.as_str()) {
             return Err(format!("unknown checker `{checker}`"));
         }
         return match condition.verdict.as_deref() {
