@@ -9,7 +9,9 @@ mod html;
 mod json;
 mod junit;
 mod model;
+pub mod plots;
 mod timeline;
+mod vocab;
 
 use checkers::{CheckerResult, Verdict};
 use serde::{Deserialize, Serialize};

@@ -5,4 +5,5 @@ mod fixture;
 mod html;
 mod json;
 mod junit;
+mod plots;
 mod scale;
