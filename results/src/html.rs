@@ -110,6 +110,7 @@ fn anomalies(out: &mut String, run: &Run, events: &[Event], shown: &BTreeSet<u64
         return;
     }
     out.push_str("<ol class=\"anomalies\">\n");
+    let told = crate::story::rendered(run, events);
     for (n, a) in all.iter().enumerate().take(MAX_LISTED_ANOMALIES) {
         let mut facts = String::new();
         let lists: [(&str, Vec<String>); 5] = [
@@ -126,11 +127,12 @@ fn anomalies(out: &mut String, run: &Run, events: &[Event], shown: &BTreeSet<u64
         let _ = writeln!(
             out,
             "<li class=\"anomaly\" id=\"a{n}\"><strong>{} / {}</strong>: <span class=\"message\">{}</span><br>\
-             {facts}<span class=\"proof-links\">events: {}</span></li>",
+             {facts}<span class=\"proof-links\">events: {}</span>{}</li>",
             esc(&a.checker),
             esc(&a.kind),
             esc(&a.message),
-            links.join(" ")
+            links.join(" "),
+            told.get(n).map(String::as_str).unwrap_or_default()
         );
     }
     out.push_str("</ol>\n");

@@ -10,6 +10,7 @@ mod json;
 mod junit;
 mod model;
 pub mod plots;
+pub mod story;
 mod timeline;
 mod vocab;
 
@@ -17,8 +18,8 @@ use checkers::{CheckerResult, Verdict};
 use serde::{Deserialize, Serialize};
 
 pub use html::report_html;
-pub use json::{results_json, SCHEMA};
-pub use junit::junit_xml;
+pub use json::{read_results, results_json, AttemptTimes, CheckerDoc, Counts, ResultsDoc, Steps, Timings, SCHEMA};
+pub use junit::{junit_xml, junit_xml_with_stories};
 
 /// What a run leaves behind besides its history: how to repeat it and what the checkers said.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

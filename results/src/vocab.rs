@@ -40,3 +40,31 @@ pub fn is_submit(e: &Event) -> bool {
 pub fn recorded_as(e: &Event) -> Option<&str> {
     e.value.as_ref()?.get("recorded_as")?.as_str()
 }
+
+/// Who recorded the event, for display.
+pub fn process_name(e: &Event) -> &str {
+    &e.process
+}
+
+pub fn is_operator(e: &Event) -> bool {
+    e.process == "operator"
+}
+
+pub fn is_nemesis(e: &Event) -> bool {
+    e.process == "nemesis"
+}
+
+/// The harness's final state of a job.
+pub fn is_final(e: &Event) -> bool {
+    e.process == "harness" && f_is(e, "final")
+}
+
+/// `value.phase` of a nemesis event (`start` / `heal`).
+pub fn phase(e: &Event) -> Option<&str> {
+    e.value.as_ref()?.get("phase")?.as_str()
+}
+
+/// `value.step` of a target step or a runner's step request.
+pub fn step_number(e: &Event) -> Option<u64> {
+    e.value.as_ref()?.get("step")?.as_u64()
+}
