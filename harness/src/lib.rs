@@ -10,3 +10,4 @@ pub mod runs;
 pub mod scenario;
 pub mod shrink;
 pub mod suite;
+pub mod trends;

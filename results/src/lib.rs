@@ -12,6 +12,7 @@ mod model;
 pub mod plots;
 pub mod story;
 mod timeline;
+pub mod trends;
 mod vocab;
 
 use checkers::{CheckerResult, Verdict};

@@ -6,6 +6,7 @@ mod run;
 mod scenario;
 mod shrink;
 mod suite;
+mod trends;
 
 use std::path::Path;
 use std::time::Duration;
