@@ -101,6 +101,14 @@ enum Command {
         #[command(flatten)]
         history: HistoryArgs,
     },
+    /// Say what differs between two run folders: verdicts, anomalies by checker, fault
+    /// schedule, run flags, timings and counts (exit 0 when printed).
+    Diff {
+        /// The first run folder (e.g. yesterday's).
+        run_a: std::path::PathBuf,
+        /// The second run folder.
+        run_b: std::path::PathBuf,
+    },
     /// List the lab's planted bugs, one a line: name, then the protection it removes.
     Bugs,
     /// Scripted incidents against the real lab (`docs/scenarios.md`).
@@ -190,6 +198,7 @@ pub fn main() -> ExitCode {
             Err(message) => bad_arguments(&message),
         },
         Command::Scenario { command: ScenarioCommand::Run { file, store } } => crate::scenario::main(&file, &store),
+        Command::Diff { run_a, run_b } => diff_command(&run_a, &run_b),
         Command::Bugs => {
             print!("{}", lab::bugs::listing());
             ExitCode::SUCCESS
@@ -227,6 +236,19 @@ fn run_command(args: crate::run::config::RunArgs) -> ExitCode {
             eprintln!("fencelab run: {error:#}");
             eprintln!("repeat with: {command}");
             ExitCode::from(EXIT_INTERNAL)
+        }
+    }
+}
+
+fn diff_command(run_a: &std::path::Path, run_b: &std::path::Path) -> ExitCode {
+    match (crate::diff::read_side(run_a), crate::diff::read_side(run_b)) {
+        (Ok(a), Ok(b)) => {
+            print!("{}", results::diff::diff_text(&a, &b));
+            ExitCode::SUCCESS
+        }
+        (Err(message), _) | (_, Err(message)) => {
+            eprintln!("fencelab diff: {message}");
+            ExitCode::from(EXIT_BAD_ARGUMENTS)
         }
     }
 }

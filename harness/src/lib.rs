@@ -3,6 +3,7 @@
 
 pub mod check;
 pub mod cli;
+pub mod diff;
 pub mod matrix;
 pub mod replay;
 pub mod run;
