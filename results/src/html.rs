@@ -110,7 +110,7 @@ fn anomalies(out: &mut String, run: &Run, events: &[Event], shown: &BTreeSet<u64
         return;
     }
     out.push_str("<ol class=\"anomalies\">\n");
-    let told = crate::story::rendered(run, events);
+    let told = crate::story::rendered(run, events, shown);
     for (n, a) in all.iter().enumerate().take(MAX_LISTED_ANOMALIES) {
         let mut facts = String::new();
         let lists: [(&str, Vec<String>); 5] = [

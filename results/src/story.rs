@@ -264,15 +264,26 @@ const MINI_LABEL_W: f64 = 150.0;
 const MINI_W: f64 = 560.0;
 const MINI_LANE_H: f64 = 20.0;
 
-/// A story as HTML: `<details id="story-a<n>">` with the steps as a list (proof steps linked to
-/// their events) and a mini-timeline of the attempts involved.
-pub fn story_html(story: &Story, events: &[Event], windows: &[FaultWindow], attempts: &[Attempt]) -> String {
+/// A story as HTML: `<details id="story-a<n>">` with the steps as a list (each step's event
+/// linked to its row when the events table shows it, `shown`) and a mini-timeline of the
+/// attempts involved.
+pub fn story_html(
+    story: &Story,
+    events: &[Event],
+    windows: &[FaultWindow],
+    attempts: &[Attempt],
+    shown: &BTreeSet<u64>,
+) -> String {
     let mut s = format!(
         "<details class=\"story\" id=\"story-a{n}\"><summary>the story</summary>\n<ol class=\"story-steps\">\n",
         n = story.anomaly
     );
     for (k, step) in story.steps.iter().enumerate() {
-        let link = step.event.map(|i| format!(" <a href=\"#e{i}\">#{i}</a>")).unwrap_or_default();
+        let link = match step.event {
+            Some(i) if shown.contains(&i) => format!(" <a href=\"#e{i}\">#{i}</a>"),
+            Some(i) => format!(" <span class=\"proof\">#{i}</span>"),
+            None => String::new(),
+        };
         let _ = writeln!(
             s,
             "<li class=\"{}\" id=\"story-a{}-s{k}\"><span class=\"t\">{}</span> {}{link}</li>",
@@ -377,12 +388,13 @@ fn mini_timeline(story: &Story, events: &[Event], windows: &[FaultWindow], attem
     s
 }
 
-/// Every story of the run rendered as HTML, indexed by anomaly number.
-pub fn rendered(run: &Run, events: &[Event]) -> Vec<String> {
+/// Every story of the run rendered as HTML, indexed by anomaly number; events in `shown` (the
+/// events table's rows) are linked.
+pub fn rendered(run: &Run, events: &[Event], shown: &BTreeSet<u64>) -> Vec<String> {
     let horizon = model::horizon_ns(events, run.duration_ms, &run.schedule);
     let windows = model::fault_windows(&run.schedule, events, horizon);
     let attempts = model::attempts(events);
-    stories(run, events).iter().map(|story| story_html(story, events, &windows, &attempts)).collect()
+    stories(run, events).iter().map(|story| story_html(story, events, &windows, &attempts, shown)).collect()
 }
 
 #[cfg(test)]
@@ -513,7 +525,10 @@ mod tests {
     fn the_story_html_has_steps_linked_to_events_and_a_mini_timeline() {
         let events = history();
         let r = run(&events);
-        let html = rendered(&r, &events).remove(0);
+        let mut shown: BTreeSet<u64> = (0..events.len() as u64).collect();
+        shown.remove(&2);
+        let html = rendered(&r, &events, &shown).remove(0);
+        assert!(html.contains("with fence 7, lease 1000 ms <span class=\"proof\">#2</span></li>"), "{html}");
         assert!(html.starts_with("<details class=\"story\" id=\"story-a0\">"), "{html}");
         assert!(html.contains("<li class=\"proof\" id=\"story-a0-s2\"><span class=\"t\">t+1.590 s</span> j1-a1&#39;s lease expired, job j1 uncertain <a href=\"#e4\">#4</a></li>"), "{html}");
         assert!(html.contains("<svg class=\"mini\" id=\"mini-a0\""));
