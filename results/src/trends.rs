@@ -143,11 +143,14 @@ pub fn false_alarms(nights: &[Night]) -> Vec<usize> {
     nights.iter().map(|n| n.runs.iter().filter(|r| r.bugs.is_empty() && r.detected()).count()).collect()
 }
 
-fn header(out: &mut String, first: &str, nights: &[Night]) {
+fn header(out: &mut String, first: &str, nights: &[Night], last: &str) {
     let _ = write!(out, "<thead><tr><th>{first}</th>");
     for (k, night) in nights.iter().enumerate() {
         let tonight = if k + 1 == nights.len() { " class=\"tonight\"" } else { "" };
         let _ = write!(out, "<th{tonight} title=\"{}\">{}</th>", esc(&night.label), esc(&short(&night.label)));
+    }
+    if !last.is_empty() {
+        let _ = write!(out, "<th>{last}</th>");
     }
     out.push_str("</tr></thead>\n");
 }
@@ -184,7 +187,7 @@ pub fn trends_html(nights: &[Night]) -> String {
     );
     let labels: Vec<&str> = nights.iter().map(|n| n.label.as_str()).collect();
     out.push_str("<table class=\"trend\" id=\"trend-runs\">\n");
-    header(&mut out, "run", nights);
+    header(&mut out, "run", nights, "failing");
     out.push_str("<tbody>\n");
     for ((name, seed), row) in outcomes(nights) {
         let _ = write!(out, "<tr><td>{} s{seed}</td>", esc(&name));
@@ -208,7 +211,7 @@ pub fn trends_html(nights: &[Night]) -> String {
     out.push_str("</tbody>\n</table>\n");
     let bugs = bug_detection(nights);
     out.push_str("<h3>Detection per planted bug</h3>\n<table class=\"trend\" id=\"trend-bugs\">\n");
-    header(&mut out, "bug", nights);
+    header(&mut out, "bug", nights, "");
     out.push_str("<tbody>\n");
     for (bug, cells) in &bugs {
         let _ = write!(out, "<tr><td>{}</td>", esc(bug));
@@ -222,7 +225,7 @@ pub fn trends_html(nights: &[Night]) -> String {
         "<h3>Detection per checker</h3>\n<p class=\"caption\">Runs with a planted bug in which the checker found \
          anomalies, of all runs with a planted bug that night.</p>\n<table class=\"trend\" id=\"trend-checkers\">\n",
     );
-    header(&mut out, "checker", nights);
+    header(&mut out, "checker", nights, "");
     out.push_str("<tbody>\n");
     for (checker, cells) in checker_detection(nights) {
         let _ = write!(out, "<tr><td>{}</td>", esc(&checker));
@@ -239,7 +242,7 @@ pub fn trends_html(nights: &[Night]) -> String {
          <table class=\"trend\" id=\"trend-false-alarms\">\n",
         alarms.iter().sum::<usize>()
     );
-    header(&mut out, "", nights);
+    header(&mut out, "", nights, "");
     out.push_str("<tbody><tr><td>false alarms</td>");
     for n in alarms {
         let class = if n == 0 { "pass" } else { "fail" };
@@ -253,7 +256,7 @@ pub fn trends_html(nights: &[Night]) -> String {
 pub const TRENDS_CSS: &str = "table.trend{border-collapse:collapse;margin:.4em 0}table.trend td,table.trend th{border:1px solid #ddd;\
 padding:.1em .4em;text-align:center}table.trend td:first-child{text-align:left}td.pass{background:#e8f5e9;color:#1b5e20}\
 td.fail{background:#ffebee;color:#b71c1c;font-weight:bold}td.unknown{background:#eceff1;color:#455a64}\
-td.partial{background:#fff8e1}td.none{color:#aaa}th.tonight{background:#e3f2fd}td.since{text-align:left}";
+td.partial{background:#fff8e1}td.none{color:#aaa}th.tonight{background:#e3f2fd}table.trend td.since{text-align:left}";
 
 #[cfg(test)]
 mod tests {
@@ -342,6 +345,6 @@ mod tests {
         assert!(html.contains("<td class=\"since\">last failed nights&#47;d2</td>"), "stale passes tonight");
         assert!(html.contains("<tr><td>accept-stale-result</td><td class=\"pass\">1/1</td><td class=\"fail\">0/1</td>"));
         assert!(html.contains("<p id=\"false-alarms\">2 in all"));
-        assert!(html.contains("<th class=\"tonight\" title=\"tonight\">tonight</th>"));
+        assert!(html.contains("<th class=\"tonight\" title=\"tonight\">tonight</th><th>failing</th>"));
     }
 }
