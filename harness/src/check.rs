@@ -51,7 +51,7 @@ pub fn check_folder(folder: &Path) -> anyhow::Result<(Overall, Run)> {
     };
     std::fs::write(folder.join("results.json"), results::results_json(&run, &events))?;
     std::fs::write(folder.join("report.html"), results::report_html(&run, &events))?;
-    std::fs::write(folder.join("junit.xml"), results::junit_xml(&run))?;
+    std::fs::write(folder.join("junit.xml"), results::junit_xml_with_stories(&run, &events))?;
     let overall = match (run.overall(), meta.complete) {
         (Overall::Valid, false) => Overall::Unknown,
         (overall, _) => overall,

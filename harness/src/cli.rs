@@ -85,6 +85,8 @@ enum Command {
         /// Where the index, junit.xml, suite.json and the runs go.
         #[arg(long)]
         out: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        history: HistoryArgs,
     },
     /// Join the outputs of suite shards into one index, junit.xml and suite.json.
     Merge {
@@ -93,6 +95,16 @@ enum Command {
         /// The shards' output folders.
         #[arg(required = true)]
         shards: Vec<std::path::PathBuf>,
+        #[command(flatten)]
+        history: HistoryArgs,
+    },
+    /// Say what differs between two run folders: verdicts, anomalies by checker, fault
+    /// schedule, run flags, timings and counts (exit 0 when printed).
+    Diff {
+        /// The first run folder (e.g. yesterday's).
+        run_a: std::path::PathBuf,
+        /// The second run folder.
+        run_b: std::path::PathBuf,
     },
     /// List the lab's planted bugs, one a line: name, then the protection it removes.
     Bugs,
@@ -101,6 +113,18 @@ enum Command {
         #[command(subcommand)]
         command: ScenarioCommand,
     },
+}
+
+/// Earlier suite outputs for the index page's trends.
+#[derive(clap::Args)]
+struct HistoryArgs {
+    /// A folder of earlier suite outputs (one sub-folder per night, each with its suite.json,
+    /// ordered by name): the index page then shows trends over them and this suite.
+    #[arg(long = "history")]
+    dir: Option<std::path::PathBuf>,
+    /// Read at most the last N earlier nights (1..=365).
+    #[arg(long = "history-limit", default_value_t = 14)]
+    limit: usize,
 }
 
 #[derive(Subcommand)]
@@ -166,9 +190,16 @@ pub fn main() -> ExitCode {
             };
             shrink_command(&options)
         }
-        Command::Suite { file, shard, out } => suite_command(&file, shard.as_deref(), out),
-        Command::Merge { out, shards } => merge_command(&out, &shards),
+        Command::Suite { file, shard, out, history } => match crate::trends::validate(history.dir, history.limit) {
+            Ok(history) => suite_command(&file, shard.as_deref(), out, history),
+            Err(message) => bad_arguments(&message),
+        },
+        Command::Merge { out, shards, history } => match crate::trends::validate(history.dir, history.limit) {
+            Ok(history) => merge_command(&out, &shards, history),
+            Err(message) => bad_arguments(&message),
+        },
         Command::Scenario { command: ScenarioCommand::Run { file, store } } => crate::scenario::main(&file, &store),
+        Command::Diff { run_a, run_b } => diff_command(&run_a, &run_b),
         Command::Bugs => {
             print!("{}", lab::bugs::listing());
             ExitCode::SUCCESS
@@ -209,6 +240,19 @@ fn run_command(args: crate::run::config::RunArgs) -> ExitCode {
             eprintln!("fencelab run: {error:#}");
             eprintln!("repeat with: {command}");
             Exit::Internal.into()
+        }
+    }
+}
+
+fn diff_command(run_a: &std::path::Path, run_b: &std::path::Path) -> ExitCode {
+    match (crate::diff::read_side(run_a), crate::diff::read_side(run_b)) {
+        (Ok(a), Ok(b)) => {
+            print!("{}", results::diff::diff_text(&a, &b));
+            Exit::Valid.into()
+        }
+        (Err(message), _) | (_, Err(message)) => {
+            eprintln!("fencelab diff: {message}");
+            Exit::BadArguments.into()
         }
     }
 }
@@ -390,7 +434,12 @@ fn shrink_command(options: &crate::shrink::Options) -> ExitCode {
     }
 }
 
-fn suite_command(file: &std::path::Path, shard: Option<&str>, out: Option<std::path::PathBuf>) -> ExitCode {
+fn suite_command(
+    file: &std::path::Path,
+    shard: Option<&str>,
+    out: Option<std::path::PathBuf>,
+    history: Option<crate::trends::History>,
+) -> ExitCode {
     let suite = match crate::suite::read(file) {
         Ok(suite) => suite,
         Err(message) => return bad_arguments(&message),
@@ -407,16 +456,26 @@ fn suite_command(file: &std::path::Path, shard: Option<&str>, out: Option<std::p
     if let Err(error) = std::fs::create_dir_all(&out) {
         return bad_arguments(&format!("--out {}: {error}", out.display()));
     }
+    let earlier = match history.map(|history| crate::trends::read_nights(&history, &out)).transpose() {
+        Ok(earlier) => earlier,
+        Err(message) => return bad_arguments(&message),
+    };
     let (runtime, program) = match runtime("suite").and_then(|runtime| Ok((runtime, program("suite")?))) {
         Ok(both) => both,
         Err(code) => return code,
     };
     let result = runtime.block_on(crate::suite::execute(&suite, shard, &program, &out));
-    finish_suite(&result, &out)
+    finish_suite(&result, &out, earlier)
 }
 
-fn finish_suite(result: &crate::suite::SuiteResult, out: &std::path::Path) -> ExitCode {
-    if let Err(error) = crate::suite::write(result, out) {
+fn finish_suite(
+    result: &crate::suite::SuiteResult,
+    out: &std::path::Path,
+    earlier: Option<Vec<results::trends::Night>>,
+) -> ExitCode {
+    let nights = earlier.as_ref().map_or(0, Vec::len);
+    let trends = crate::trends::section(earlier, result, out);
+    if let Err(error) = crate::suite::write_with_trends(result, out, &trends) {
         eprintln!("fencelab: cannot write the suite's outputs into {}: {error}", out.display());
         return Exit::Internal.into();
     }
@@ -424,11 +483,18 @@ fn finish_suite(result: &crate::suite::SuiteResult, out: &std::path::Path) -> Ex
         let word = if entry.passed { "pass" } else { "FAIL" };
         println!("{word}  {:<32} seed {:<6} {}", entry.name, entry.seed, entry.verdict);
     }
+    if !trends.is_empty() {
+        println!("trends: over {nights} earlier nights and this one");
+    }
     println!("index: {}", out.join("index.html").display());
     result.exit().into()
 }
 
-fn merge_command(out: &std::path::Path, shards: &[std::path::PathBuf]) -> ExitCode {
+fn merge_command(
+    out: &std::path::Path,
+    shards: &[std::path::PathBuf],
+    history: Option<crate::trends::History>,
+) -> ExitCode {
     let mut results = Vec::new();
     for shard in shards {
         match crate::suite::read_result(shard) {
@@ -439,8 +505,12 @@ fn merge_command(out: &std::path::Path, shards: &[std::path::PathBuf]) -> ExitCo
     if let Err(error) = std::fs::create_dir_all(out) {
         return bad_arguments(&format!("--out {}: {error}", out.display()));
     }
+    let earlier = match history.map(|history| crate::trends::read_nights(&history, out)).transpose() {
+        Ok(earlier) => earlier,
+        Err(message) => return bad_arguments(&message),
+    };
     match crate::suite::merge(results, out) {
-        Ok(merged) => finish_suite(&merged, out),
+        Ok(merged) => finish_suite(&merged, out, earlier),
         Err(message) => bad_arguments(&message),
     }
 }

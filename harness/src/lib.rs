@@ -3,6 +3,7 @@
 
 pub mod check;
 pub mod cli;
+pub mod diff;
 pub mod exit;
 pub mod matrix;
 pub mod replay;
@@ -11,3 +12,4 @@ pub mod runs;
 pub mod scenario;
 pub mod shrink;
 pub mod suite;
+pub mod trends;

@@ -79,6 +79,12 @@ pub struct Entry {
     pub command: String,
     /// The run's report, relative to the suite's output folder, when it ran.
     pub report: Option<PathBuf>,
+    /// The planted bugs (empty: the correct lab); absent in older suite.json files.
+    #[serde(default)]
+    pub bugs: Vec<String>,
+    /// The checkers that found anomalies; absent in older suite.json files.
+    #[serde(default)]
+    pub checkers: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -165,6 +171,8 @@ pub async fn execute(suite: &SuiteFile, shard: Option<(usize, usize)>, program: 
                 passed: false,
                 command,
                 report: None,
+                bugs: run.bugs.iter().map(|bug| bug.name().to_string()).collect(),
+                checkers: vec![],
             });
             continue;
         }
@@ -173,6 +181,7 @@ pub async fn execute(suite: &SuiteFile, shard: Option<(usize, usize)>, program: 
             let cell = run_child(&program, &out.join("runs"), &spec).await;
             let passed = cell.verdict == run.expect;
             let report = cell.folder.as_ref().map(|folder| relative(&out, &folder.join("report.html")));
+            let bugs = run.bugs.iter().map(|bug| bug.name().to_string()).collect();
             Entry {
                 index,
                 name: run.name,
@@ -182,6 +191,8 @@ pub async fn execute(suite: &SuiteFile, shard: Option<(usize, usize)>, program: 
                 passed,
                 command: cell.command,
                 report,
+                bugs,
+                checkers: cell.checkers,
             }
         });
     }
@@ -231,6 +242,11 @@ pub fn relative(from: &Path, target: &Path) -> PathBuf {
 
 /// The index page: one table row per entry, linking its report.
 pub fn index_html(result: &SuiteResult) -> String {
+    index_html_with_trends(result, "")
+}
+
+/// The index page with a trends section (`results::trends::trends_html`) after the table.
+pub fn index_html_with_trends(result: &SuiteResult, trends: &str) -> String {
     use results::escape::html;
     let passed = result.entries.iter().filter(|entry| entry.passed).count();
     let mut rows = String::new();
@@ -247,11 +263,12 @@ pub fn index_html(result: &SuiteResult) -> String {
     format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>fencelab suite {name}</title>\
          <style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:.2em .6em;text-align:left}}\
-         tr.pass td:nth-child(5){{color:#070}}tr.fail td:nth-child(5){{color:#b00;font-weight:bold}}</style></head>\
+         tr.pass td:nth-child(5){{color:#070}}tr.fail td:nth-child(5){{color:#b00;font-weight:bold}}{css}</style></head>\
          <body><h1>fencelab suite {name}</h1><p>{passed} of {total} passed</p><table>\
-         <tr><th>#</th><th>run</th><th>seed</th><th>expected</th><th>verdict</th><th>report</th><th>repeat with</th></tr>\n{rows}</table></body></html>\n",
+         <tr><th>#</th><th>run</th><th>seed</th><th>expected</th><th>verdict</th><th>report</th><th>repeat with</th></tr>\n{rows}</table>\n{trends}</body></html>\n",
         name = html(&result.suite),
         total = result.entries.len(),
+        css = results::trends::TRENDS_CSS,
     )
 }
 
@@ -286,9 +303,14 @@ pub fn junit_xml(result: &SuiteResult) -> String {
 
 /// Writes `suite.json`, `index.html` and `junit.xml` into `out`.
 pub fn write(result: &SuiteResult, out: &Path) -> std::io::Result<()> {
+    write_with_trends(result, out, "")
+}
+
+/// As [`write`], with a trends section on the index page.
+pub fn write_with_trends(result: &SuiteResult, out: &Path, trends: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(out)?;
     std::fs::write(out.join("suite.json"), serde_json::to_vec_pretty(result).map_err(std::io::Error::other)?)?;
-    std::fs::write(out.join("index.html"), index_html(result))?;
+    std::fs::write(out.join("index.html"), index_html_with_trends(result, trends))?;
     std::fs::write(out.join("junit.xml"), junit_xml(result))
 }
 
@@ -353,6 +375,8 @@ expect = "invalid"
             passed,
             command: "fencelab run".into(),
             report: Some("runs/x/report.html".into()),
+            bugs: vec![],
+            checkers: vec![],
         }
     }
 

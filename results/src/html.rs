@@ -17,6 +17,7 @@ pub const MAX_EVENT_ROWS: usize = 3000;
 pub const MAX_LISTED_ANOMALIES: usize = 1000;
 
 const STYLE: &str = include_str!("report.css");
+const PLOT_STYLE: &str = include_str!("plots.css");
 const SCRIPT: &str = include_str!("report.js");
 
 /// Renders `report.html`.
@@ -30,7 +31,7 @@ pub fn report_html(run: &Run, events: &[Event]) -> String {
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; \
          script-src 'unsafe-inline'; img-src data:\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <link rel=\"icon\" href=\"data:,\">\n<title>fencelab {}: {}</title>\n<style>\n{STYLE}</style>\n</head>\n\
+         <link rel=\"icon\" href=\"data:,\">\n<title>fencelab {}: {}</title>\n<style>\n{STYLE}{PLOT_STYLE}</style>\n</head>\n\
          <body class=\"overall-{overall}\">\n",
         esc(&run.test_name),
         overall.as_str().to_uppercase()
@@ -47,6 +48,7 @@ pub fn report_html(run: &Run, events: &[Event]) -> String {
         esc(&drawn.caption),
         drawn.svg
     );
+    crate::plots::section(&mut out, run, events);
     let proofs: BTreeSet<u64> =
         run.checkers.iter().flat_map(anomalies_of).flat_map(|a| a.events.iter().copied()).collect();
     events_table(&mut out, events, &shown, &proofs);
@@ -108,6 +110,7 @@ fn anomalies(out: &mut String, run: &Run, events: &[Event], shown: &BTreeSet<u64
         return;
     }
     out.push_str("<ol class=\"anomalies\">\n");
+    let told = crate::story::rendered(run, events, shown);
     for (n, a) in all.iter().enumerate().take(MAX_LISTED_ANOMALIES) {
         let mut facts = String::new();
         let lists: [(&str, Vec<String>); 5] = [
@@ -124,11 +127,12 @@ fn anomalies(out: &mut String, run: &Run, events: &[Event], shown: &BTreeSet<u64
         let _ = writeln!(
             out,
             "<li class=\"anomaly\" id=\"a{n}\"><strong>{} / {}</strong>: <span class=\"message\">{}</span><br>\
-             {facts}<span class=\"proof-links\">events: {}</span></li>",
+             {facts}<span class=\"proof-links\">events: {}</span>{}</li>",
             esc(&a.checker),
             esc(&a.kind),
             esc(&a.message),
-            links.join(" ")
+            links.join(" "),
+            told.get(n).map(String::as_str).unwrap_or_default()
         );
     }
     out.push_str("</ol>\n");

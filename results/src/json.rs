@@ -2,125 +2,144 @@
 //! documented field by field in `docs/results.md`).
 
 use crate::model::{self, Attempt};
-use crate::{anomalies_of, verdict_name, Run};
+use crate::story::{self, Story};
+use crate::{anomalies_of, verdict_name, Overall, Run};
 use checkers::{Anomaly, Verdict};
 use history::{Decision, Event, EventType};
 use history::{Op, Process};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The schema identifier written as `"schema"`; bumped on any incompatible change.
 pub const SCHEMA: &str = "fencelab.results/1";
 
-type Counter = BTreeMap<String, u64>;
+pub type Counter = BTreeMap<String, u64>;
 
-#[derive(Serialize)]
-struct Doc<'a> {
-    schema: &'static str,
-    test_name: &'a str,
-    seed: u64,
-    command: &'a str,
-    started_at: &'a str,
-    duration_ms: u64,
-    overall: &'static str,
-    exit_code: i32,
-    anomaly_count: usize,
-    checkers: Vec<CheckerOut<'a>>,
-    config: &'a serde_json::Value,
-    schedule: &'a serde_json::Value,
-    counts: Counts,
-    timings: Timings,
+/// `results.json` as written and as read back (see `docs/results.md`, field by field).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResultsDoc {
+    pub schema: String,
+    pub test_name: String,
+    pub seed: u64,
+    pub command: String,
+    pub started_at: String,
+    pub duration_ms: u64,
+    pub overall: Overall,
+    pub exit_code: i32,
+    pub anomaly_count: usize,
+    pub checkers: Vec<CheckerDoc>,
+    /// The run's config, verbatim.
+    pub config: serde_json::Value,
+    /// The realised fault schedule, verbatim.
+    pub schedule: serde_json::Value,
+    pub counts: Counts,
+    pub timings: Timings,
+    /// The stories of the first [`story::MAX_STORIES`] anomalies (absent in older files).
+    #[serde(default)]
+    pub stories: Vec<Story>,
 }
 
-#[derive(Serialize)]
-struct CheckerOut<'a> {
-    checker: &'a str,
-    description: &'a str,
-    verdict: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<&'a str>,
-    anomaly_count: usize,
-    anomalies: &'a [Anomaly],
+/// One checker's result in `results.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckerDoc {
+    pub checker: String,
+    pub description: String,
+    /// `valid`, `invalid` or `unknown`.
+    pub verdict: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub anomaly_count: usize,
+    pub anomalies: Vec<Anomaly>,
 }
 
-#[derive(Serialize)]
-struct Counts {
-    events: u64,
-    events_by_process: Counter,
-    events_by_type: Counter,
-    events_by_process_and_type: BTreeMap<String, Counter>,
-    jobs: u64,
-    jobs_by_final_state: Counter,
-    attempts: u64,
-    reports_by_decision: BTreeMap<String, Counter>,
-    steps: Steps,
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Counts {
+    pub events: u64,
+    pub events_by_process: Counter,
+    pub events_by_type: Counter,
+    pub events_by_process_and_type: BTreeMap<String, Counter>,
+    pub jobs: u64,
+    pub jobs_by_final_state: Counter,
+    pub attempts: u64,
+    pub reports_by_decision: BTreeMap<String, Counter>,
+    pub steps: Steps,
 }
 
-#[derive(Serialize, Default)]
-struct Steps {
-    applied: u64,
-    refused: u64,
-    refused_by_reason: Counter,
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct Steps {
+    pub applied: u64,
+    pub refused: u64,
+    pub refused_by_reason: Counter,
 }
 
-#[derive(Serialize)]
-struct Timings {
-    history_first_ns: Option<u64>,
-    history_last_ns: Option<u64>,
-    history_span_ms: u64,
-    fault_windows: usize,
-    fault_time_ms: u64,
-    attempt_ms: AttemptTimes,
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Timings {
+    pub history_first_ns: Option<u64>,
+    pub history_last_ns: Option<u64>,
+    pub history_span_ms: u64,
+    pub fault_windows: usize,
+    pub fault_time_ms: u64,
+    pub attempt_ms: AttemptTimes,
 }
 
-#[derive(Serialize)]
-struct AttemptTimes {
-    closed: usize,
-    open: usize,
-    min: Option<u64>,
-    median: Option<u64>,
-    p99: Option<u64>,
-    max: Option<u64>,
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttemptTimes {
+    pub closed: usize,
+    pub open: usize,
+    pub min: Option<u64>,
+    pub median: Option<u64>,
+    pub p99: Option<u64>,
+    pub max: Option<u64>,
+}
+
+/// Reads `results.json` text back into its types; refuses another schema.
+pub fn read_results(text: &str) -> Result<ResultsDoc, String> {
+    let doc: ResultsDoc = serde_json::from_str(text).map_err(|error| format!("not a results.json: {error}"))?;
+    if doc.schema != SCHEMA {
+        return Err(format!("results.json schema `{}`, expected `{SCHEMA}`", doc.schema));
+    }
+    Ok(doc)
 }
 
 /// Renders `results.json` (pretty-printed, ending in a newline).
 pub fn results_json(run: &Run, events: &[Event]) -> String {
     let overall = run.overall();
-    let checkers: Vec<CheckerOut> = run.checkers.iter().map(checker_out).collect();
+    let checkers: Vec<CheckerDoc> = run.checkers.iter().map(checker_out).collect();
     let attempts = model::attempts(events);
-    let doc = Doc {
-        schema: SCHEMA,
-        test_name: &run.test_name,
+    let doc = ResultsDoc {
+        schema: SCHEMA.to_string(),
+        test_name: run.test_name.clone(),
         seed: run.seed,
-        command: &run.command,
-        started_at: &run.started_at,
+        command: run.command.clone(),
+        started_at: run.started_at.clone(),
         duration_ms: run.duration_ms,
-        overall: overall.as_str(),
+        overall,
         exit_code: overall.exit_code(),
         anomaly_count: checkers.iter().map(|c| c.anomaly_count).sum(),
         checkers,
-        config: &run.config,
-        schedule: &run.schedule,
+        config: run.config.clone(),
+        schedule: run.schedule.clone(),
         counts: counts(events, &attempts),
         timings: timings(run, events, &attempts),
+        stories: story::stories(run, events),
     };
     let mut out = serde_json::to_string_pretty(&doc).expect("results serialise");
     out.push('\n');
     out
 }
 
-fn checker_out(result: &checkers::CheckerResult) -> CheckerOut<'_> {
+fn checker_out(result: &checkers::CheckerResult) -> CheckerDoc {
     let anomalies = anomalies_of(result);
-    CheckerOut {
-        checker: &result.checker,
-        description: &result.description,
-        verdict: verdict_name(&result.verdict),
+    CheckerDoc {
+        checker: result.checker.clone(),
+        description: result.description.clone(),
+        verdict: verdict_name(&result.verdict).to_string(),
         reason: match &result.verdict {
-            Verdict::Unknown { reason } => Some(reason),
+            Verdict::Unknown { reason } => Some(reason.clone()),
             _ => None,
         },
         anomaly_count: anomalies.len(),
-        anomalies,
+        anomalies: anomalies.to_vec(),
     }
 }
 

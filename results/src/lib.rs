@@ -4,19 +4,24 @@
 //! `String`: no I/O, no async, no clock. The harness writes the files. Output is
 //! deterministic: maps are iterated in key order and nothing depends on the time of rendering.
 
+pub mod diff;
 pub mod escape;
 mod html;
 mod json;
 mod junit;
 mod model;
+pub mod plots;
+pub mod story;
 mod timeline;
+pub mod trends;
+mod vocab;
 
 use checkers::{CheckerResult, Verdict};
 use serde::{Deserialize, Serialize};
 
 pub use html::report_html;
-pub use json::{results_json, SCHEMA};
-pub use junit::junit_xml;
+pub use json::{read_results, results_json, AttemptTimes, CheckerDoc, Counts, ResultsDoc, Steps, Timings, SCHEMA};
+pub use junit::{junit_xml, junit_xml_with_stories};
 
 /// What a run leaves behind besides its history: how to repeat it and what the checkers said.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

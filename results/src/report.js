@@ -16,10 +16,36 @@
       }
     });
   }
+  /* Arriving at an anomaly (from the timeline, the checker table or a link) opens its story. */
+  function openStory() {
+    var target = location.hash ? document.getElementById(location.hash.slice(1)) : null;
+    var story = target && (target.matches("details.story") ? target : target.querySelector("details.story"));
+    if (story) {
+      story.open = true;
+    }
+  }
+  window.addEventListener("hashchange", openStory);
+  openStory();
   var svg = document.getElementById("timeline-svg");
   var marker = document.createElement("div");
   marker.id = "rendered";
   marker.hidden = true;
   marker.setAttribute("data-svg-elements", svg ? String(svg.getElementsByTagName("*").length + 1) : "0");
+  /* For the tests: each plot's element count and drawn size, and the open story as rendered. */
+  var plots = document.querySelectorAll("svg.plot");
+  var drawn = [];
+  for (var i = 0; i < plots.length; i++) {
+    var box = plots[i].getBBox();
+    drawn.push(plots[i].id + ":" + (plots[i].getElementsByTagName("*").length + 1) + ":" +
+      Math.round(box.width) + "x" + Math.round(box.height));
+  }
+  marker.setAttribute("data-plots", drawn.join(" "));
+  var open = document.querySelector("details.story[open]");
+  if (open) {
+    var mini = open.querySelector("svg.mini");
+    var mbox = mini ? mini.getBBox() : { width: 0, height: 0 };
+    marker.setAttribute("data-story", open.id + ":" + open.querySelectorAll("ol.story-steps li").length + ":" +
+      open.querySelector("ol.story-steps").offsetHeight + ":" + Math.round(mbox.width) + "x" + Math.round(mbox.height));
+  }
   document.body.appendChild(marker);
 })();

@@ -1,12 +1,14 @@
 //! The `fencelab` binary end to end: the standalone Toxiproxy server, and the lab's runner
 //! links going through the embedded proxy so that faults are real TCP faults.
 
+mod diff;
 mod matrix;
 mod run;
 mod scenario;
 mod shrink;
 mod suite;
 mod tidy;
+mod trends;
 mod vocabulary;
 
 use std::path::Path;

@@ -1,5 +1,6 @@
 //! Suites end to end: a small suite run whole, and the same suite as two shards merged,
-//! give the same pass/fail table; a replay of a run that caught a planted bug catches it again.
+//! give the same pass/fail table (the whole one with trends over two stored nights); a
+//! replay of a run that caught a planted bug catches it again.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -63,7 +64,24 @@ async fn two_shards_merged_give_the_same_table_as_the_whole_suite() {
     let dir = tempfile::tempdir().unwrap();
     let suite = write_suite(dir.path());
     let out = |name: &str| dir.path().join(name).display().to_string();
-    let whole_args = ["suite".into(), suite.clone(), "--out".into(), out("whole")];
+    // Two earlier nights for the whole suite's trends: `correct` seed 1 failed on the first.
+    for (night, passed) in [("2026-12-01", false), ("2026-12-02", true)] {
+        let entry = harness::suite::Entry {
+            index: 0,
+            name: "correct".into(),
+            seed: 1,
+            expect: "valid".into(),
+            verdict: if passed { "valid" } else { "invalid" }.into(),
+            passed,
+            command: "fencelab run".into(),
+            report: None,
+            bugs: vec![],
+            checkers: vec![],
+        };
+        let result = harness::suite::SuiteResult { suite: "small".into(), entries: vec![entry] };
+        harness::suite::write(&result, &dir.path().join("nights").join(night)).unwrap();
+    }
+    let whole_args = ["suite".into(), suite.clone(), "--out".into(), out("whole"), "--history".into(), out("nights")];
     let first_args = ["suite".into(), suite.clone(), "--shard".into(), "1/2".into(), "--out".into(), out("s1")];
     let second_args = ["suite".into(), suite.clone(), "--shard".into(), "2/2".into(), "--out".into(), out("s2")];
     let (whole, first, second) = tokio::join!(fencelab(&whole_args), fencelab(&first_args), fencelab(&second_args));
@@ -83,6 +101,20 @@ async fn two_shards_merged_give_the_same_table_as_the_whole_suite() {
     let link = index.split("href=\"").nth(1).and_then(|rest| rest.split('"').next()).expect("a report link");
     let link = link.replace("&#47;", "/");
     assert!(dir.path().join("merged").join(&link).exists(), "the merged index links a report that exists: {link}");
+    let whole_index = std::fs::read_to_string(dir.path().join("whole/index.html")).unwrap();
+    assert!(whole_index.contains("Trends over the last 3 nights"), "{whole_index}");
+    assert!(
+        whole_index.contains(
+            "<tr><td>correct s1</td><td class=\"fail\">✗</td><td class=\"pass\">✓</td><td class=\"pass\">✓</td>"
+        ),
+        "{whole_index}"
+    );
+    let caught = "<tr><td>overwrite-terminal-result</td><td class=\"none\">—</td><td class=\"none\">—</td>\
+                  <td class=\"pass\">2/2</td></tr>";
+    assert!(whole_index.contains(caught), "both runs planting it caught it:\n{whole_index}");
+    let entries = harness::suite::read_result(&dir.path().join("whole")).unwrap().entries;
+    assert_eq!(entries[2].bugs, ["overwrite-terminal-result"]);
+    assert!(entries[2].checkers.contains(&"terminal-stability".to_string()), "{:?}", entries[2].checkers);
     let junit = std::fs::read_to_string(dir.path().join("merged/junit.xml")).unwrap();
     assert!(junit.contains("tests=\"4\" failures=\"1\""), "{junit}");
 }

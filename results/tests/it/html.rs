@@ -170,3 +170,16 @@ fn valid_run_without_events_renders() {
     assert!(timeline_svg(&html).contains("results, all jobs"));
     assert_offline(&html);
 }
+
+#[test]
+fn each_anomaly_opens_to_its_story() {
+    let (_, html) = rendered();
+    let li = &html[html.find("<li class=\"anomaly\" id=\"a0\">").expect("anomaly a0")..];
+    let li = &li[..li.find("</details></li>").unwrap()];
+    assert!(li.contains("<details class=\"story\" id=\"story-a0\"><summary>the story</summary>"), "{li}");
+    assert_eq!(li.matches("<li class=\"proof\"").count(), 3, "the three proving events");
+    assert!(li.contains("refused (expired), kept as a late observation — the rule broken: No step of a superseded attempt is applied. <a href=\"#e26\">#26</a>"), "{li}");
+    assert!(li.contains("<svg class=\"mini\" id=\"mini-a0\""));
+    assert!(html.contains("<a href=\"#a0\"><rect class=\"anomaly-mark\""), "the timeline links the anomaly");
+    assert!(html.contains("function openStory()"), "arriving at an anomaly opens its story");
+}

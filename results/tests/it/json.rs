@@ -128,3 +128,34 @@ fn run_round_trips_through_serde() {
     let back: Run = serde_json::from_str(&serde_json::to_string(&run).unwrap()).unwrap();
     assert_eq!(back, run);
 }
+
+#[test]
+fn results_read_back_through_the_same_types_stories_included() {
+    let events = fixture::history();
+    let run = fixture::run(&events);
+    let text = results_json(&run, &events);
+    let doc = results::read_results(&text).expect("typed read-back");
+    assert_eq!(serde_json::to_string_pretty(&doc).unwrap() + "\n", text, "read back and written again: same bytes");
+    assert_eq!((doc.overall, doc.anomaly_count), (Overall::Invalid, 1));
+    assert_eq!(doc.checkers[0].anomalies[0], fixture::anomaly(&events));
+    assert_eq!(doc.stories.len(), 1);
+    let lines = doc.stories[0].lines();
+    println!("{}", lines.join("\n"));
+    assert_eq!(lines, STORY);
+    let proofs: Vec<u64> = doc.stories[0].steps.iter().filter(|s| s.proof).filter_map(|s| s.event).collect();
+    assert_eq!(proofs, fixture::anomaly(&events).events);
+    let other = text.replace("fencelab.results/1", "fencelab.results/9");
+    assert!(results::read_results(&other).unwrap_err().contains("schema `fencelab.results/9`"));
+}
+
+/// The fixture anomaly's story, as `Story::lines` gives it.
+pub const STORY: [&str; 8] = [
+    "t+0.000 s  r1 claimed j1-a1 with fence 1, lease 1500 ms",
+    "t+1.189 s  fault delayed-heartbeats on r1 begins",
+    "t+3.489 s  r1's heartbeat for j1-a1 refused (expired)",
+    "t+3.989 s  fault delayed-heartbeats on r1 healed",
+    "t+4.089 s  j1-a1's lease expired, job j1 uncertain",
+    "t+4.189 s  r2 claimed j1-a2 with fence 3, lease 1500 ms",
+    "t+4.289 s  the target refused step 1 of j1-a1 (fence 1) (stale_fence)",
+    "t+4.489 s  r1's result for j1-a1 refused (expired), kept as a late observation — the rule broken: No step of a superseded attempt is applied.",
+];

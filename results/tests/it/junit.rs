@@ -135,3 +135,15 @@ fn multi_line_and_control_characters_stay_well_formed() {
     let error = all(&elements, "error")[0];
     assert_eq!(error.attrs["message"], "line one\nline <two>\u{FFFD}]]>");
 }
+
+#[test]
+fn with_stories_the_failure_tells_the_first_anomalys_story() {
+    let events = fixture::history();
+    let elements = parse(&results::junit_xml_with_stories(&fixture::run(&events), &events));
+    let failure = all(&elements, "failure")[0];
+    let story = crate::json::STORY.join("\n");
+    assert_eq!(failure.attrs["message"], format!("1 anomaly: {MESSAGE}\nthe story:\n{story}"));
+    let indented: Vec<String> = crate::json::STORY.iter().map(|line| format!("    {line}")).collect();
+    assert!(failure.text.ends_with(&indented.join("\n")), "{}", failure.text);
+    assert_eq!(all(&elements, "testcase").len(), 3);
+}

@@ -5,4 +5,6 @@ mod fixture;
 mod html;
 mod json;
 mod junit;
+mod long_run;
+mod plots;
 mod scale;
