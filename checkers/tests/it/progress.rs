@@ -52,3 +52,16 @@ fn acknowledged_jobs_none_of_which_succeeded_are_no_progress() {
     }
     check(&h.build(), "progress", &["no-progress"]);
 }
+
+#[test]
+fn an_interrupted_history_without_final_states_is_not_judged_for_progress() {
+    let mut h = H::new();
+    for (number, fence) in [(1, 7), (2, 8), (3, 9)] {
+        let job = format!("j{number}");
+        h.submit(&job, &format!("k{number}"), 900);
+        let c = claim(&job, &format!("{job}-a1"), "r1", fence);
+        h.ledger_claim(&c, 1_000, 3_000);
+    }
+    let result = checkers::check_one("progress", &h.build()).unwrap();
+    assert!(matches!(result.verdict, checkers::Verdict::Unknown { .. }), "{result:?}");
+}
