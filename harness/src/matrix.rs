@@ -28,6 +28,10 @@ pub struct MatrixArgs {
     /// Runs at once.
     #[arg(long, default_value_t = 3)]
     pub parallel: usize,
+    /// Run every bug under these faults (e.g. `all`, the default run's) instead of the
+    /// faults chosen to expose it.
+    #[arg(long)]
+    pub nemesis: Option<String>,
     /// Only these bugs (repeatable; default: every bug).
     #[arg(long = "bug")]
     pub bugs: Vec<Bug>,
@@ -130,11 +134,12 @@ fn row(bug: Option<String>, nemesis: &str, cells: &[&Cell]) -> Row {
 pub async fn run(args: &MatrixArgs, program: &Path) -> anyhow::Result<Matrix> {
     std::fs::create_dir_all(&args.store)?;
     let bugs: Vec<Bug> = if args.bugs.is_empty() { Bug::ALL.to_vec() } else { args.bugs.clone() };
-    let mut plan: Vec<(Option<Bug>, &'static str, u64)> = Vec::new();
+    let faults_of = |bug: Bug| -> String { args.nemesis.clone().unwrap_or_else(|| exposing_faults(bug).to_string()) };
+    let mut plan: Vec<(Option<Bug>, String, u64)> = Vec::new();
     for bug in &bugs {
-        plan.extend((0..args.seeds).map(|i| (Some(*bug), exposing_faults(*bug), args.first_seed + i)));
+        plan.extend((0..args.seeds).map(|i| (Some(*bug), faults_of(*bug), args.first_seed + i)));
     }
-    plan.extend((0..args.correct_seeds).map(|i| (None, "all", args.first_seed + i)));
+    plan.extend((0..args.correct_seeds).map(|i| (None, "all".to_string(), args.first_seed + i)));
     let mut cells = Vec::new();
     let mut running = tokio::task::JoinSet::new();
     for (bug, nemesis, seed) in plan {
@@ -142,7 +147,7 @@ pub async fn run(args: &MatrixArgs, program: &Path) -> anyhow::Result<Matrix> {
             cells.push(running.join_next().await.expect("a running cell")?);
         }
         let (program, store, time_limit) = (program.to_path_buf(), args.store.clone(), args.time_limit);
-        running.spawn(async move { run_cell(&program, &store, bug, nemesis, seed, time_limit).await });
+        running.spawn(async move { run_cell(&program, &store, bug, &nemesis, seed, time_limit).await });
     }
     while let Some(cell) = running.join_next().await {
         cells.push(cell?);
@@ -151,7 +156,7 @@ pub async fn run(args: &MatrixArgs, program: &Path) -> anyhow::Result<Matrix> {
     let mut rows = Vec::new();
     for bug in &bugs {
         let mine: Vec<&Cell> = cells.iter().filter(|cell| cell.bug.as_deref() == Some(bug.name())).collect();
-        rows.push(row(Some(bug.name().to_string()), exposing_faults(*bug), &mine));
+        rows.push(row(Some(bug.name().to_string()), &faults_of(*bug), &mine));
     }
     let correct: Vec<&Cell> = cells.iter().filter(|cell| cell.bug.is_none()).collect();
     if !correct.is_empty() {

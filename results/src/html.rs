@@ -49,6 +49,7 @@ pub fn report_html(run: &Run, events: &[Event]) -> String {
         drawn.svg
     );
     crate::plots::section(&mut out, run, events);
+    crate::coverage::section(&mut out, &crate::coverage::coverage(&run.schedule, events));
     let proofs: BTreeSet<u64> =
         run.checkers.iter().flat_map(anomalies_of).flat_map(|a| a.events.iter().copied()).collect();
     events_table(&mut out, events, &shown, &proofs);

@@ -37,6 +37,10 @@ pub struct ResultsDoc {
     /// The stories of the first [`story::MAX_STORIES`] anomalies (absent in older files).
     #[serde(default)]
     pub stories: Vec<Story>,
+    /// Per fault variant: scheduled, took effect, tries that found nothing (absent in
+    /// older files).
+    #[serde(default)]
+    pub fault_coverage: BTreeMap<String, crate::coverage::FaultCoverage>,
 }
 
 /// One checker's result in `results.json`.
@@ -122,6 +126,7 @@ pub fn results_json(run: &Run, events: &[Event]) -> String {
         counts: counts(events, &attempts),
         timings: timings(run, events, &attempts),
         stories: story::stories(run, events),
+        fault_coverage: crate::coverage::coverage(&run.schedule, events),
     };
     let mut out = serde_json::to_string_pretty(&doc).expect("results serialise");
     out.push('\n');

@@ -145,35 +145,96 @@ pub struct ScheduleOptions {
 /// Most faults in one schedule.
 pub const FAULTS_MAX: usize = 10_000;
 
-/// Sequential fault windows separated by gaps of one to two leases; the kinds are taken
-/// in seeded rounds so that every chosen kind appears once before any appears twice.
+impl FaultKind {
+    /// The ways this fault is realised, each a variant a run must exercise. Parameters
+    /// (latencies, offsets) are placeholders that [`realise`] draws from the seed.
+    pub fn variants(self) -> &'static [Variant] {
+        match self {
+            FaultKind::DelayedHeartbeats => &[Variant::Latency { latency_ms: 0 }, Variant::Pause],
+            FaultKind::DuplicateResults => &[Variant::LostResponse, Variant::Replay],
+            FaultKind::ConflictingResults => &[Variant::Conflict, Variant::CrossJob],
+            FaultKind::Reconnects => &[Variant::CutLinks],
+            FaultKind::ClockSkew => &[Variant::StaticSkew { offset_ms: 0 }, Variant::Jump { offset_ms: 0 }],
+            FaultKind::DisconnectDuringMutation => {
+                &[Variant::ControlLink, Variant::TargetLinkMidStep, Variant::DelayedStep { latency_ms: 0 }]
+            }
+            FaultKind::Kill => &[Variant::KillRunner],
+            FaultKind::RestartControlPlane => &[Variant::RestartControl],
+        }
+    }
+}
+
+impl Variant {
+    /// The variant's name, as `schedule.json` writes it (`how`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Variant::Latency { .. } => "latency",
+            Variant::Pause => "pause",
+            Variant::LostResponse => "lost-response",
+            Variant::Replay => "replay",
+            Variant::Conflict => "conflict",
+            Variant::CrossJob => "cross-job",
+            Variant::CutLinks => "cut-links",
+            Variant::StaticSkew { .. } => "static-skew",
+            Variant::Jump { .. } => "jump",
+            Variant::ControlLink => "control-link",
+            Variant::TargetLinkMidStep => "target-link-mid-step",
+            Variant::DelayedStep { .. } => "delayed-step",
+            Variant::KillRunner => "kill-runner",
+            Variant::RestartControl => "restart-control",
+        }
+    }
+}
+
+/// How many faults run at once: one lane of sequential faults for every two runners
+/// (rounded up), each lane over its own runners, so a run with more runners has more of
+/// them faulted at any moment.
+pub fn lanes(runners: u32) -> u32 {
+    runners.div_ceil(2).max(1)
+}
+
+/// Lanes of sequential fault windows, each separated by a gap of one to one and a half
+/// leases. The variants of the chosen kinds are dealt in seeded rounds across the lanes,
+/// earliest lane first, so that every variant appears once before any appears twice.
 pub fn schedule(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
     let mut rng = crate::rng(seed, "faults");
     let lease_ms = options.lease_ms.max(1);
+    let lanes = lanes(options.runners);
+    // Lane i starts a fifth of a lease after lane i - 1, so the lanes do not move in step.
+    let mut next_ms: Vec<u64> = (0..u64::from(lanes)).map(|lane| 2 * lease_ms + lane * lease_ms / 5).collect();
+    let mut last: Vec<Option<Fault>> = vec![None; lanes as usize];
+    let mut open: Vec<bool> = vec![true; lanes as usize];
     let mut faults = Vec::new();
-    let mut at_ms = 2 * lease_ms;
-    let mut round: Vec<FaultKind> = Vec::new();
+    let mut round: Vec<Variant> = Vec::new();
     while !options.kinds.is_empty() && faults.len() < FAULTS_MAX {
+        let Some(lane) = (0..lanes as usize).filter(|&lane| open[lane]).min_by_key(|&lane| (next_ms[lane], lane))
+        else {
+            break;
+        };
         if round.is_empty() {
-            round = options.kinds.clone();
+            round = options.kinds.iter().flat_map(|kind| kind.variants().iter().cloned()).collect();
             round.shuffle(&mut rng);
         }
-        let kind = round.pop().expect("a round is refilled when empty");
-        let mut fault = realise(&mut rng, kind, at_ms, options);
-        if let Some(skewed) = faults.last().filter(|last: &&Fault| overlaps_next(last, at_ms)) {
+        let variant = round.pop().expect("a round is refilled when empty");
+        let mut fault = realise(&mut rng, &variant, next_ms[lane], lane as u32, lanes, options);
+        if let Some(skewed) = last[lane].as_ref().filter(|last| overlaps_next(last, next_ms[lane])) {
             fault.runner = skewed.runner.or(fault.runner);
         }
         if fault.at_ms + fault.duration_ms >= options.time_limit_ms {
-            break;
+            round.push(variant);
+            open[lane] = false;
+            continue;
         }
-        at_ms = match fault.kind {
+        next_ms[lane] = match fault.kind {
             // A skewed clock matters when reports come late: the next fault starts inside
             // the skew window, on the same runner.
             FaultKind::ClockSkew => fault.at_ms + lease_ms,
-            _ => fault.at_ms + fault.duration_ms + rng.gen_range(lease_ms..=2 * lease_ms),
+            _ => fault.at_ms + fault.duration_ms + rng.gen_range(lease_ms..=lease_ms * 3 / 2),
         };
+        last[lane] = Some(fault.clone());
         faults.push(fault);
     }
+    faults.sort_by_key(|fault| fault.at_ms);
     faults
 }
 
@@ -182,34 +243,37 @@ fn overlaps_next(last: &Fault, at_ms: u64) -> bool {
     last.kind == FaultKind::ClockSkew && at_ms < last.at_ms + last.duration_ms
 }
 
-fn realise(rng: &mut impl Rng, kind: FaultKind, at_ms: u64, options: &ScheduleOptions) -> Fault {
+/// The fault for `variant` at `at_ms` in `lane`: its duration, its runner (one of the
+/// lane's: runners `lane`, `lane + lanes`, ...) and its drawn parameters.
+fn realise(
+    rng: &mut impl Rng,
+    variant: &Variant,
+    at_ms: u64,
+    lane: u32,
+    lanes: u32,
+    options: &ScheduleOptions,
+) -> Fault {
     let lease_ms = options.lease_ms.max(1);
-    let runner = Some(rng.gen_range(0..options.runners.max(1)));
+    let owned = options.runners.max(1).saturating_sub(lane).div_ceil(lanes).max(1);
+    let runner = Some(lane + lanes * rng.gen_range(0..owned));
     let skew_ms = rng.gen_range(30_000..=180_000i64) * if rng.gen_bool(0.5) { 1 } else { -1 };
-    let (duration_ms, runner, variant) = match (kind, rng.gen_bool(0.5)) {
-        (FaultKind::DelayedHeartbeats, true) => {
-            (3 * lease_ms, runner, Variant::Latency { latency_ms: lease_ms * 3 / 2 })
-        }
-        (FaultKind::DelayedHeartbeats, false) => (2 * lease_ms, runner, Variant::Pause),
-        (FaultKind::DuplicateResults, true) => (lease_ms / 2, runner, Variant::LostResponse),
-        (FaultKind::DuplicateResults, false) => (0, runner, Variant::Replay),
-        (FaultKind::ConflictingResults, true) => (0, runner, Variant::Conflict),
-        (FaultKind::ConflictingResults, false) => (0, runner, Variant::CrossJob),
-        (FaultKind::Reconnects, _) => (3 * lease_ms, runner, Variant::CutLinks),
-        (FaultKind::ClockSkew, true) => (4 * lease_ms, runner, Variant::StaticSkew { offset_ms: skew_ms }),
-        (FaultKind::ClockSkew, false) => (4 * lease_ms, runner, Variant::Jump { offset_ms: skew_ms }),
-        (FaultKind::DisconnectDuringMutation, true) => match rng.gen_range(0..3) {
-            0 => (2 * lease_ms, runner, Variant::ControlLink),
-            1 => (lease_ms, runner, Variant::TargetLinkMidStep),
-            _ => (6 * lease_ms, runner, Variant::DelayedStep { latency_ms: 4 * lease_ms }),
-        },
-        (FaultKind::DisconnectDuringMutation, false) => {
-            (6 * lease_ms, runner, Variant::DelayedStep { latency_ms: 4 * lease_ms })
-        }
-        (FaultKind::Kill, _) => (2 * lease_ms, runner, Variant::KillRunner),
-        (FaultKind::RestartControlPlane, _) => (lease_ms / 2, None, Variant::RestartControl),
+    let (duration_ms, runner, variant) = match variant {
+        Variant::Latency { .. } => (3 * lease_ms, runner, Variant::Latency { latency_ms: lease_ms * 3 / 2 }),
+        Variant::Pause => (2 * lease_ms, runner, Variant::Pause),
+        Variant::LostResponse => (lease_ms / 2, runner, Variant::LostResponse),
+        Variant::Replay => (0, runner, Variant::Replay),
+        Variant::Conflict => (0, runner, Variant::Conflict),
+        Variant::CrossJob => (0, runner, Variant::CrossJob),
+        Variant::CutLinks => (3 * lease_ms, runner, Variant::CutLinks),
+        Variant::StaticSkew { .. } => (4 * lease_ms, runner, Variant::StaticSkew { offset_ms: skew_ms }),
+        Variant::Jump { .. } => (4 * lease_ms, runner, Variant::Jump { offset_ms: skew_ms }),
+        Variant::ControlLink => (2 * lease_ms, runner, Variant::ControlLink),
+        Variant::TargetLinkMidStep => (lease_ms, runner, Variant::TargetLinkMidStep),
+        Variant::DelayedStep { .. } => (6 * lease_ms, runner, Variant::DelayedStep { latency_ms: 4 * lease_ms }),
+        Variant::KillRunner => (2 * lease_ms, runner, Variant::KillRunner),
+        Variant::RestartControl => (lease_ms / 2, None, Variant::RestartControl),
     };
-    Fault { at_ms, duration_ms, kind, runner, variant }
+    Fault { at_ms, duration_ms, kind: variant.kind(), runner, variant }
 }
 
 #[cfg(test)]
@@ -227,22 +291,77 @@ mod tests {
         assert_ne!(schedule(11, &all), schedule(12, &all));
     }
 
+    /// The faults of each lane, in time order (a lane's faults hit only its runners; the
+    /// control plane's restart is placed in the lane whose turn it was).
+    fn by_lane(faults: &[Fault], lanes: u32) -> Vec<Vec<Fault>> {
+        let mut by_lane = vec![Vec::new(); lanes as usize];
+        let mut last_lane = 0;
+        for fault in faults {
+            let lane = fault.runner.map_or(last_lane, |runner| runner % lanes);
+            by_lane[lane as usize].push(fault.clone());
+            last_lane = lane;
+        }
+        by_lane
+    }
+
     #[test]
-    fn every_chosen_kind_appears_and_only_clock_skew_overlaps_the_next_fault() {
+    fn every_chosen_kind_appears_and_in_a_lane_only_clock_skew_overlaps_the_next_fault() {
         let faults = schedule(5, &options(FaultKind::ALL.to_vec()));
         for kind in FaultKind::ALL {
             assert!(faults.iter().any(|fault| fault.kind == kind), "{kind:?} missing from {faults:?}");
         }
-        for pair in faults.windows(2) {
-            if pair[0].kind == FaultKind::ClockSkew {
-                assert!(pair[1].at_ms < pair[0].at_ms + pair[0].duration_ms, "the next fault falls inside the skew");
-                assert_eq!(pair[0].runner, pair[1].runner.or(pair[0].runner), "on the skewed runner");
-            } else {
-                assert!(pair[0].at_ms + pair[0].duration_ms < pair[1].at_ms, "{pair:?}");
+        assert!(faults.windows(2).all(|pair| pair[0].at_ms <= pair[1].at_ms), "in time order");
+        for lane in by_lane(&faults, lanes(3)) {
+            let lane: Vec<&Fault> = lane.iter().filter(|fault| fault.runner.is_some()).collect();
+            for pair in lane.windows(2) {
+                if pair[0].kind == FaultKind::ClockSkew {
+                    assert!(
+                        pair[1].at_ms < pair[0].at_ms + pair[0].duration_ms,
+                        "the next fault falls inside the skew"
+                    );
+                    assert_eq!(pair[0].runner, pair[1].runner, "on the skewed runner");
+                } else {
+                    assert!(pair[0].at_ms + pair[0].duration_ms < pair[1].at_ms, "{pair:?}");
+                }
             }
         }
         assert!(faults.iter().all(|fault| fault.at_ms + fault.duration_ms < 60_000));
         assert!(faults.iter().all(|fault| fault.runner.is_none_or(|runner| runner < 3)));
+    }
+
+    #[test]
+    fn the_default_run_exercises_every_variant() {
+        let default =
+            ScheduleOptions { kinds: FaultKind::ALL.to_vec(), time_limit_ms: 30_000, runners: 3, lease_ms: 1_000 };
+        let names: Vec<&str> = FaultKind::ALL.iter().flat_map(|kind| kind.variants()).map(Variant::name).collect();
+        assert_eq!(names.len(), 14);
+        for seed in 0..20 {
+            let faults = schedule(seed, &default);
+            for name in &names {
+                assert!(faults.iter().any(|fault| fault.variant.name() == *name), "seed {seed}: no {name}: {faults:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn more_runners_have_more_faults_at_once() {
+        let at_once = |runners: u32| {
+            let options =
+                ScheduleOptions { kinds: FaultKind::ALL.to_vec(), time_limit_ms: 30_000, runners, lease_ms: 1_000 };
+            let faults = schedule(3, &options);
+            let busiest = (0..30_000u64)
+                .step_by(100)
+                .map(|ms| faults.iter().filter(|f| f.at_ms <= ms && ms < f.at_ms + f.duration_ms).count())
+                .max()
+                .unwrap_or(0);
+            let runners_hit = faults.iter().filter_map(|fault| fault.runner).collect::<std::collections::BTreeSet<_>>();
+            (faults.len(), busiest, runners_hit.len())
+        };
+        let (few, few_at_once, _) = at_once(3);
+        let (many, many_at_once, hit) = at_once(48);
+        assert!(many >= 10 * few, "48 runners: {many} faults, 3 runners: {few}");
+        assert!(many_at_once >= 12 && many_at_once > 4 * few_at_once, "{many_at_once} vs {few_at_once} at once");
+        assert!(hit >= 40, "48 runners: only {hit} were ever faulted");
     }
 
     #[test]

@@ -33,21 +33,55 @@ pub async fn run(shared: Shared, schedule: Vec<Fault>) {
     while faults.join_next().await.is_some() {}
 }
 
-/// One fault: start, hold for its duration (jumping back halfway for a jump), heal.
+/// Most tries of a fault that found nothing to hit (an idle runner, no result to resend,
+/// no two running jobs to cross): a fault that does nothing tests nothing.
+const TRIES_MAX: u32 = 3;
+
+/// What starting a fault did.
+enum Started {
+    /// The fault is in effect until it is healed.
+    Window,
+    /// A one-off fault (a resent or crossed result) was sent.
+    Sent,
+    /// Nothing was there to hit; nothing was changed.
+    Ineffective,
+}
+
+/// One fault: start (again, a lease later, while it finds nothing to hit and the run has
+/// time for it), hold for its duration (jumping back halfway for a jump), heal.
 pub(crate) async fn one(shared: Shared, fault: Fault) {
     let label = label(&fault);
     shared.active.lock().await.push(label.clone());
-    start(&shared, &fault).await;
+    let lease = Duration::from_millis(shared.config.lease_ms);
+    for try_number in 1..=TRIES_MAX {
+        match start(&shared, &fault, try_number).await {
+            Started::Window => {
+                hold_and_heal(&shared, &fault).await;
+                break;
+            }
+            Started::Sent => break,
+            Started::Ineffective => {
+                let retry_end_ms = shared.recorder.now_ms() + shared.config.lease_ms + fault.duration_ms;
+                if retry_end_ms >= shared.config.time_limit_ms {
+                    break;
+                }
+                tokio::time::sleep(lease).await;
+            }
+        }
+    }
+    shared.active.lock().await.retain(|active| active != &label);
+}
+
+async fn hold_and_heal(shared: &Shared, fault: &Fault) {
     if let Variant::Jump { offset_ms } = fault.variant {
         tokio::time::sleep(Duration::from_millis(fault.duration_ms / 2)).await;
-        let result = shared.cluster.lock().await.set_clock(runner(&fault), -offset_ms);
-        record(&shared.recorder, &fault, "jump-back", result.map_err(|error| error.to_string()));
+        let result = shared.cluster.lock().await.set_clock(runner(fault), -offset_ms);
+        record(&shared.recorder, fault, "jump-back", result.map_err(|error| error.to_string()));
         tokio::time::sleep(Duration::from_millis(fault.duration_ms / 2)).await;
     } else {
         tokio::time::sleep(Duration::from_millis(fault.duration_ms)).await;
     }
-    heal(&shared, &fault).await;
-    shared.active.lock().await.retain(|active| active != &label);
+    heal(shared, fault).await;
 }
 
 fn label(fault: &Fault) -> String {
@@ -63,10 +97,29 @@ fn runner(fault: &Fault) -> usize {
 
 /// Records a phase of a fault: invoke, then ok or info with the error.
 fn record(recorder: &Recorder, fault: &Fault, phase: &str, result: Result<(), String>) {
+    record_with(recorder, fault, phase, result, None);
+}
+
+/// Records a fault's start: whether it took effect, and on which try.
+fn record_start(recorder: &Recorder, fault: &Fault, try_number: u32, result: Result<(), String>, effective: bool) {
+    record_with(recorder, fault, "start", result, Some((effective, try_number)));
+}
+
+fn record_with(
+    recorder: &Recorder,
+    fault: &Fault,
+    phase: &str,
+    result: Result<(), String>,
+    effect: Option<(bool, u32)>,
+) {
     let fill = |event: &mut history::Event| {
         event.runner = fault.runner.map(|runner| format!("r{}", runner + 1));
         let mut value = serde_json::to_value(fault).unwrap_or_default();
         value["phase"] = serde_json::Value::from(phase);
+        if let Some((effective, try_number)) = effect {
+            value["effective"] = serde_json::Value::from(effective);
+            value["try"] = serde_json::Value::from(try_number);
+        }
         event.value = Some(value);
     };
     recorder.record(Process::NEMESIS, EventType::Invoke, fault.kind.op(), fill);
@@ -77,21 +130,26 @@ fn record(recorder: &Recorder, fault: &Fault, phase: &str, result: Result<(), St
     });
 }
 
-async fn start(shared: &Shared, fault: &Fault) {
+async fn start(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let index = runner(fault);
     // A fault on a runner matters while it holds a claim: wait (bounded) for one. Resent
     // results pick a claim the runner already finished.
     let mid_deployment = fault.runner.is_some() && !matches!(fault.variant, Variant::Replay | Variant::Conflict);
-    if mid_deployment {
-        wait_busy(shared, index, Duration::from_millis(2 * shared.config.lease_ms)).await;
+    let bound_ms = 2 * shared.config.lease_ms;
+    if mid_deployment && !wait_busy(shared, index, Duration::from_millis(bound_ms)).await {
+        let why = format!("runner r{} held no claim within {bound_ms} ms: nothing to hit", index + 1);
+        record_start(&shared.recorder, fault, try_number, Err(why), false);
+        return Started::Ineffective;
     }
     let result = match &fault.variant {
-        Variant::Replay | Variant::Conflict => return resend(shared, fault).await,
-        Variant::CrossJob => return cross(shared, fault).await,
+        Variant::Replay | Variant::Conflict => return resend(shared, fault, try_number).await,
+        Variant::CrossJob => return cross(shared, fault, try_number).await,
         Variant::RestartControl => restart_control(shared).await,
         variant => start_on(&shared.cluster, shared.config.as_ref(), index, variant).await,
     };
-    record(&shared.recorder, fault, "start", result);
+    let effective = result.is_ok();
+    record_start(&shared.recorder, fault, try_number, result, effective);
+    Started::Window
 }
 
 async fn start_on(
@@ -195,8 +253,8 @@ async fn restart_control(shared: &Shared) -> Result<(), String> {
     cluster.lab.restart_control().await.map_err(|error| error.to_string())
 }
 
-/// Waits until runner `index` holds a running attempt, or `bound` passes.
-async fn wait_busy(shared: &Shared, index: usize, bound: Duration) {
+/// Waits until runner `index` holds a running attempt (true), or `bound` passes (false).
+async fn wait_busy(shared: &Shared, index: usize, bound: Duration) -> bool {
     let (operator, runner_id) = {
         let cluster = shared.cluster.lock().await;
         (cluster.lab.operator.clone(), cluster.runners[index].id.clone())
@@ -204,10 +262,11 @@ async fn wait_busy(shared: &Shared, index: usize, bound: Duration) {
     let deadline = tokio::time::Instant::now() + bound;
     while tokio::time::Instant::now() < deadline {
         if running_claims(&operator).await.iter().any(|claim| claim.runner == runner_id) {
-            return;
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    false
 }
 
 /// The last result of runner `index` that the control plane accepted, from its log.
@@ -228,7 +287,7 @@ fn last_accepted_result(cluster: &Cluster, index: usize) -> Option<(ClaimRef, Ou
 
 /// Sends a captured result again (a duplicate) or with the other outcome (a conflict),
 /// with the runner's own token, straight to the control plane.
-async fn resend(shared: &Shared, fault: &Fault) {
+async fn resend(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let index = runner(fault);
     let (captured, client) = {
         let cluster = shared.cluster.lock().await;
@@ -236,15 +295,17 @@ async fn resend(shared: &Shared, fault: &Fault) {
         (last_accepted_result(&cluster, index), client)
     };
     let Some((claim, outcome)) = captured else {
-        record(&shared.recorder, fault, "start", Err("no accepted result to resend yet".into()));
-        return;
+        let why = "no accepted result to resend yet".to_string();
+        record_start(&shared.recorder, fault, try_number, Err(why), false);
+        return Started::Ineffective;
     };
     let outcome = match (&fault.variant, outcome) {
         (Variant::Conflict, Outcome::Succeeded) => Outcome::Failed,
         (Variant::Conflict, Outcome::Failed) => Outcome::Succeeded,
         (_, outcome) => outcome,
     };
-    send_result(shared, fault, &client, claim, outcome).await;
+    send_result(shared, fault, &client, claim, outcome, try_number).await;
+    Started::Sent
 }
 
 /// Sends a result as runner `claim.runner` would, recording it as the nemesis's operation.
@@ -254,13 +315,17 @@ async fn send_result(
     client: &protocol::client::Client,
     claim: ClaimRef,
     outcome: Outcome,
+    try_number: u32,
 ) {
     let request =
         ResultRequest { claim: claim.clone(), outcome, observed_ms: lab::control::Now::read().ms, detail: None };
     let fill = |event: &mut history::Event| {
         *event = event.clone().with_claim(&claim.job, &claim.attempt, &claim.runner, claim.fence);
         event.outcome = Some(outcome.as_str().to_string());
-        event.value = serde_json::to_value(fault).ok();
+        let mut value = serde_json::to_value(fault).unwrap_or_default();
+        value["effective"] = serde_json::Value::from(true);
+        value["try"] = serde_json::Value::from(try_number);
+        event.value = Some(value);
     };
     shared.recorder.record(Process::NEMESIS, EventType::Invoke, fault.kind.op(), fill);
     let answer = client.result(&request).await;
@@ -296,7 +361,7 @@ pub(crate) async fn running_claims(operator: &protocol::client::Client) -> Vec<C
 
 /// Reports runner `index`'s current claim as the result of the running job with the lowest
 /// fence: a report scoped to the wrong job.
-async fn cross(shared: &Shared, fault: &Fault) {
+async fn cross(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let index = runner(fault);
     let (operator, client, runner_id) = {
         let cluster = shared.cluster.lock().await;
@@ -308,11 +373,13 @@ async fn cross(shared: &Shared, fault: &Fault) {
     let own_job = own.map(|own| own.job.clone());
     let other = claims.iter().filter(|claim| Some(&claim.job) != own_job.as_ref()).min_by_key(|claim| claim.fence);
     let (Some(own), Some(other)) = (own, other) else {
-        record(&shared.recorder, fault, "start", Err("no two running jobs to cross".into()));
-        return;
+        let why = "no two running jobs to cross".to_string();
+        record_start(&shared.recorder, fault, try_number, Err(why), false);
+        return Started::Ineffective;
     };
     let crossed = ClaimRef { job: other.job.clone(), ..own.clone() };
-    send_result(shared, fault, &client, crossed, Outcome::Succeeded).await;
+    send_result(shared, fault, &client, crossed, Outcome::Succeeded, try_number).await;
+    Started::Sent
 }
 
 /// Heals everything: toxics removed and proxies enabled, paused runners continued, clocks
