@@ -124,7 +124,7 @@ fn row(bug: Option<String>, nemesis: &str, cells: &[&Cell]) -> Row {
         nemesis: nemesis.to_string(),
         runs: cells.len(),
         detected: cells.iter().filter(|cell| cell.detected()).count(),
-        errors: cells.iter().filter(|cell| cell.verdict.starts_with("error")).count(),
+        errors: cells.iter().filter(|cell| cell.verdict.is_error()).count(),
         checkers: checkers.into_iter().collect(),
         first_anomaly_s_median: firsts.get(firsts.len() / 2).copied(),
     }
@@ -186,7 +186,7 @@ pub fn table(matrix: &Matrix) -> String {
             checkers.join(", ")
         ));
     }
-    for cell in matrix.cells.iter().filter(|cell| cell.verdict.starts_with("error")) {
+    for cell in matrix.cells.iter().filter(|cell| cell.verdict.is_error()) {
         out.push_str(&format!("error in `{}`: {}\n", cell.command, cell.verdict));
     }
     out

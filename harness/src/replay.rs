@@ -47,7 +47,7 @@ pub async fn replay(program: &Path, folder: &Path, store: PathBuf) -> Result<Rep
         bug: None,
         nemesis: String::new(),
         seed: 0,
-        verdict: String::new(),
+        verdict: results::RunVerdict::Error("not run".into()),
         checkers: vec![],
         first_anomaly_s: None,
         folder: None,
@@ -55,6 +55,7 @@ pub async fn replay(program: &Path, folder: &Path, store: PathBuf) -> Result<Rep
     };
     read_results(&store.join("latest"), &mut cell);
     let checkers: BTreeSet<String> = cell.checkers.iter().cloned().collect();
-    let reproduced = if original.is_empty() { cell.verdict == "valid" } else { original.is_subset(&checkers) };
+    let reproduced =
+        if original.is_empty() { cell.verdict.is(results::Overall::Valid) } else { original.is_subset(&checkers) };
     Ok(Replayed { cell, checkers, reproduced })
 }

@@ -40,8 +40,8 @@ pub struct Cell {
     pub bug: Option<String>,
     pub nemesis: String,
     pub seed: u64,
-    /// `valid`, `invalid`, `unknown`, or `error: ...` when the run itself failed.
-    pub verdict: String,
+    /// The checked verdict, or `error: ...` when the run itself failed.
+    pub verdict: results::RunVerdict,
     /// Checkers that found anomalies.
     pub checkers: Vec<String>,
     /// Seconds into the run of the earliest moment an anomaly's evidence was complete.
@@ -52,7 +52,7 @@ pub struct Cell {
 
 impl Cell {
     pub fn detected(&self) -> bool {
-        self.verdict == "invalid"
+        self.verdict.is(results::Overall::Invalid)
     }
 }
 
@@ -74,7 +74,7 @@ pub async fn run_child(program: &Path, store: &Path, spec: &RunSpec) -> Cell {
         bug: spec.bugs.first().map(|bug| bug.name().to_string()),
         nemesis: spec.nemesis.clone(),
         seed: spec.seed,
-        verdict: String::new(),
+        verdict: results::RunVerdict::Error("not run".into()),
         checkers: vec![],
         first_anomaly_s: None,
         folder: None,
@@ -84,24 +84,27 @@ pub async fn run_child(program: &Path, store: &Path, spec: &RunSpec) -> Cell {
     let output = child(program, &args).output();
     match tokio::time::timeout(bound, output).await {
         Ok(Ok(_)) => read_results(&store.join("latest"), &mut cell),
-        Ok(Err(error)) => cell.verdict = format!("error: {error}"),
-        Err(_) => cell.verdict = format!("error: no verdict within {bound:?}"),
+        Ok(Err(error)) => cell.verdict = results::RunVerdict::Error(error.to_string()),
+        Err(_) => cell.verdict = results::RunVerdict::Error(format!("no verdict within {bound:?}")),
     }
     cell
 }
 
+/// A run folder's `results.json`, read back through the types that wrote it.
+pub fn results_of(folder: &Path) -> Result<results::ResultsDoc, String> {
+    let path = folder.join("results.json");
+    let text = std::fs::read_to_string(&path).map_err(|_| format!("no results.json in {}", folder.display()))?;
+    results::read_results(&text).map_err(|error| format!("{}: {error}", path.display()))
+}
+
 /// The (checker, anomaly kind) pairs a run folder's results hold, in order.
 pub fn anomaly_kinds(folder: &Path) -> Option<std::collections::BTreeSet<(String, String)>> {
-    let text = std::fs::read_to_string(folder.join("results.json")).ok()?;
-    let results: serde_json::Value = serde_json::from_str(&text).ok()?;
-    let mut kinds = std::collections::BTreeSet::new();
-    for checker in results["checkers"].as_array()? {
-        for anomaly in checker["anomalies"].as_array().into_iter().flatten() {
-            let name = checker["checker"].as_str().unwrap_or("?").to_string();
-            kinds.insert((name, anomaly["kind"].as_str().unwrap_or("?").to_string()));
-        }
-    }
-    Some(kinds)
+    let doc = results_of(folder).ok()?;
+    let pairs = doc
+        .checkers
+        .iter()
+        .flat_map(|checker| checker.anomalies.iter().map(|anomaly| (checker.checker.clone(), anomaly.kind.clone())));
+    Some(pairs.collect())
 }
 
 /// One checker's anomalies in a run folder.
@@ -118,44 +121,35 @@ pub struct Found {
 /// The checkers of a run folder that found anomalies, in results order; an error when the
 /// folder holds no readable results.json.
 pub fn found(folder: &Path) -> Result<Vec<Found>, String> {
-    let text = std::fs::read_to_string(folder.join("results.json"))
-        .map_err(|_| format!("no results.json in {}", folder.display()))?;
-    let results =
-        serde_json::from_str::<serde_json::Value>(&text).map_err(|_| "unreadable results.json".to_string())?;
+    let doc = results_of(folder)?;
     let events = crate::check::read_history(&folder.join("history.jsonl")).unwrap_or_default();
     let time_of = |index: u64| events.get(index as usize).map(|event| event.time_ns as f64 / 1e9);
-    let mut found = Vec::new();
-    for checker in results["checkers"].as_array().into_iter().flatten() {
-        let anomalies = checker["anomalies"].as_array().cloned().unwrap_or_default();
-        if anomalies.is_empty() {
-            continue;
-        }
-        let complete_at = |anomaly: &serde_json::Value| {
-            let indices = anomaly["events"].as_array()?.iter().filter_map(|index| index.as_u64());
-            indices.filter_map(time_of).reduce(f64::max)
-        };
-        found.push(Found {
-            checker: checker["checker"].as_str().unwrap_or("?").to_string(),
-            first_s: anomalies.iter().filter_map(complete_at).reduce(f64::min),
-            jobs: anomalies.iter().filter_map(|anomaly| anomaly["job"].as_str().map(str::to_string)).collect(),
-        });
-    }
+    let complete_at = |anomaly: &checkers::Anomaly| anomaly.events.iter().copied().filter_map(time_of).reduce(f64::max);
+    let found = doc
+        .checkers
+        .iter()
+        .filter(|checker| !checker.anomalies.is_empty())
+        .map(|checker| Found {
+            checker: checker.checker.clone(),
+            first_s: checker.anomalies.iter().filter_map(complete_at).reduce(f64::min),
+            jobs: checker.anomalies.iter().filter_map(|anomaly| anomaly.job.clone()).collect(),
+        })
+        .collect();
     Ok(found)
 }
 
 /// Reads a run folder's verdict, the checkers that found anomalies, and when the first
 /// anomaly's evidence was complete (the latest of its proving events).
 pub fn read_results(folder: &Path, cell: &mut Cell) {
-    let Ok(text) = std::fs::read_to_string(folder.join("results.json")) else {
-        cell.verdict = format!("error: no results.json in {}", folder.display());
-        return;
-    };
-    let Ok(results) = serde_json::from_str::<serde_json::Value>(&text) else {
-        cell.verdict = "error: unreadable results.json".into();
-        return;
+    let doc = match results_of(folder) {
+        Ok(doc) => doc,
+        Err(why) => {
+            cell.verdict = results::RunVerdict::Error(why);
+            return;
+        }
     };
     cell.folder = std::fs::canonicalize(folder).ok();
-    cell.verdict = results["overall"].as_str().unwrap_or("unknown").to_string();
+    cell.verdict = results::RunVerdict::Checked(doc.overall);
     for checker in found(folder).unwrap_or_default() {
         cell.checkers.push(checker.checker);
         cell.first_anomaly_s = match (cell.first_anomaly_s, checker.first_s) {

@@ -47,7 +47,7 @@ pub struct SuiteRun {
     pub bugs: Vec<Bug>,
     /// The verdict that counts as a pass: `valid` (default) or `invalid` (a planted bug caught).
     #[serde(default = "default_expect")]
-    pub expect: String,
+    pub expect: results::Overall,
     /// Further `fencelab run` flags, verbatim.
     #[serde(default)]
     pub args: Vec<String>,
@@ -61,8 +61,8 @@ fn default_time_limit() -> u64 {
     30
 }
 
-fn default_expect() -> String {
-    "valid".into()
+fn default_expect() -> results::Overall {
+    results::Overall::Valid
 }
 
 /// One run's place in the suite and what came of it.
@@ -72,9 +72,9 @@ pub struct Entry {
     pub index: usize,
     pub name: String,
     pub seed: u64,
-    pub expect: String,
-    /// `valid`, `invalid`, `unknown`, `error: ...`, or `skipped: ...`.
-    pub verdict: String,
+    pub expect: results::Overall,
+    /// The checked verdict, `error: ...`, or `skipped: ...`.
+    pub verdict: results::RunVerdict,
     pub passed: bool,
     pub command: String,
     /// The run's report, relative to the suite's output folder, when it ran.
@@ -97,7 +97,7 @@ impl SuiteResult {
     /// Valid when every entry passed, invalid when one failed, unknown when none failed
     /// but some did not run.
     pub fn exit(&self) -> crate::exit::Exit {
-        if self.entries.iter().any(|entry| !entry.passed && !entry.verdict.starts_with("skipped")) {
+        if self.entries.iter().any(|entry| !entry.passed && !entry.verdict.is_skipped()) {
             crate::exit::Exit::Invalid
         } else if self.entries.iter().any(|entry| !entry.passed) {
             crate::exit::Exit::Unknown
@@ -116,7 +116,7 @@ pub fn read(path: &Path) -> Result<SuiteFile, String> {
     let text = std::fs::read_to_string(path).map_err(|error| format!("{}: {error}", path.display()))?;
     let suite: SuiteFile = toml::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?;
     for run in &suite.runs {
-        if run.seeds.is_empty() || !matches!(run.expect.as_str(), "valid" | "invalid") {
+        if run.seeds.is_empty() || run.expect == results::Overall::Unknown {
             return Err(format!("{}: run `{}` needs seeds and expect = valid|invalid", path.display(), run.name));
         }
     }
@@ -161,7 +161,8 @@ pub async fn execute(suite: &SuiteFile, shard: Option<(usize, usize)>, program: 
         // A run takes its time limit and about as long again to start, recover and check.
         if started.elapsed().as_secs() + 2 * run.time_limit > suite.time_budget_s {
             let command = format!("fencelab {}", spec.args(&store.join("runs")).join(" "));
-            let verdict = format!("skipped: the {} s budget would be exceeded", suite.time_budget_s);
+            let verdict =
+                results::RunVerdict::Skipped(format!("the {} s budget would be exceeded", suite.time_budget_s));
             entries.push(Entry {
                 index,
                 name: run.name,
@@ -179,7 +180,7 @@ pub async fn execute(suite: &SuiteFile, shard: Option<(usize, usize)>, program: 
         let (program, out) = (program.to_path_buf(), store.to_path_buf());
         running.spawn(async move {
             let cell = run_child(&program, &out.join("runs"), &spec).await;
-            let passed = cell.verdict == run.expect;
+            let passed = cell.verdict.is(run.expect);
             let report = cell.folder.as_ref().map(|folder| relative(&out, &folder.join("report.html")));
             let bugs = run.bugs.iter().map(|bug| bug.name().to_string()).collect();
             Entry {
@@ -257,7 +258,7 @@ pub fn index_html_with_trends(result: &SuiteResult, trends: &str) -> String {
         let class = if entry.passed { "pass" } else { "fail" };
         rows.push_str(&format!(
             "<tr class=\"{class}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>\n",
-            entry.index, html(&entry.name), entry.seed, html(&entry.expect), html(&entry.verdict), report, html(&entry.command)
+            entry.index, html(&entry.name), entry.seed, html(entry.expect.as_str()), html(&entry.verdict.to_string()), report, html(&entry.command)
         ));
     }
     format!(
@@ -275,8 +276,8 @@ pub fn index_html_with_trends(result: &SuiteResult, trends: &str) -> String {
 /// One aggregated JUnit file: a test case per run.
 pub fn junit_xml(result: &SuiteResult) -> String {
     use results::escape::xml;
-    let failures = result.entries.iter().filter(|entry| !entry.passed && !entry.verdict.starts_with("skipped")).count();
-    let skipped = result.entries.iter().filter(|entry| entry.verdict.starts_with("skipped")).count();
+    let failures = result.entries.iter().filter(|entry| !entry.passed && !entry.verdict.is_skipped()).count();
+    let skipped = result.entries.iter().filter(|entry| entry.verdict.is_skipped()).count();
     let mut out = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"fencelab.suite.{}\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\">\n",
         xml(&result.suite),
@@ -289,11 +290,15 @@ pub fn junit_xml(result: &SuiteResult) -> String {
             xml(&entry.name),
             entry.seed
         ));
-        if entry.verdict.starts_with("skipped") {
-            out.push_str(&format!("<skipped message=\"{}\"/>", xml(&entry.verdict)));
+        if entry.verdict.is_skipped() {
+            out.push_str(&format!("<skipped message=\"{}\"/>", xml(&entry.verdict.to_string())));
         } else if !entry.passed {
             let message = format!("expected {}, got {}; repeat with: {}", entry.expect, entry.verdict, entry.command);
-            out.push_str(&format!("<failure type=\"{}\" message=\"{}\"/>", xml(&entry.verdict), xml(&message)));
+            out.push_str(&format!(
+                "<failure type=\"{}\" message=\"{}\"/>",
+                xml(&entry.verdict.to_string()),
+                xml(&message)
+            ));
         }
         out.push_str("</testcase>\n");
     }
@@ -365,12 +370,13 @@ expect = "invalid"
     }
 
     fn entry(index: usize, passed: bool) -> Entry {
-        let verdict = if passed { "valid" } else { "invalid" }.to_string();
+        let verdict =
+            results::RunVerdict::Checked(if passed { results::Overall::Valid } else { results::Overall::Invalid });
         Entry {
             index,
             name: "a".into(),
             seed: index as u64,
-            expect: "valid".into(),
+            expect: results::Overall::Valid,
             verdict,
             passed,
             command: "fencelab run".into(),
@@ -398,7 +404,7 @@ expect = "invalid"
     #[test]
     fn junit_counts_failures_and_skips() {
         let mut skipped = entry(1, false);
-        skipped.verdict = "skipped: budget".into();
+        skipped.verdict = results::RunVerdict::Skipped("budget".into());
         let result = SuiteResult { suite: "s<&>".into(), entries: vec![entry(0, false), skipped, entry(2, true)] };
         let xml = junit_xml(&result);
         assert!(xml.contains("tests=\"3\" failures=\"1\" skipped=\"1\""), "{xml}");

@@ -97,6 +97,70 @@ impl std::fmt::Display for Overall {
     }
 }
 
+/// What became of one run of a suite or a matrix: its checked verdict, or why it has none.
+/// Written as `valid`, `invalid`, `unknown`, `error: <why>` or `skipped: <why>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunVerdict {
+    Checked(Overall),
+    /// The run could not be made or its results not read.
+    Error(String),
+    /// The run was not made (the suite's time budget).
+    Skipped(String),
+}
+
+impl RunVerdict {
+    pub fn is(&self, overall: Overall) -> bool {
+        *self == RunVerdict::Checked(overall)
+    }
+
+    pub fn is_error(&self) -> bool {
+        matches!(self, RunVerdict::Error(_))
+    }
+
+    pub fn is_skipped(&self) -> bool {
+        matches!(self, RunVerdict::Skipped(_))
+    }
+
+    /// Parses the written form; anything else is an error naming it.
+    pub fn parse(text: &str) -> Result<RunVerdict, String> {
+        match text {
+            "valid" => Ok(RunVerdict::Checked(Overall::Valid)),
+            "invalid" => Ok(RunVerdict::Checked(Overall::Invalid)),
+            "unknown" => Ok(RunVerdict::Checked(Overall::Unknown)),
+            _ => match (text.strip_prefix("error: "), text.strip_prefix("skipped: ")) {
+                (Some(why), _) => Ok(RunVerdict::Error(why.to_string())),
+                (_, Some(why)) => Ok(RunVerdict::Skipped(why.to_string())),
+                _ => {
+                    Err(format!("unknown run verdict `{text}` (known: valid, invalid, unknown, error: …, skipped: …)"))
+                }
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for RunVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunVerdict::Checked(overall) => f.write_str(overall.as_str()),
+            RunVerdict::Error(why) => write!(f, "error: {why}"),
+            RunVerdict::Skipped(why) => write!(f, "skipped: {why}"),
+        }
+    }
+}
+
+impl Serialize for RunVerdict {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for RunVerdict {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<RunVerdict, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        RunVerdict::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 /// A checker verdict's name: `valid`, `invalid`, `unknown`.
 pub(crate) fn verdict_name(verdict: &Verdict) -> &'static str {
     match verdict {

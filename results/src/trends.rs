@@ -23,8 +23,8 @@ pub struct NightRun {
     pub name: String,
     pub seed: u64,
     pub outcome: Outcome,
-    /// The verdict as the suite wrote it (`valid`, `invalid`, `unknown`, `error: …`, `skipped: …`).
-    pub verdict: String,
+    /// The verdict as the suite wrote it.
+    pub verdict: crate::RunVerdict,
     /// The planted bugs (empty: the correct lab).
     pub bugs: Vec<String>,
     /// The checkers that found anomalies.
@@ -42,10 +42,10 @@ pub enum Outcome {
 
 impl Outcome {
     /// From a suite entry: passed, or its verdict (`unknown` and `skipped: …` are unknown).
-    pub fn of(passed: bool, verdict: &str) -> Outcome {
+    pub fn of(passed: bool, verdict: &crate::RunVerdict) -> Outcome {
         if passed {
             Outcome::Pass
-        } else if verdict == "unknown" || verdict.starts_with("skipped") {
+        } else if verdict.is(crate::Overall::Unknown) || verdict.is_skipped() {
             Outcome::Unknown
         } else {
             Outcome::Fail
@@ -71,12 +71,12 @@ impl Outcome {
 
 impl NightRun {
     fn detected(&self) -> bool {
-        self.verdict == "invalid"
+        self.verdict.is(crate::Overall::Invalid)
     }
 
     /// Skipped entries did not run: they count in no detection rate.
     fn ran(&self) -> bool {
-        !self.verdict.starts_with("skipped")
+        !self.verdict.is_skipped()
     }
 }
 
@@ -267,7 +267,7 @@ mod tests {
             name: name.into(),
             seed,
             outcome,
-            verdict: verdict.into(),
+            verdict: crate::RunVerdict::parse(verdict).unwrap(),
             bugs: bugs.iter().map(|b| b.to_string()).collect(),
             checkers: checkers.iter().map(|c| c.to_string()).collect(),
         }
@@ -299,11 +299,14 @@ mod tests {
 
     #[test]
     fn outcome_of_a_suite_entry() {
-        assert_eq!(Outcome::of(true, "invalid"), Outcome::Pass);
-        assert_eq!(Outcome::of(false, "invalid"), Outcome::Fail);
-        assert_eq!(Outcome::of(false, "error: no results.json"), Outcome::Fail);
-        assert_eq!(Outcome::of(false, "unknown"), Outcome::Unknown);
-        assert_eq!(Outcome::of(false, "skipped: the 60 s budget would be exceeded"), Outcome::Unknown);
+        assert_eq!(Outcome::of(true, &crate::RunVerdict::parse("invalid").unwrap()), Outcome::Pass);
+        assert_eq!(Outcome::of(false, &crate::RunVerdict::parse("invalid").unwrap()), Outcome::Fail);
+        assert_eq!(Outcome::of(false, &crate::RunVerdict::parse("error: no results.json").unwrap()), Outcome::Fail);
+        assert_eq!(Outcome::of(false, &crate::RunVerdict::parse("unknown").unwrap()), Outcome::Unknown);
+        assert_eq!(
+            Outcome::of(false, &crate::RunVerdict::parse("skipped: the 60 s budget would be exceeded").unwrap()),
+            Outcome::Unknown
+        );
     }
 
     #[test]

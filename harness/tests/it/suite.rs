@@ -70,8 +70,12 @@ async fn two_shards_merged_give_the_same_table_as_the_whole_suite() {
             index: 0,
             name: "correct".into(),
             seed: 1,
-            expect: "valid".into(),
-            verdict: if passed { "valid" } else { "invalid" }.into(),
+            expect: results::Overall::Valid,
+            verdict: results::RunVerdict::Checked(if passed {
+                results::Overall::Valid
+            } else {
+                results::Overall::Invalid
+            }),
             passed,
             command: "fencelab run".into(),
             report: None,
