@@ -300,7 +300,7 @@ fn verdict(folder: &std::path::Path, command: &str) -> ExitCode {
 }
 
 /// The one-screen summary at the end of a run.
-fn summary(outcome: &crate::run::Outcome, command: &str) {
+fn summary(outcome: &crate::run::RunEnd, command: &str) {
     let mut states = std::collections::BTreeMap::new();
     for job in &outcome.jobs {
         *states.entry(format!("{:?}", job.state).to_lowercase()).or_insert(0) += 1;

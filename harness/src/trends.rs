@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use results::trends::{Night, NightRun, Outcome};
+use results::trends::{Night, NightResult, NightRun};
 
 use crate::suite::{read_result, SuiteResult};
 
@@ -62,7 +62,7 @@ pub fn night(label: &str, result: &SuiteResult) -> Night {
         .map(|entry| NightRun {
             name: entry.name.clone(),
             seed: entry.seed,
-            outcome: Outcome::of(entry.passed, &entry.verdict),
+            outcome: NightResult::of(entry.passed, &entry.verdict),
             verdict: entry.verdict.clone(),
             bugs: entry.bugs.clone(),
             checkers: entry.checkers.clone(),

@@ -22,7 +22,7 @@ pub struct Night {
 pub struct NightRun {
     pub name: String,
     pub seed: u64,
-    pub outcome: Outcome,
+    pub outcome: NightResult,
     /// The verdict as the suite wrote it.
     pub verdict: crate::RunVerdict,
     /// The planted bugs (empty: the correct lab).
@@ -33,38 +33,38 @@ pub struct NightRun {
 
 /// How an entry came out on a night.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum NightResult {
     Pass,
     Fail,
     /// Skipped, or the verdict was unknown.
     Unknown,
 }
 
-impl Outcome {
+impl NightResult {
     /// From a suite entry: passed, or its verdict (`unknown` and `skipped: …` are unknown).
-    pub fn of(passed: bool, verdict: &crate::RunVerdict) -> Outcome {
+    pub fn of(passed: bool, verdict: &crate::RunVerdict) -> NightResult {
         if passed {
-            Outcome::Pass
+            NightResult::Pass
         } else if verdict.is(crate::Overall::Unknown) || verdict.is_skipped() {
-            Outcome::Unknown
+            NightResult::Unknown
         } else {
-            Outcome::Fail
+            NightResult::Fail
         }
     }
 
     fn class(self) -> &'static str {
         match self {
-            Outcome::Pass => "pass",
-            Outcome::Fail => "fail",
-            Outcome::Unknown => "unknown",
+            NightResult::Pass => "pass",
+            NightResult::Fail => "fail",
+            NightResult::Unknown => "unknown",
         }
     }
 
     fn mark(self) -> &'static str {
         match self {
-            Outcome::Pass => "✓",
-            Outcome::Fail => "✗",
-            Outcome::Unknown => "?",
+            NightResult::Pass => "✓",
+            NightResult::Fail => "✗",
+            NightResult::Unknown => "?",
         }
     }
 }
@@ -81,8 +81,8 @@ impl NightRun {
 }
 
 /// Per run (name, seed): its outcome on each night (`None`: not in that night's suite).
-pub fn outcomes(nights: &[Night]) -> BTreeMap<(String, u64), Vec<Option<Outcome>>> {
-    let mut rows: BTreeMap<(String, u64), Vec<Option<Outcome>>> = BTreeMap::new();
+pub fn outcomes(nights: &[Night]) -> BTreeMap<(String, u64), Vec<Option<NightResult>>> {
+    let mut rows: BTreeMap<(String, u64), Vec<Option<NightResult>>> = BTreeMap::new();
     for (k, night) in nights.iter().enumerate() {
         for run in &night.runs {
             rows.entry((run.name.clone(), run.seed)).or_insert_with(|| vec![None; nights.len()])[k] = Some(run.outcome);
@@ -93,15 +93,15 @@ pub fn outcomes(nights: &[Night]) -> BTreeMap<(String, u64), Vec<Option<Outcome>
 
 /// Since which night a run has been failing (the start of its last run of failures up to
 /// tonight, nights without a pass not breaking it), when it fails tonight; `None` otherwise.
-pub fn failing_since(row: &[Option<Outcome>]) -> Option<usize> {
-    if row.last().copied().flatten() != Some(Outcome::Fail) {
+pub fn failing_since(row: &[Option<NightResult>]) -> Option<usize> {
+    if row.last().copied().flatten() != Some(NightResult::Fail) {
         return None;
     }
     let mut since = row.len() - 1;
     for k in (0..row.len()).rev() {
         match row[k] {
-            Some(Outcome::Pass) => break,
-            Some(Outcome::Fail) => since = k,
+            Some(NightResult::Pass) => break,
+            Some(NightResult::Fail) => since = k,
             _ => {}
         }
     }
@@ -201,7 +201,7 @@ pub fn trends_html(nights: &[Night]) -> String {
         }
         let since = match failing_since(&row) {
             Some(k) => format!("failing since {}", labels[k]),
-            None => match row.iter().rposition(|c| *c == Some(Outcome::Fail)) {
+            None => match row.iter().rposition(|c| *c == Some(NightResult::Fail)) {
                 Some(k) => format!("last failed {}", labels[k]),
                 None => "no failure".to_string(),
             },
@@ -262,7 +262,7 @@ td.partial{background:#fff8e1}td.none{color:#aaa}th.tonight{background:#e3f2fd}t
 mod tests {
     use super::*;
 
-    fn run(name: &str, seed: u64, outcome: Outcome, verdict: &str, bugs: &[&str], checkers: &[&str]) -> NightRun {
+    fn run(name: &str, seed: u64, outcome: NightResult, verdict: &str, bugs: &[&str], checkers: &[&str]) -> NightRun {
         NightRun {
             name: name.into(),
             seed,
@@ -276,7 +276,7 @@ mod tests {
     /// Four nights: `correct` passes, fails (a false alarm), is skipped, fails again; the
     /// planted `stale` bug is caught on three nights of four, `overwrite` appears on the last two.
     fn nights() -> Vec<Night> {
-        use Outcome::*;
+        use NightResult::*;
         let caught = |seed| run("stale", seed, Pass, "invalid", &["accept-stale-result"], &["stale-completion"]);
         let missed = |seed| run("stale", seed, Fail, "valid", &["accept-stale-result"], &[]);
         let overwrite = run("overwrite", 1, Pass, "invalid", &["overwrite-terminal-result"], &["terminal-stability"]);
@@ -299,19 +299,22 @@ mod tests {
 
     #[test]
     fn outcome_of_a_suite_entry() {
-        assert_eq!(Outcome::of(true, &crate::RunVerdict::parse("invalid").unwrap()), Outcome::Pass);
-        assert_eq!(Outcome::of(false, &crate::RunVerdict::parse("invalid").unwrap()), Outcome::Fail);
-        assert_eq!(Outcome::of(false, &crate::RunVerdict::parse("error: no results.json").unwrap()), Outcome::Fail);
-        assert_eq!(Outcome::of(false, &crate::RunVerdict::parse("unknown").unwrap()), Outcome::Unknown);
+        assert_eq!(NightResult::of(true, &crate::RunVerdict::parse("invalid").unwrap()), NightResult::Pass);
+        assert_eq!(NightResult::of(false, &crate::RunVerdict::parse("invalid").unwrap()), NightResult::Fail);
         assert_eq!(
-            Outcome::of(false, &crate::RunVerdict::parse("skipped: the 60 s budget would be exceeded").unwrap()),
-            Outcome::Unknown
+            NightResult::of(false, &crate::RunVerdict::parse("error: no results.json").unwrap()),
+            NightResult::Fail
+        );
+        assert_eq!(NightResult::of(false, &crate::RunVerdict::parse("unknown").unwrap()), NightResult::Unknown);
+        assert_eq!(
+            NightResult::of(false, &crate::RunVerdict::parse("skipped: the 60 s budget would be exceeded").unwrap()),
+            NightResult::Unknown
         );
     }
 
     #[test]
     fn failing_since_is_the_start_of_the_last_failures_unknowns_not_breaking_them() {
-        use Outcome::*;
+        use NightResult::*;
         assert_eq!(failing_since(&[Some(Pass), Some(Fail), Some(Unknown), Some(Fail)]), Some(1));
         assert_eq!(failing_since(&[Some(Fail), Some(Pass), None, Some(Fail)]), Some(3));
         assert_eq!(failing_since(&[Some(Fail), Some(Pass)]), None);

@@ -40,7 +40,7 @@ pub struct State {
 pub type Shared = Arc<State>;
 
 /// What a finished run reports.
-pub struct Outcome {
+pub struct RunEnd {
     pub folder: PathBuf,
     pub complete: bool,
     pub jobs: Vec<JobView>,
@@ -73,7 +73,7 @@ pub async fn execute(
     config: RunConfig,
     folder: PathBuf,
     interrupt: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<RunEnd> {
     let schedule = config.fault_schedule();
     let jobs = workloads::jobs::plan(config.seed, &config.job_options());
     write_json(&folder.join("schedule.json"), &schedule)?;
@@ -228,7 +228,7 @@ async fn finish(
     interrupted: bool,
     healthy_ms: u64,
     faults: usize,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<RunEnd> {
     let (operator, target) = {
         let mut cluster = shared.cluster.lock().await;
         // No runner may report after the ledger is read: every answer it got is in the ledger.
@@ -246,7 +246,7 @@ async fn finish(
     shared.cluster.lock().await.stop().await;
     let events = shared.recorder.finish(&logs, &ledger, &steps, finals)?;
     link_latest(&shared.config.store, &folder);
-    Ok(Outcome { folder, complete: complete && !ledger.is_empty(), jobs, events, healthy_ms, faults })
+    Ok(RunEnd { folder, complete: complete && !ledger.is_empty(), jobs, events, healthy_ms, faults })
 }
 
 pub fn final_event(job: &JobView) -> history::Event {
