@@ -16,8 +16,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use workloads::faults::Fault;
+use workloads::faults::{Fault, Variant};
 use workloads::jobs::PlannedJob;
+use workloads::scenario::{Action, Condition, OperatorMode, Scenario, Step};
 
 use crate::runs::found;
 
@@ -164,16 +165,11 @@ impl Case {
     }
 }
 
-fn quoted(text: &str) -> String {
-    toml::Value::String(text.to_string()).to_string()
-}
-
-/// The case as a scenario file: the run's configuration in the header, the jobs and faults
-/// as steps in time order, and one `[[expect]]` per target checker: invalid.
+/// The case as a scenario file, written through the scenario's own types: the run's
+/// configuration in the header, the jobs and faults as steps in time order, and one
+/// `[[expect]]` per target checker: invalid.
 pub fn scenario_text(header: &Header, case: &Case, checkers: &[String]) -> String {
     let size = case.size();
-    let mut text = format!("# Shrunk by `fencelab shrink` from {}.\n", header.source);
-    text += &format!("name = {}\n", quoted(&header.name));
     let description = format!(
         "{} planted; {} with {} job(s), {} fault(s) and {} runner(s)",
         if header.bugs.is_empty() { "no bug".to_string() } else { header.bugs.join(", ") },
@@ -182,57 +178,66 @@ pub fn scenario_text(header: &Header, case: &Case, checkers: &[String]) -> Strin
         size.faults,
         size.runners
     );
-    text += &format!("description = {}\n", quoted(&description));
-    text += &format!("seed = {}\nrunners = {}\nlease_ms = {}\n", header.seed, case.runners, header.lease_ms);
-    text += &format!("heartbeat_interval_ms = {}\n", header.heartbeat_interval_ms);
-    text += &format!("reconcile_after_ms = {}\n", header.reconcile_after_ms);
-    text += &format!("settle_within_ms = {}\n", header.settle_within_ms);
-    text += &format!("target_mode = {}\n", quoted(&header.target_mode));
-    let bugs: Vec<String> = header.bugs.iter().map(|bug| quoted(bug)).collect();
-    text += &format!("bugs = [{}]\noperator = \"automatic\"\n", bugs.join(", "));
-    let mut steps: Vec<(u64, String)> =
+    let mut steps: Vec<(u64, Action)> =
         case.jobs.iter().map(|job| (job.at_ms, submit_step(job, case.pin(&job.id)))).collect();
     steps.extend(case.faults.iter().map(|fault| (fault.at_ms, fault_step(fault))));
     steps.sort_by_key(|(at_ms, _)| *at_ms);
-    for (_, step) in steps {
-        text += &step;
-    }
-    for checker in checkers {
-        text += &format!("\n[[expect]]\nchecker = {}\nverdict = \"invalid\"\n", quoted(checker));
-    }
-    text
+    let expect = |checker: &String| Condition {
+        checker: Some(checker.clone()),
+        verdict: Some("invalid".into()),
+        ..Condition::default()
+    };
+    let scenario = Scenario {
+        name: header.name.clone(),
+        description,
+        seed: header.seed,
+        runners: case.runners,
+        idle: Vec::new(),
+        lease_ms: header.lease_ms,
+        target_mode: header.target_mode.clone(),
+        bugs: header.bugs.clone(),
+        operator: OperatorMode::Automatic,
+        heartbeat_interval_ms: Some(header.heartbeat_interval_ms),
+        reconcile_after_ms: Some(header.reconcile_after_ms),
+        settle_within_ms: header.settle_within_ms,
+        steps: steps
+            .into_iter()
+            .enumerate()
+            .map(|(index, (at_ms, action))| Step { index, line: 0, at_ms: Some(at_ms), action })
+            .collect(),
+        expects: checkers.iter().map(expect).collect(),
+    };
+    format!("# Shrunk by `fencelab shrink` from {}.\n{}", header.source, scenario.to_toml())
 }
 
-fn submit_step(job: &PlannedJob, pin: Option<u32>) -> String {
-    let mut text = format!(
-        "\n[[step]]\nat_ms = {}\naction = \"submit\"\njob = {}\nkey = {}\nsteps = {}\nstep_ms = {}\n",
-        job.at_ms,
-        quoted(&job.id),
-        quoted(&job.deployment_key),
-        job.steps,
-        job.step_ms
-    );
-    if let Some(runner) = pin {
-        text += &format!("runner = \"r{}\"\n", runner + 1);
-    }
-    text
+fn runner_name(runner: u32) -> String {
+    format!("r{}", runner + 1)
 }
 
-fn fault_step(fault: &Fault) -> String {
-    let variant = serde_json::to_value(&fault.variant).unwrap_or_default();
-    let mut text = format!("\n[[step]]\nat_ms = {}\naction = \"fault\"\n", fault.at_ms);
-    text += &format!("fault = {}\n", quoted(fault.kind.name()));
-    text += &format!("how = {}\n", quoted(variant["how"].as_str().unwrap_or_default()));
-    if let Some(runner) = fault.runner {
-        text += &format!("runner = \"r{}\"\n", runner + 1);
+fn submit_step(job: &PlannedJob, pin: Option<u32>) -> Action {
+    Action::Submit {
+        job: job.id.clone(),
+        key: job.deployment_key.clone(),
+        steps: job.steps,
+        step_ms: job.step_ms,
+        runner: pin.map(runner_name),
     }
-    text += &format!("duration_ms = {}\n", fault.duration_ms);
-    for key in ["latency_ms", "offset_ms"] {
-        if let Some(value) = variant.get(key) {
-            text += &format!("{key} = {value}\n");
-        }
+}
+
+fn fault_step(fault: &Fault) -> Action {
+    let (latency_ms, offset_ms) = match fault.variant {
+        Variant::Latency { latency_ms } | Variant::DelayedStep { latency_ms } => (Some(latency_ms), None),
+        Variant::StaticSkew { offset_ms } | Variant::Jump { offset_ms } => (None, Some(offset_ms)),
+        _ => (None, None),
+    };
+    Action::Fault {
+        fault: Some(fault.kind),
+        how: fault.variant.name().to_string(),
+        runner: fault.runner.map(runner_name),
+        duration_ms: fault.duration_ms,
+        latency_ms,
+        offset_ms,
     }
-    text
 }
 
 /// A recorded run, read for shrinking.

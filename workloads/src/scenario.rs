@@ -38,7 +38,7 @@ pub struct Step {
     pub action: Action,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OperatorMode {
     /// Only the scenario's `reconcile` steps reconcile.
@@ -47,7 +47,58 @@ pub enum OperatorMode {
     Automatic,
 }
 
+/// A scenario as its file says it, for writing one through serde (`Scenario::to_toml`).
+#[derive(Serialize)]
+struct ScenarioFile<'a> {
+    name: &'a str,
+    description: &'a str,
+    seed: u64,
+    runners: u32,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    idle: &'a [String],
+    lease_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    heartbeat_interval_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reconcile_after_ms: Option<u64>,
+    settle_within_ms: u64,
+    target_mode: &'a str,
+    bugs: &'a [String],
+    operator: OperatorMode,
+    step: Vec<StepFile<'a>>,
+    expect: &'a [Condition],
+}
+
+#[derive(Serialize)]
+struct StepFile<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    at_ms: Option<u64>,
+    #[serde(flatten)]
+    action: &'a Action,
+}
+
 impl Scenario {
+    /// The scenario as a file that [`parse`] reads back to the same scenario.
+    pub fn to_toml(&self) -> String {
+        let file = ScenarioFile {
+            name: &self.name,
+            description: &self.description,
+            seed: self.seed,
+            runners: self.runners,
+            idle: &self.idle,
+            lease_ms: self.lease_ms,
+            heartbeat_interval_ms: self.heartbeat_interval_ms,
+            reconcile_after_ms: self.reconcile_after_ms,
+            settle_within_ms: self.settle_within_ms,
+            target_mode: &self.target_mode,
+            bugs: &self.bugs,
+            operator: self.operator,
+            step: self.steps.iter().map(|step| StepFile { at_ms: step.at_ms, action: &step.action }).collect(),
+            expect: &self.expects,
+        };
+        toml::to_string(&file).expect("a scenario is plain TOML")
+    }
+
     /// Whether work goes on besides the steps: jobs then settle at the end, as in a run.
     pub fn background(&self) -> bool {
         self.operator == OperatorMode::Automatic
@@ -55,7 +106,7 @@ impl Scenario {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Link {
     Control,
@@ -63,7 +114,7 @@ pub enum Link {
     Both,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Action {
     Submit {

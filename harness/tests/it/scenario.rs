@@ -131,3 +131,22 @@ async fn a_pinned_submit_is_claimed_by_the_runner_it_names() {
     assert_eq!(code, Some(0), "{output}");
     assert_eq!(output.matches("  ok      expect").count(), 3, "{output}");
 }
+
+#[test]
+fn every_shipped_scenario_round_trips_through_its_types() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../workloads/scenarios");
+    let checkers = harness::scenario::checker_names();
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|entry| entry.unwrap().path()).collect();
+    files.sort();
+    assert!(files.len() >= 18, "{} scenarios in {}", files.len(), dir.display());
+    for file in files {
+        let scenario = workloads::scenario::parse(&std::fs::read_to_string(&file).unwrap(), &checkers).unwrap();
+        let written = scenario.to_toml();
+        let again = workloads::scenario::parse(&written, &checkers).unwrap_or_else(|error| {
+            panic!("{}: the written scenario does not parse: {error}\n{written}", file.display())
+        });
+        assert_eq!(again.to_toml(), written, "{}: writing is not a fixpoint", file.display());
+        assert_eq!(again.steps.len(), scenario.steps.len());
+        assert_eq!(again.expects.len(), scenario.expects.len());
+    }
+}
