@@ -487,7 +487,7 @@ fn finish_suite(
         println!("trends: over {nights} earlier nights and this one");
     }
     println!("index: {}", out.join("index.html").display());
-    result.exit().into()
+    crate::suite::exit(result).into()
 }
 
 fn merge_command(

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use lab::bugs::Bug;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::runs::{run_child, RunSpec};
 
@@ -65,50 +65,17 @@ fn default_expect() -> results::Overall {
     results::Overall::Valid
 }
 
-/// One run's place in the suite and what came of it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Entry {
-    /// Position in the whole (unsharded) suite.
-    pub index: usize,
-    pub name: String,
-    pub seed: u64,
-    pub expect: results::Overall,
-    /// The checked verdict, `error: ...`, or `skipped: ...`.
-    pub verdict: results::RunVerdict,
-    pub passed: bool,
-    pub command: String,
-    /// The run's report, relative to the suite's output folder, when it ran.
-    pub report: Option<PathBuf>,
-    /// The planted bugs (empty: the correct lab); absent in older suite.json files.
-    #[serde(default)]
-    pub bugs: Vec<String>,
-    /// The checkers that found anomalies; absent in older suite.json files.
-    #[serde(default)]
-    pub checkers: Vec<String>,
-}
+pub use results::suite::{index_html, index_html_with_trends, junit_xml, Entry, SuiteResult};
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SuiteResult {
-    pub suite: String,
-    pub entries: Vec<Entry>,
-}
-
-impl SuiteResult {
-    /// Valid when every entry passed, invalid when one failed, unknown when none failed
-    /// but some did not run.
-    pub fn exit(&self) -> crate::exit::Exit {
-        if self.entries.iter().any(|entry| !entry.passed && !entry.verdict.is_skipped()) {
-            crate::exit::Exit::Invalid
-        } else if self.entries.iter().any(|entry| !entry.passed) {
-            crate::exit::Exit::Unknown
-        } else {
-            crate::exit::Exit::Valid
-        }
-    }
-
-    /// The pass/fail table: (index, name, seed, passed), in suite order.
-    pub fn table(&self) -> Vec<(usize, String, u64, bool)> {
-        self.entries.iter().map(|entry| (entry.index, entry.name.clone(), entry.seed, entry.passed)).collect()
+/// Valid when every entry passed, invalid when one failed, unknown when none failed but
+/// some did not run.
+pub fn exit(result: &SuiteResult) -> crate::exit::Exit {
+    if result.entries.iter().any(|entry| !entry.passed && !entry.verdict.is_skipped()) {
+        crate::exit::Exit::Invalid
+    } else if result.entries.iter().any(|entry| !entry.passed) {
+        crate::exit::Exit::Unknown
+    } else {
+        crate::exit::Exit::Valid
     }
 }
 
@@ -241,71 +208,6 @@ pub fn relative(from: &Path, target: &Path) -> PathBuf {
     path
 }
 
-/// The index page: one table row per entry, linking its report.
-pub fn index_html(result: &SuiteResult) -> String {
-    index_html_with_trends(result, "")
-}
-
-/// The index page with a trends section (`results::trends::trends_html`) after the table.
-pub fn index_html_with_trends(result: &SuiteResult, trends: &str) -> String {
-    use results::escape::html;
-    let passed = result.entries.iter().filter(|entry| entry.passed).count();
-    let mut rows = String::new();
-    for entry in &result.entries {
-        let report = entry.report.as_ref().map_or("—".to_string(), |report| {
-            format!("<a href=\"{}\">report</a>", html(&report.display().to_string()))
-        });
-        let class = if entry.passed { "pass" } else { "fail" };
-        rows.push_str(&format!(
-            "<tr class=\"{class}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>\n",
-            entry.index, html(&entry.name), entry.seed, html(entry.expect.as_str()), html(&entry.verdict.to_string()), report, html(&entry.command)
-        ));
-    }
-    format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>fencelab suite {name}</title>\
-         <style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:.2em .6em;text-align:left}}\
-         tr.pass td:nth-child(5){{color:#070}}tr.fail td:nth-child(5){{color:#b00;font-weight:bold}}{css}</style></head>\
-         <body><h1>fencelab suite {name}</h1><p>{passed} of {total} passed</p><table>\
-         <tr><th>#</th><th>run</th><th>seed</th><th>expected</th><th>verdict</th><th>report</th><th>repeat with</th></tr>\n{rows}</table>\n{trends}</body></html>\n",
-        name = html(&result.suite),
-        total = result.entries.len(),
-        css = results::trends::TRENDS_CSS,
-    )
-}
-
-/// One aggregated JUnit file: a test case per run.
-pub fn junit_xml(result: &SuiteResult) -> String {
-    use results::escape::xml;
-    let failures = result.entries.iter().filter(|entry| !entry.passed && !entry.verdict.is_skipped()).count();
-    let skipped = result.entries.iter().filter(|entry| entry.verdict.is_skipped()).count();
-    let mut out = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"fencelab.suite.{}\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\">\n",
-        xml(&result.suite),
-        result.entries.len()
-    );
-    for entry in &result.entries {
-        out.push_str(&format!(
-            "  <testcase classname=\"fencelab.suite.{}\" name=\"{}-s{}\">",
-            xml(&result.suite),
-            xml(&entry.name),
-            entry.seed
-        ));
-        if entry.verdict.is_skipped() {
-            out.push_str(&format!("<skipped message=\"{}\"/>", xml(&entry.verdict.to_string())));
-        } else if !entry.passed {
-            let message = format!("expected {}, got {}; repeat with: {}", entry.expect, entry.verdict, entry.command);
-            out.push_str(&format!(
-                "<failure type=\"{}\" message=\"{}\"/>",
-                xml(&entry.verdict.to_string()),
-                xml(&message)
-            ));
-        }
-        out.push_str("</testcase>\n");
-    }
-    out.push_str("</testsuite>\n");
-    out
-}
-
 /// Writes `suite.json`, `index.html` and `junit.xml` into `out`.
 pub fn write(result: &SuiteResult, out: &Path) -> std::io::Result<()> {
     write_with_trends(result, out, "")
@@ -397,7 +299,7 @@ expect = "invalid"
             vec![(0, true), (1, true), (2, false)]
         );
         assert_eq!(merged.entries[1].report.as_deref(), Some(Path::new("../s2/runs/x/report.html")));
-        assert_eq!(merged.exit(), crate::exit::Exit::Invalid);
+        assert_eq!(exit(&merged), crate::exit::Exit::Invalid);
         assert!(merge(vec![("/s1".into(), first.clone()), ("/s1".into(), first)], out).is_err());
     }
 
@@ -409,6 +311,6 @@ expect = "invalid"
         let xml = junit_xml(&result);
         assert!(xml.contains("tests=\"3\" failures=\"1\" skipped=\"1\""), "{xml}");
         assert!(xml.contains("fencelab.suite.s&lt;&amp;&gt;"), "{xml}");
-        assert_eq!(result.exit(), crate::exit::Exit::Invalid);
+        assert_eq!(exit(&result), crate::exit::Exit::Invalid);
     }
 }

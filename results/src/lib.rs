@@ -13,6 +13,7 @@ mod junit;
 mod model;
 pub mod plots;
 pub mod story;
+pub mod suite;
 mod timeline;
 pub mod trends;
 mod vocab;
