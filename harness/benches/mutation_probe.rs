@@ -1,0 +1,33 @@
+//! The test cargo-mutants runs for the mutation benchmark (`docs/mutation.md`): one short
+//! default run of the (mutated) lab under every fault. It fails — the mutant is caught —
+//! when the run is not valid; it passes — the mutant survived — when fencelab found nothing.
+//!
+//! `cargo test -p harness --bench mutation_probe` runs it; as a benchmark target it is
+//! never part of the test suite.
+
+use std::process::Command;
+
+/// Seconds of the probe's run: short, so a mutant costs a build and about half a minute.
+const TIME_LIMIT_S: &str = "15";
+
+fn main() {
+    let store = std::env::temp_dir().join(format!("fencelab-mutation-probe-{}", std::process::id()));
+    let seed = std::env::var("FENCELAB_PROBE_SEED").unwrap_or_else(|_| "1".into());
+    let status = Command::new(env!("CARGO_BIN_EXE_fencelab"))
+        .args(["run", "--nemesis", "all", "--time-limit", TIME_LIMIT_S, "--recovery-limit", "20", "--seed", &seed])
+        .arg("--store")
+        .arg(&store)
+        .status();
+    let _ = std::fs::remove_dir_all(&store);
+    match status.map(|status| status.code()) {
+        Ok(Some(0)) => println!("mutation probe: the run is valid: nothing found"),
+        Ok(code) => {
+            println!("mutation probe: the run is not valid (exit {code:?}): caught");
+            std::process::exit(1);
+        }
+        Err(error) => {
+            eprintln!("mutation probe: cannot run fencelab: {error}");
+            std::process::exit(1);
+        }
+    }
+}
