@@ -10,7 +10,7 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("store holds a value it cannot read: {0}")]
     Corrupt(String),
-    #[error("postgres: {0}")]
+    #[error("postgres: {}", describe_postgres(.0))]
     Postgres(#[from] postgres::Error),
     /// The database cannot be reached or used: a bad URL, no connection within the bound,
     /// a schema that cannot be created.
@@ -23,6 +23,18 @@ pub enum StoreError {
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A PostgreSQL error with the server's message and SQLSTATE (the crate's own text is
+/// only "db error").
+fn describe_postgres(error: &postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => match std::error::Error::source(error) {
+            Some(source) => format!("{error}: {source}"),
+            None => error.to_string(),
+        },
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobRow {
