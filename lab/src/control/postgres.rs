@@ -2,8 +2,9 @@
 //! reached through a small bounded pool of synchronous `postgres` connections.
 //!
 //! Concurrency (see "The PostgreSQL store" in `docs/protocol.md`): every transaction runs
-//! READ COMMITTED and, before its first read other than a token lookup or a ledger page,
-//! takes `LOCK TABLE rule_lock IN EXCLUSIVE MODE`. The lock is held to COMMIT or ROLLBACK,
+//! READ COMMITTED and, with its first read other than a token lookup or a ledger page
+//! (which run as single statements before it), begins and takes
+//! `LOCK TABLE rule_lock IN EXCLUSIVE MODE`. The lock is held to COMMIT or ROLLBACK,
 //! so the rule transactions of every process sharing the schema run one at a time, each
 //! statement seeing every earlier commit: the rules keep exactly the guarantees they have
 //! on SQLite's single writer, across control-plane replicas. Nothing retries a transaction:
@@ -156,11 +157,19 @@ impl Postgres {
     ) -> Result<T, E> {
         let mut lease = self.pool.get()?;
         let conn = lease.conn();
-        conn.client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").map_err(StoreError::from)?;
         let mut tx = PgTx { conn, operator_token: &self.operator_token, locked: false, failed: false };
         let value = work(&mut tx);
-        let failed = tx.failed;
-        let conn = tx.conn;
+        let (failed, locked, conn) = (tx.failed, tx.locked, tx.conn);
+        if !locked {
+            // Only lock-free reads ran, each a statement of its own: nothing to end.
+            lease.clean = !conn.client.is_closed();
+            return match value {
+                Ok(_) if failed => {
+                    Err(StoreError::Unavailable("a statement failed and was not reported".into()).into())
+                }
+                value => value,
+            };
+        }
         match value {
             Ok(value) if commit && !failed => match conn.client.batch_execute("COMMIT") {
                 Ok(()) => {
@@ -323,7 +332,8 @@ impl Drop for Lease<'_> {
 struct PgTx<'a> {
     conn: &'a mut Conn,
     operator_token: &'a str,
-    /// Whether this transaction holds the rule lock.
+    /// Whether the transaction has begun, holding the rule lock. Token lookups and ledger
+    /// pages that come before run as statements of their own.
     locked: bool,
     /// Whether a statement failed (PostgreSQL then refuses the rest of the transaction).
     failed: bool,
@@ -366,12 +376,17 @@ impl PgTx<'_> {
         self.noted(result)
     }
 
-    /// Takes the rule lock before the transaction's first rule read or write.
+    /// Begins the transaction and takes the rule lock (one round trip), before the
+    /// transaction's first rule read or write.
     fn serialise(&mut self) -> StoreResult<()> {
         if !self.locked {
-            let result = self.conn.client.batch_execute("LOCK TABLE rule_lock IN EXCLUSIVE MODE");
-            self.noted(result)?;
+            // Marked first: if the lock times out, the begun transaction is rolled back.
             self.locked = true;
+            let result = self
+                .conn
+                .client
+                .batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED; LOCK TABLE rule_lock IN EXCLUSIVE MODE");
+            self.noted(result)?;
         }
         Ok(())
     }
