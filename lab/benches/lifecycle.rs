@@ -1,6 +1,8 @@
-//! Full job lifecycles against the control plane's SQLite store over loopback HTTP:
-//! submit, claim, capability, two heartbeats, result — by C concurrent runners.
-//! Prints lifecycles per second for each concurrency. Run: `cargo bench -p lab --bench lifecycle`.
+//! Full job lifecycles against the control plane over loopback HTTP: submit, claim,
+//! capability, two heartbeats, result — by C concurrent runners — on the SQLite store and
+//! on the PostgreSQL store (a throwaway cluster; skipped when PostgreSQL is not installed).
+//! Prints lifecycles per second for each concurrency and store.
+//! Run: `cargo bench -p lab --bench lifecycle`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -65,16 +67,46 @@ async fn measure(lab: &LocalLab, concurrency: usize, round: usize) -> f64 {
     total as f64 / started.elapsed().as_secs_f64()
 }
 
-#[tokio::main]
-async fn main() {
+/// Concurrency levels measured.
+const LEVELS: [usize; 3] = [1, 4, 16];
+
+/// Lifecycles per second at each level, on a lab whose control plane uses `database_url`
+/// (SQLite when `None`).
+async fn rates(database_url: Option<String>) -> Vec<f64> {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut options = LabOptions::new(Path::new(env!("CARGO_BIN_EXE_fencelab-lab")), dir.path());
     options.lease_ms = 30_000;
+    options.database_url = database_url;
     let lab = LocalLab::start(options).await.expect("lab starts");
-    println!("{:>12} {:>16}", "concurrency", "lifecycles/s");
-    for (round, concurrency) in [1, 4, 16].into_iter().enumerate() {
-        let rate = measure(&lab, concurrency, round).await;
-        println!("{concurrency:>12} {rate:>16.0}");
+    let mut rates = vec![];
+    for (round, concurrency) in LEVELS.into_iter().enumerate() {
+        rates.push(measure(&lab, concurrency, round).await);
     }
     lab.shutdown().await;
+    rates
+}
+
+#[tokio::main]
+async fn main() {
+    let sqlite = rates(None).await;
+    let cluster = match lab::pg::unavailable() {
+        None => Some(tokio::task::spawn_blocking(lab::pg::TempCluster::start).await.unwrap().expect("cluster starts")),
+        Some(why) => {
+            eprintln!("PostgreSQL column skipped: {why}");
+            None
+        }
+    };
+    let postgres = match &cluster {
+        Some(cluster) => rates(Some(cluster.url())).await,
+        None => vec![],
+    };
+    println!("lifecycles/s (submit, claim, capability, 2 heartbeats, result), {} s a level", MEASURE.as_secs());
+    println!("{:>12} {:>12} {:>12}", "concurrency", "sqlite", "postgres");
+    for (index, concurrency) in LEVELS.into_iter().enumerate() {
+        let pg = postgres.get(index).map(|rate| format!("{rate:.0}")).unwrap_or_else(|| "-".into());
+        println!("{concurrency:>12} {:>12.0} {pg:>12}", sqlite[index]);
+    }
+    if let Some(cluster) = cluster {
+        tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
+    }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::bugs::{Bug, Bugs, Home};
-use crate::control::{http, Policy, Rules, Sqlite};
+use crate::control::{http, Backend, PgOptions, Policy, Postgres, Rules, Sqlite};
 use crate::runner::{Runner, RunnerConfig};
 use crate::target::{Mode, Target};
 
@@ -40,9 +40,21 @@ struct ControlPlaneArgs {
     /// Address to listen on; port 0 picks a free port (printed as JSON on stdout).
     #[arg(long, default_value = "127.0.0.1:7400")]
     listen: SocketAddr,
-    /// The SQLite file (created when absent).
+    /// The SQLite file (created when absent). SQLite is the default store.
     #[arg(long, default_value = "fencelab-control.sqlite")]
     db: PathBuf,
+    /// Use PostgreSQL at this URL instead of SQLite (e.g.
+    /// `postgres://user@127.0.0.1:5432/db`); the tables live in `--schema`, created with it
+    /// when absent.
+    #[arg(long, conflicts_with = "db")]
+    database_url: Option<String>,
+    /// With `--database-url`: the schema holding the control plane's tables. A run that
+    /// shares a server with others names a schema of its own.
+    #[arg(long, requires = "database_url", default_value = crate::control::postgres::DEFAULT_SCHEMA)]
+    schema: String,
+    /// With `--database-url`: most database connections this control plane opens.
+    #[arg(long, requires = "database_url", default_value_t = 8)]
+    pool_size: usize,
     /// Bearer token of the operator (projects, runners, jobs, reconcile, reads).
     #[arg(long, env = "FENCELAB_OPERATOR_TOKEN")]
     operator_token: String,
@@ -175,7 +187,16 @@ async fn control_plane(args: ControlPlaneArgs) -> anyhow::Result<ExitCode> {
     if args.operator_token.is_empty() || args.secret.is_empty() {
         anyhow::bail!("--operator-token and --secret must not be empty");
     }
-    let store = Sqlite::open(&args.db, &args.operator_token)?;
+    let store: Backend = match &args.database_url {
+        None => Sqlite::open(&args.db, &args.operator_token)?.into(),
+        Some(url) => {
+            let mut options = PgOptions::new(url, &args.schema);
+            options.pool_size = args.pool_size.max(1);
+            let token = args.operator_token.clone();
+            // The synchronous client runs its own small runtime: open it off the async threads.
+            tokio::task::spawn_blocking(move || Postgres::open(&options, &token)).await??.into()
+        }
+    };
     let policy = Policy { lease_ms: args.lease_ms, capability_ttl_ms: args.capability_ttl_ms };
     let rules = Rules::new(store, policy, bugs, args.secret.as_bytes());
     let app = Arc::new(http::App { rules, ack_commit_delay: Duration::from_millis(args.ack_commit_delay_ms) });

@@ -27,6 +27,11 @@ pub struct LabOptions {
     pub lease_ms: u64,
     pub mode: Mode,
     pub bugs: Vec<Bug>,
+    /// The control plane's store: `None` for the SQLite file in `dir` (the default), or a
+    /// PostgreSQL URL (`--database-url`).
+    pub database_url: Option<String>,
+    /// With `database_url`: the schema (`--schema`; the control plane's default when `None`).
+    pub schema: Option<String>,
 }
 
 impl LabOptions {
@@ -38,6 +43,8 @@ impl LabOptions {
             lease_ms: 2_000,
             mode: Mode::Fenced,
             bugs: vec![],
+            database_url: None,
+            schema: None,
         }
     }
 
@@ -85,7 +92,13 @@ impl LocalLab {
     /// Starts a control plane on the lab's store; `port` 0 picks a free one.
     async fn start_control(options: &LabOptions, port: u16) -> anyhow::Result<Process> {
         let mut args = vec!["control-plane".to_string(), format!("--listen=127.0.0.1:{port}")];
-        args.push(format!("--db={}", options.dir.join("control.sqlite").display()));
+        match &options.database_url {
+            None => args.push(format!("--db={}", options.dir.join("control.sqlite").display())),
+            Some(url) => {
+                args.push(format!("--database-url={url}"));
+                args.extend(options.schema.iter().map(|schema| format!("--schema={schema}")));
+            }
+        }
         args.extend([format!("--operator-token={OPERATOR_TOKEN}"), format!("--secret={CAPABILITY_SECRET}")]);
         args.push(format!("--lease-ms={}", options.lease_ms));
         args.extend(options.bug_args(crate::bugs::Home::ControlPlane));

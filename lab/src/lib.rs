@@ -15,6 +15,7 @@ pub mod cli;
 pub mod control;
 pub mod demo;
 pub mod launch;
+pub mod pg;
 
 pub mod runner;
 pub mod target;

@@ -12,15 +12,15 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 
+use super::backend::Backend;
 use super::rules::{Now, RuleError, Rules};
-use super::sqlite::Sqlite;
 use super::store::Principal;
 use crate::bugs::Bug;
 use crate::web::{bearer, read_json, ApiError};
 use protocol::*;
 
 pub struct App {
-    pub rules: Rules<Sqlite>,
+    pub rules: Rules<Backend>,
     /// Under `ack-before-commit`: how long an acknowledged result waits before it commits.
     pub ack_commit_delay: Duration,
 }
@@ -39,10 +39,10 @@ impl From<RuleError> for ApiError {
     }
 }
 
-/// Runs rule work on a blocking thread (SQLite is synchronous).
+/// Runs rule work on a blocking thread (both stores are synchronous).
 async fn blocking<T: Send + 'static>(
     app: &Shared,
-    work: impl FnOnce(&Rules<Sqlite>) -> Result<T, RuleError> + Send + 'static,
+    work: impl FnOnce(&Rules<Backend>) -> Result<T, RuleError> + Send + 'static,
 ) -> Result<T, ApiError> {
     let app = app.clone();
     let joined = tokio::task::spawn_blocking(move || work(&app.rules)).await;

@@ -10,9 +10,31 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("store holds a value it cannot read: {0}")]
     Corrupt(String),
+    #[error("postgres: {}", describe_postgres(.0))]
+    Postgres(#[from] postgres::Error),
+    /// The database cannot be reached or used: a bad URL, no connection within the bound,
+    /// a schema that cannot be created.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// COMMIT was sent and its answer never came: the transaction may or may not have
+    /// committed. Never read as a refusal.
+    #[error("the outcome of a commit is unknown: {0}")]
+    CommitUnknown(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A PostgreSQL error with the server's message and SQLSTATE (the crate's own text is
+/// only "db error").
+fn describe_postgres(error: &postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => match std::error::Error::source(error) {
+            Some(source) => format!("{error}: {source}"),
+            None => error.to_string(),
+        },
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobRow {

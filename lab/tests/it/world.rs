@@ -1,16 +1,90 @@
-//! A control plane's rules over a real SQLite file, driven with a clock the test controls.
+//! A control plane's rules over a real store — a SQLite file or a fresh PostgreSQL schema —
+//! driven with a clock the test controls. [`on_every_store!`] runs each test body once per
+//! store, so the rules are shown to hold on both without the bodies being written twice.
+
+use std::cell::Cell;
+use std::sync::{Mutex, OnceLock};
 
 use lab::bugs::{Bug, Bugs};
 use lab::control::store::Principal;
-use lab::control::{Now, Policy, RuleError, Rules, Sqlite};
+use lab::control::{Backend, Now, PgOptions, Policy, Postgres, RuleError, Rules, Sqlite};
+use lab::pg::TempCluster;
 use protocol::*;
+
+/// The store a [`World`] is built on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+thread_local! {
+    static KIND: Cell<Kind> = const { Cell::new(Kind::Sqlite) };
+}
+
+impl Kind {
+    /// Runs a test body with every `World` it builds on this store. Without PostgreSQL a
+    /// PostgreSQL run says it skipped, unless `FENCELAB_REQUIRE_ALL=1`.
+    pub fn run(self, body: fn()) {
+        if self == Kind::Postgres && !postgres_or_skip() {
+            return;
+        }
+        KIND.with(|kind| kind.set(self));
+        body();
+    }
+}
+
+/// Whether PostgreSQL is here; prints SKIPPED (or panics under `FENCELAB_REQUIRE_ALL=1`).
+pub fn postgres_or_skip() -> bool {
+    let Some(why) = lab::pg::unavailable() else { return true };
+    assert!(std::env::var("FENCELAB_REQUIRE_ALL").as_deref() != Ok("1"), "FENCELAB_REQUIRE_ALL=1 and {why}");
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+/// This test process's cluster, started on first use and stopped when the process exits.
+static CLUSTER: Mutex<Option<TempCluster>> = Mutex::new(None);
+static CLUSTER_URL: OnceLock<String> = OnceLock::new();
+
+extern "C" fn stop_cluster() {
+    if let Ok(mut cluster) = CLUSTER.lock() {
+        drop(cluster.take());
+    }
+}
+
+/// The URL of this process's throwaway cluster.
+pub fn cluster_url() -> String {
+    CLUSTER_URL
+        .get_or_init(|| {
+            let cluster = TempCluster::start().expect("a throwaway PostgreSQL cluster starts");
+            let url = cluster.url();
+            *CLUSTER.lock().unwrap() = Some(cluster);
+            // SAFETY: registers a plain function with no arguments, run once at exit.
+            unsafe { libc::atexit(stop_cluster) };
+            url
+        })
+        .clone()
+}
+
+/// A schema no other store of this cluster uses.
+pub fn fresh_schema() -> String {
+    static SCHEMAS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!("t{}_{}", std::process::id(), SCHEMAS.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+}
+
+/// Opens a PostgreSQL store on `schema` with at most `pool_size` connections.
+pub fn postgres_store(schema: &str, pool_size: usize) -> Postgres {
+    let mut options = PgOptions::new(&cluster_url(), schema);
+    options.pool_size = pool_size;
+    Postgres::open(&options, "operator").expect("the PostgreSQL store opens")
+}
 
 /// The lease of every store-level test.
 pub const LEASE_MS: i64 = 1_000;
 const T0_MS: i64 = 1_700_000_000_000;
 
 pub struct World {
-    pub rules: Rules<Sqlite>,
+    pub rules: Rules<Backend>,
     _dir: tempfile::TempDir,
 }
 
@@ -29,7 +103,12 @@ pub fn observed(ms: i64) -> i64 {
 impl World {
     pub fn new(bugs: &[Bug]) -> World {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let store = Sqlite::open(&dir.path().join("control.sqlite"), "operator").expect("the store opens");
+        let store: Backend = match KIND.with(Cell::get) {
+            Kind::Sqlite => {
+                Sqlite::open(&dir.path().join("control.sqlite"), "operator").expect("the store opens").into()
+            }
+            Kind::Postgres => postgres_store(&fresh_schema(), 2).into(),
+        };
         let policy = Policy { lease_ms: LEASE_MS as u64, capability_ttl_ms: 30 * LEASE_MS as u64 };
         let rules = Rules::new(store, policy, Bugs::of(bugs.iter().copied()), b"secret");
         rules.create_project(&OPERATOR, &CreateProject { id: "p".into() }).expect("project");
@@ -149,3 +228,26 @@ pub fn refused_code(error: RuleError) -> &'static str {
         RuleError::Store(error) => panic!("store error: {error}"),
     }
 }
+
+/// Defines each test body once and a `#[test]` for it per store: `sqlite::NAME` and
+/// `postgres::NAME`.
+macro_rules! on_every_store {
+    ($($(#[$meta:meta])* fn $name:ident() $body:block)*) => {
+        $($(#[$meta])* fn $name() $body)*
+
+        mod sqlite {
+            $(#[test]
+            fn $name() {
+                crate::world::Kind::Sqlite.run(super::$name)
+            })*
+        }
+
+        mod postgres {
+            $(#[test]
+            fn $name() {
+                crate::world::Kind::Postgres.run(super::$name)
+            })*
+        }
+    };
+}
+pub(crate) use on_every_store;

@@ -1,0 +1,826 @@
+//! The PostgreSQL store: the same tables as the SQLite store, in a schema of their own,
+//! reached through a small bounded pool of synchronous `postgres` connections.
+//!
+//! Concurrency (see "The PostgreSQL store" in `docs/protocol.md`): every transaction runs
+//! READ COMMITTED and, with its first read other than a token lookup or a ledger page
+//! (which run as single statements before it), begins and takes
+//! `LOCK TABLE rule_lock IN EXCLUSIVE MODE`. The lock is held to COMMIT or ROLLBACK,
+//! so the rule transactions of every process sharing the schema run one at a time, each
+//! statement seeing every earlier commit: the rules keep exactly the guarantees they have
+//! on SQLite's single writer, across control-plane replicas. Nothing retries a transaction:
+//! with one lock taken first there is no serialization failure and no deadlock to retry.
+//!
+//! Every wait is bounded: a connection from the pool, connecting, the lock, each statement,
+//! and an idle transaction on the server (a replica cut from the database loses its lock).
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use postgres::types::ToSql;
+use postgres::{Client, NoTls, Row, Statement};
+
+use super::store::{AttemptChange, AttemptRow, Guard, JobRow, Principal, Store, StoreError, StoreResult, Tx};
+use protocol::{JobSpec, JobState, LedgerEntry};
+
+/// The schema's tables; `rule_lock` holds no rows, it is what every rule transaction locks.
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS rule_lock ();
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS projects (id TEXT PRIMARY KEY, registration_token TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS runners (id TEXT PRIMARY KEY, project TEXT NOT NULL REFERENCES projects(id), token TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS jobs (
+  id TEXT PRIMARY KEY, project TEXT NOT NULL REFERENCES projects(id), deployment_key TEXT NOT NULL,
+  steps BIGINT NOT NULL, step_ms BIGINT NOT NULL, state TEXT NOT NULL,
+  current_attempt TEXT, outcome TEXT, created BIGINT NOT NULL);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, created);
+CREATE TABLE IF NOT EXISTS attempts (
+  id TEXT PRIMARY KEY, job TEXT NOT NULL REFERENCES jobs(id), project TEXT NOT NULL, runner TEXT NOT NULL,
+  fence BIGINT NOT NULL UNIQUE, state TEXT NOT NULL, lease_expires_ms BIGINT NOT NULL,
+  claimed_ms BIGINT NOT NULL, closed_by TEXT, outcome TEXT);
+CREATE INDEX IF NOT EXISTS attempts_by_job ON attempts(job);
+CREATE INDEX IF NOT EXISTS attempts_by_state ON attempts(state, lease_expires_ms);
+CREATE TABLE IF NOT EXISTS ledger (
+  seq BIGINT PRIMARY KEY, kind TEXT NOT NULL, project TEXT NOT NULL, job TEXT NOT NULL,
+  attempt TEXT, runner TEXT, fence BIGINT, deployment_key TEXT NOT NULL, decision TEXT, reason TEXT,
+  recorded_as TEXT, outcome TEXT, received_ms BIGINT NOT NULL, observed_ms BIGINT,
+  mono_ns BIGINT NOT NULL, lease_expires_ms BIGINT);
+CREATE INDEX IF NOT EXISTS ledger_by_job ON ledger(job, seq);
+";
+
+/// The schema a control plane uses when none is named.
+pub const DEFAULT_SCHEMA: &str = "fencelab";
+
+/// How a [`Postgres`] store connects and how long it waits. Every field is a bound.
+#[derive(Clone, Debug)]
+pub struct PgOptions {
+    /// A libpq-style URL or key=value string (no TLS: the lab's database is on loopback).
+    pub url: String,
+    /// The schema holding the tables; created with them when absent.
+    pub schema: String,
+    /// Most connections open at once.
+    pub pool_size: usize,
+    /// Longest wait for a free connection.
+    pub pool_wait: Duration,
+    /// Longest wait to connect.
+    pub connect_timeout: Duration,
+    /// Longest wait for a lock (`lock_timeout`), the rule lock included.
+    pub lock_wait: Duration,
+    /// Longest statement (`statement_timeout`).
+    pub statement_max: Duration,
+    /// Longest a transaction may sit idle on the server (`idle_in_transaction_session_timeout`):
+    /// a replica that stops talking mid-transaction loses its lock after this.
+    pub idle_in_transaction_max: Duration,
+}
+
+impl PgOptions {
+    pub fn new(url: &str, schema: &str) -> PgOptions {
+        PgOptions {
+            url: url.to_string(),
+            schema: schema.to_string(),
+            pool_size: 8,
+            pool_wait: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            lock_wait: Duration::from_secs(5),
+            statement_max: Duration::from_secs(10),
+            idle_in_transaction_max: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Whether `name` may name a schema: 1 to 63 of `[a-z0-9_]`, not starting with a digit
+/// (so it needs no quoting and cannot be mistaken for another identifier).
+pub fn valid_schema(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !name.starts_with("pg_")
+}
+
+pub struct Postgres {
+    pool: Pool,
+    operator_token: String,
+}
+
+impl Postgres {
+    /// Connects, creates the schema and its tables when absent, and keeps a pool.
+    pub fn open(options: &PgOptions, operator_token: &str) -> StoreResult<Postgres> {
+        if !valid_schema(&options.schema) {
+            return Err(StoreError::Unavailable(format!(
+                "schema name `{}` must be 1 to 63 of [a-z0-9_], not starting with a digit or pg_",
+                options.schema
+            )));
+        }
+        let mut config = postgres::Config::from_str(&options.url)
+            .map_err(|error| StoreError::Unavailable(format!("database URL: {error}")))?;
+        config.connect_timeout(options.connect_timeout);
+        config.tcp_user_timeout(options.statement_max + options.lock_wait);
+        config.application_name("fencelab-control-plane");
+        let setup = format!(
+            "SET search_path TO {schema}; SET lock_timeout = {lock}; SET statement_timeout = {statement}; \
+             SET idle_in_transaction_session_timeout = {idle}",
+            schema = options.schema,
+            lock = options.lock_wait.as_millis(),
+            statement = options.statement_max.as_millis(),
+            idle = options.idle_in_transaction_max.as_millis(),
+        );
+        let pool = Pool::new(config, setup, options.pool_size.max(1), options.pool_wait);
+        let store = Postgres { pool, operator_token: operator_token.to_string() };
+        store.create_schema(&options.schema)?;
+        Ok(store)
+    }
+
+    /// Creates the schema and tables; an advisory lock keeps replicas starting together
+    /// from racing on the catalog.
+    fn create_schema(&self, schema: &str) -> StoreResult<()> {
+        let mut lease = self.pool.get()?;
+        let conn = lease.conn();
+        let sql = format!(
+            "BEGIN; SELECT pg_advisory_xact_lock(hashtext('fencelab-schema')); \
+             CREATE SCHEMA IF NOT EXISTS {schema}; {SCHEMA} COMMIT"
+        );
+        match conn.client.batch_execute(&sql) {
+            Ok(()) => {
+                lease.clean = true;
+                Ok(())
+            }
+            Err(error) => Err(StoreError::Unavailable(format!("creating schema `{schema}`: {error}"))),
+        }
+    }
+
+    fn run<T, E: From<StoreError>>(
+        &self,
+        commit: bool,
+        work: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut lease = self.pool.get()?;
+        let conn = lease.conn();
+        let mut tx = PgTx { conn, operator_token: &self.operator_token, locked: false, failed: false };
+        let value = work(&mut tx);
+        let (failed, locked, conn) = (tx.failed, tx.locked, tx.conn);
+        if !locked {
+            // Only lock-free reads ran, each a statement of its own: nothing to end.
+            lease.clean = !conn.client.is_closed();
+            return match value {
+                Ok(_) if failed => {
+                    Err(StoreError::Unavailable("a statement failed and was not reported".into()).into())
+                }
+                value => value,
+            };
+        }
+        match value {
+            Ok(value) if commit && !failed => match conn.client.batch_execute("COMMIT") {
+                Ok(()) => {
+                    lease.clean = true;
+                    Ok(value)
+                }
+                Err(error) if error.is_closed() || error.code().is_none() => {
+                    Err(StoreError::CommitUnknown(error.to_string()).into())
+                }
+                Err(error) => Err(StoreError::from(error).into()),
+            },
+            Ok(value) => {
+                lease.clean = conn.client.batch_execute("ROLLBACK").is_ok();
+                if failed {
+                    return Err(StoreError::Unavailable("a statement failed inside the transaction".into()).into());
+                }
+                Ok(value)
+            }
+            Err(error) => {
+                lease.clean = conn.client.batch_execute("ROLLBACK").is_ok();
+                Err(error)
+            }
+        }
+    }
+}
+
+impl Store for Postgres {
+    fn transact<T, E: From<StoreError>>(&self, work: impl FnOnce(&mut dyn Tx) -> Result<T, E>) -> Result<T, E> {
+        self.run(true, work)
+    }
+
+    fn dry_run<T, E: From<StoreError>>(&self, work: impl FnOnce(&mut dyn Tx) -> Result<T, E>) -> Result<T, E> {
+        self.run(false, work)
+    }
+}
+
+/// Most statements a connection keeps prepared (guards come in a few shapes only).
+const STATEMENTS_MAX: usize = 256;
+
+struct Conn {
+    client: Client,
+    statements: HashMap<String, Statement>,
+}
+
+struct PoolState {
+    idle: Vec<Conn>,
+    open: usize,
+}
+
+/// A bounded pool: at most `size` connections, a bounded wait for one, broken ones dropped.
+struct Pool {
+    config: postgres::Config,
+    setup: String,
+    size: usize,
+    wait: Duration,
+    state: Mutex<PoolState>,
+    freed: Condvar,
+}
+
+impl Pool {
+    fn new(config: postgres::Config, setup: String, size: usize, wait: Duration) -> Pool {
+        Pool {
+            config,
+            setup,
+            size,
+            wait,
+            state: Mutex::new(PoolState { idle: vec![], open: 0 }),
+            freed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn get(&self) -> StoreResult<Lease<'_>> {
+        let deadline = Instant::now() + self.wait;
+        let mut state = self.lock();
+        loop {
+            if let Some(conn) = state.idle.pop() {
+                return Ok(Lease { pool: self, conn: Some(conn), clean: false });
+            }
+            if state.open < self.size {
+                state.open += 1;
+                drop(state);
+                return match self.connect() {
+                    Ok(conn) => Ok(Lease { pool: self, conn: Some(conn), clean: false }),
+                    Err(error) => {
+                        self.lock().open -= 1;
+                        self.freed.notify_one();
+                        Err(error)
+                    }
+                };
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(StoreError::Unavailable(format!(
+                    "no database connection free within {:?} ({} open)",
+                    self.wait, self.size
+                )));
+            }
+            state = self.freed.wait_timeout(state, left).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+        }
+    }
+
+    fn connect(&self) -> StoreResult<Conn> {
+        let mut client = self
+            .config
+            .connect(NoTls)
+            .map_err(|error| StoreError::Unavailable(format!("cannot connect to the database: {error}")))?;
+        client.batch_execute(&self.setup)?;
+        Ok(Conn { client, statements: HashMap::new() })
+    }
+
+    fn put(&self, conn: Conn, clean: bool) {
+        let mut state = self.lock();
+        if clean && !conn.client.is_closed() {
+            state.idle.push(conn);
+        } else {
+            state.open -= 1;
+            drop(state);
+            drop(conn);
+        }
+        self.freed.notify_one();
+    }
+}
+
+impl Drop for Pool {
+    /// Each `postgres::Client` owns a small runtime, which may not be dropped on an async
+    /// thread: the idle connections are closed on a thread of their own.
+    fn drop(&mut self) {
+        let idle = std::mem::take(&mut self.lock().idle);
+        if !idle.is_empty() {
+            let _ = std::thread::spawn(move || drop(idle)).join();
+        }
+    }
+}
+
+/// A connection out of the pool; it goes back only if its transaction ended cleanly.
+struct Lease<'p> {
+    pool: &'p Pool,
+    conn: Option<Conn>,
+    clean: bool,
+}
+
+impl Lease<'_> {
+    fn conn(&mut self) -> &mut Conn {
+        self.conn.as_mut().expect("a lease holds its connection until dropped")
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.pool.put(conn, self.clean);
+        }
+    }
+}
+
+struct PgTx<'a> {
+    conn: &'a mut Conn,
+    operator_token: &'a str,
+    /// Whether the transaction has begun, holding the rule lock. Token lookups and ledger
+    /// pages that come before run as statements of their own.
+    locked: bool,
+    /// Whether a statement failed (PostgreSQL then refuses the rest of the transaction).
+    failed: bool,
+}
+
+type Params<'p> = [&'p (dyn ToSql + Sync)];
+
+impl PgTx<'_> {
+    fn statement(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
+        if let Some(statement) = self.conn.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.conn.client.prepare(sql)?;
+        if self.conn.statements.len() >= STATEMENTS_MAX {
+            self.conn.statements.clear();
+        }
+        self.conn.statements.insert(sql.to_string(), statement.clone());
+        Ok(statement)
+    }
+
+    fn noted<T>(&mut self, result: Result<T, postgres::Error>) -> StoreResult<T> {
+        if result.is_err() {
+            self.failed = true;
+        }
+        Ok(result?)
+    }
+
+    fn query(&mut self, sql: &str, params: &Params) -> StoreResult<Vec<Row>> {
+        let result = self.statement(sql).and_then(|statement| self.conn.client.query(&statement, params));
+        self.noted(result)
+    }
+
+    fn query_opt(&mut self, sql: &str, params: &Params) -> StoreResult<Option<Row>> {
+        let result = self.statement(sql).and_then(|statement| self.conn.client.query_opt(&statement, params));
+        self.noted(result)
+    }
+
+    fn execute(&mut self, sql: &str, params: &Params) -> StoreResult<u64> {
+        let result = self.statement(sql).and_then(|statement| self.conn.client.execute(&statement, params));
+        self.noted(result)
+    }
+
+    /// Begins the transaction and takes the rule lock (one round trip), before the
+    /// transaction's first rule read or write.
+    fn serialise(&mut self) -> StoreResult<()> {
+        if !self.locked {
+            // Marked first: if the lock times out, the begun transaction is rolled back.
+            self.locked = true;
+            let result = self
+                .conn
+                .client
+                .batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED; LOCK TABLE rule_lock IN EXCLUSIVE MODE");
+            self.noted(result)?;
+        }
+        Ok(())
+    }
+}
+
+fn corrupt(what: &str, value: &str) -> StoreError {
+    StoreError::Corrupt(format!("{what} `{value}`"))
+}
+
+/// A typed word from its stored text; a word the type does not know is an error.
+fn word<T: serde::de::DeserializeOwned>(what: &str, value: &str) -> StoreResult<T> {
+    serde_json::from_value(serde_json::Value::String(value.to_string())).map_err(|_| corrupt(what, value))
+}
+
+fn optional_word<T: serde::de::DeserializeOwned>(what: &str, value: Option<String>) -> StoreResult<Option<T>> {
+    value.map(|text| word(what, &text)).transpose()
+}
+
+fn enum_text<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(text)) => text,
+        _ => unreachable!("store enums serialise as strings"),
+    }
+}
+
+/// A stored BIGINT as an unsigned value; a negative one is corrupt.
+fn unsigned<T: TryFrom<i64>>(what: &str, value: i64) -> StoreResult<T> {
+    T::try_from(value).map_err(|_| corrupt(what, &value.to_string()))
+}
+
+/// An unsigned value as a BIGINT (the rules keep fences and times below `i64::MAX`).
+fn signed(what: &str, value: u64) -> StoreResult<i64> {
+    i64::try_from(value).map_err(|_| StoreError::Corrupt(format!("{what} {value} exceeds a BIGINT")))
+}
+
+const JOB_COLUMNS: &str = "id, project, deployment_key, steps, step_ms, state, current_attempt, outcome";
+const ATTEMPT_COLUMNS: &str =
+    "id, job, project, runner, fence, state, lease_expires_ms, claimed_ms, closed_by, outcome";
+const LEDGER_COLUMNS: &str = "seq, kind, project, job, attempt, runner, fence, deployment_key, decision, reason, recorded_as, outcome, received_ms, observed_ms, mono_ns, lease_expires_ms";
+
+fn job_from(row: &Row) -> StoreResult<JobRow> {
+    Ok(JobRow {
+        id: row.try_get(0)?,
+        project: row.try_get(1)?,
+        deployment_key: row.try_get(2)?,
+        spec: JobSpec { steps: unsigned("steps", row.try_get(3)?)?, step_ms: unsigned("step_ms", row.try_get(4)?)? },
+        state: word("job state", &row.try_get::<_, String>(5)?)?,
+        current_attempt: row.try_get(6)?,
+        outcome: optional_word("outcome", row.try_get(7)?)?,
+    })
+}
+
+fn attempt_from(row: &Row) -> StoreResult<AttemptRow> {
+    Ok(AttemptRow {
+        id: row.try_get(0)?,
+        job: row.try_get(1)?,
+        project: row.try_get(2)?,
+        runner: row.try_get(3)?,
+        fence: unsigned("fence", row.try_get(4)?)?,
+        state: word("attempt state", &row.try_get::<_, String>(5)?)?,
+        lease_expires_ms: row.try_get(6)?,
+        claimed_ms: row.try_get(7)?,
+        closed_by: optional_word("closed_by", row.try_get(8)?)?,
+        outcome: optional_word("outcome", row.try_get(9)?)?,
+    })
+}
+
+fn ledger_from(row: &Row) -> StoreResult<LedgerEntry> {
+    Ok(LedgerEntry {
+        seq: unsigned("seq", row.try_get(0)?)?,
+        kind: word("ledger kind", &row.try_get::<_, String>(1)?)?,
+        project: row.try_get(2)?,
+        job: row.try_get(3)?,
+        attempt: row.try_get(4)?,
+        runner: row.try_get(5)?,
+        fence: row.try_get::<_, Option<i64>>(6)?.map(|fence| unsigned("fence", fence)).transpose()?,
+        deployment_key: row.try_get(7)?,
+        decision: optional_word("decision", row.try_get(8)?)?,
+        reason: row.try_get(9)?,
+        recorded_as: optional_word("recorded_as", row.try_get(10)?)?,
+        outcome: optional_word("outcome", row.try_get(11)?)?,
+        received_ms: row.try_get(12)?,
+        observed_ms: row.try_get(13)?,
+        mono_ns: unsigned("mono_ns", row.try_get(14)?)?,
+        lease_expires_ms: row.try_get(15)?,
+    })
+}
+
+fn rows<T>(rows: Vec<Row>, from: fn(&Row) -> StoreResult<T>) -> StoreResult<Vec<T>> {
+    rows.iter().map(from).collect()
+}
+
+fn state_list(states: &[impl serde::Serialize]) -> String {
+    let words: Vec<String> = states.iter().map(|state| format!("'{}'", enum_text(state))).collect();
+    words.join(", ")
+}
+
+impl Tx for PgTx<'_> {
+    fn principal(&mut self, token: &str) -> StoreResult<Option<Principal>> {
+        if !token.is_empty() && token == self.operator_token {
+            return Ok(Some(Principal::Operator));
+        }
+        if let Some(row) = self.query_opt("SELECT id, project FROM runners WHERE token = $1", &[&token])? {
+            return Ok(Some(Principal::Runner { id: row.try_get(0)?, project: row.try_get(1)? }));
+        }
+        let row = self.query_opt("SELECT id FROM projects WHERE registration_token = $1", &[&token])?;
+        row.map(|row| Ok(Principal::Registration { project: row.try_get(0)? })).transpose()
+    }
+
+    fn insert_project(&mut self, id: &str, registration_token: &str) -> StoreResult<bool> {
+        self.serialise()?;
+        let sql = "INSERT INTO projects (id, registration_token) VALUES ($1, $2) ON CONFLICT DO NOTHING";
+        Ok(self.execute(sql, &[&id, &registration_token])? == 1)
+    }
+
+    fn project_exists(&mut self, id: &str) -> StoreResult<bool> {
+        self.serialise()?;
+        Ok(self.query_opt("SELECT 1 FROM projects WHERE id = $1", &[&id])?.is_some())
+    }
+
+    fn insert_runner(&mut self, id: &str, project: &str, token: &str) -> StoreResult<bool> {
+        self.serialise()?;
+        let sql = "INSERT INTO runners (id, project, token) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING";
+        Ok(self.execute(sql, &[&id, &project, &token])? == 1)
+    }
+
+    fn next_counter(&mut self, name: &str) -> StoreResult<u64> {
+        self.serialise()?;
+        let sql = "INSERT INTO counters (name, value) VALUES ($1, 1) \
+                   ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value";
+        let row = self.query_opt(sql, &[&name])?.ok_or_else(|| corrupt("counter", name))?;
+        unsigned("counter", row.try_get(0)?)
+    }
+
+    fn insert_job(&mut self, job: &JobRow) -> StoreResult<bool> {
+        self.serialise()?;
+        let created = signed("job order", self.next_counter("job-order")?)?;
+        let (steps, step_ms) = (i64::from(job.spec.steps), signed("step_ms", job.spec.step_ms)?);
+        let state = enum_text(&job.state);
+        let outcome = job.outcome.map(|outcome| enum_text(&outcome));
+        let sql =
+            "INSERT INTO jobs (id, project, deployment_key, steps, step_ms, state, current_attempt, outcome, created)
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING";
+        let inserted = self.execute(
+            sql,
+            &[
+                &job.id,
+                &job.project,
+                &job.deployment_key,
+                &steps,
+                &step_ms,
+                &state,
+                &job.current_attempt,
+                &outcome,
+                &created,
+            ],
+        )?;
+        Ok(inserted == 1)
+    }
+
+    fn job(&mut self, id: &str) -> StoreResult<Option<JobRow>> {
+        self.serialise()?;
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
+        self.query_opt(&sql, &[&id])?.as_ref().map(job_from).transpose()
+    }
+
+    fn jobs(&mut self) -> StoreResult<Vec<JobRow>> {
+        self.serialise()?;
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs ORDER BY created");
+        rows(self.query(&sql, &[])?, job_from)
+    }
+
+    fn attempt(&mut self, id: &str) -> StoreResult<Option<AttemptRow>> {
+        self.serialise()?;
+        let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE id = $1");
+        self.query_opt(&sql, &[&id])?.as_ref().map(attempt_from).transpose()
+    }
+
+    fn attempts_of(&mut self, job: &str) -> StoreResult<Vec<AttemptRow>> {
+        self.serialise()?;
+        let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job = $1 ORDER BY fence");
+        rows(self.query(&sql, &[&job])?, attempt_from)
+    }
+
+    fn jobs_in(&mut self, project: Option<&str>, states: &[JobState]) -> StoreResult<Vec<JobRow>> {
+        self.serialise()?;
+        if states.is_empty() {
+            return Ok(vec![]);
+        }
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE ($1::TEXT IS NULL OR project = $1) AND state IN ({}) ORDER BY created",
+            state_list(states)
+        );
+        rows(self.query(&sql, &[&project])?, job_from)
+    }
+
+    fn insert_attempt(&mut self, attempt: &AttemptRow) -> StoreResult<()> {
+        self.serialise()?;
+        let fence = signed("fence", attempt.fence)?;
+        let state = enum_text(&attempt.state);
+        let closed_by = attempt.closed_by.map(|closed_by| closed_by.as_str());
+        let outcome = attempt.outcome.map(|outcome| enum_text(&outcome));
+        let sql = format!("INSERT INTO attempts ({ATTEMPT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)");
+        self.execute(
+            &sql,
+            &[
+                &attempt.id,
+                &attempt.job,
+                &attempt.project,
+                &attempt.runner,
+                &fence,
+                &state,
+                &attempt.lease_expires_ms,
+                &attempt.claimed_ms,
+                &closed_by,
+                &outcome,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn update_job(&mut self, job: &JobRow) -> StoreResult<()> {
+        self.serialise()?;
+        let state = enum_text(&job.state);
+        let outcome = job.outcome.map(|outcome| enum_text(&outcome));
+        let sql = "UPDATE jobs SET state = $2, current_attempt = $3, outcome = $4 WHERE id = $1";
+        self.execute(sql, &[&job.id, &state, &job.current_attempt, &outcome])?;
+        Ok(())
+    }
+
+    fn guarded_update(&mut self, guard: &Guard, change: &AttemptChange) -> StoreResult<Option<String>> {
+        self.serialise()?;
+        let shape = GuardSql::of(guard)?;
+        let sql = format!(
+            "UPDATE attempts SET state = $1, lease_expires_ms = COALESCE($2, lease_expires_ms), \
+             closed_by = COALESCE($3, closed_by), outcome = COALESCE($4, outcome) WHERE {} RETURNING id",
+            shape.predicates.join(" AND ")
+        );
+        let values = ChangeValues::of(change);
+        let mut params = values.params();
+        params.extend(shape.values.iter().map(|value| value.as_param()));
+        let updated = self.query(&sql, &params)?;
+        assert!(updated.len() <= 1, "a guarded update matched {} attempts", updated.len());
+        updated.first().map(|row| Ok(row.try_get(0)?)).transpose()
+    }
+
+    fn unguarded_update(&mut self, attempt: &str, change: &AttemptChange) -> StoreResult<bool> {
+        self.serialise()?;
+        let values = ChangeValues::of(change);
+        let mut params = values.params();
+        params.push(&attempt);
+        let changed = self.execute(
+            "UPDATE attempts SET state = $1, lease_expires_ms = COALESCE($2, lease_expires_ms), \
+             closed_by = COALESCE($3, closed_by), outcome = COALESCE($4, outcome) WHERE id = $5",
+            &params,
+        )?;
+        Ok(changed == 1)
+    }
+
+    fn running_attempts(&mut self) -> StoreResult<Vec<AttemptRow>> {
+        self.serialise()?;
+        let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE state = 'running' ORDER BY fence");
+        rows(self.query(&sql, &[])?, attempt_from)
+    }
+
+    fn append_ledger(&mut self, entry: &LedgerEntry) -> StoreResult<u64> {
+        self.serialise()?;
+        let fence = entry.fence.map(|fence| signed("fence", fence)).transpose()?;
+        let decision = entry.decision.map(|decision| enum_text(&decision));
+        let recorded_as = entry.recorded_as.map(|word| word.as_str());
+        let outcome = entry.outcome.map(|word| word.as_str());
+        let mono_ns = signed("mono_ns", entry.mono_ns)?;
+        // Under the rule lock the next number is one past the last: gapless, in commit order.
+        let sql =
+            "INSERT INTO ledger (seq, kind, project, job, attempt, runner, fence, deployment_key, decision, reason,
+                   recorded_as, outcome, received_ms, observed_ms, mono_ns, lease_expires_ms)
+                   SELECT COALESCE(MAX(seq), 0) + 1, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15
+                   FROM ledger RETURNING seq";
+        let row = self.query_opt(
+            sql,
+            &[
+                &entry.kind.as_str(),
+                &entry.project,
+                &entry.job,
+                &entry.attempt,
+                &entry.runner,
+                &fence,
+                &entry.deployment_key,
+                &decision,
+                &entry.reason,
+                &recorded_as,
+                &outcome,
+                &entry.received_ms,
+                &entry.observed_ms,
+                &mono_ns,
+                &entry.lease_expires_ms,
+            ],
+        )?;
+        let row = row.ok_or_else(|| corrupt("ledger append", "no row"))?;
+        unsigned("seq", row.try_get(0)?)
+    }
+
+    /// A page of the ledger needs no lock: sequence numbers are given under the rule lock,
+    /// so what one statement sees is always a prefix of the ledger.
+    fn ledger_after(&mut self, after_seq: u64, limit: u32) -> StoreResult<Vec<LedgerEntry>> {
+        let after = signed("seq", after_seq.min(i64::MAX as u64))?;
+        let limit = i64::from(limit);
+        let sql = format!("SELECT {LEDGER_COLUMNS} FROM ledger WHERE seq > $1 ORDER BY seq LIMIT $2");
+        rows(self.query(&sql, &[&after, &limit])?, ledger_from)
+    }
+
+    fn ledger_of(&mut self, job: &str) -> StoreResult<Vec<LedgerEntry>> {
+        self.serialise()?;
+        let sql = format!("SELECT {LEDGER_COLUMNS} FROM ledger WHERE job = $1 ORDER BY seq");
+        rows(self.query(&sql, &[&job])?, ledger_from)
+    }
+}
+
+/// The values a change writes, as `$1` to `$4`.
+struct ChangeValues {
+    state: String,
+    lease_expires_ms: Option<i64>,
+    closed_by: Option<&'static str>,
+    outcome: Option<String>,
+}
+
+impl ChangeValues {
+    fn of(change: &AttemptChange) -> ChangeValues {
+        ChangeValues {
+            state: enum_text(&change.state),
+            lease_expires_ms: change.lease_expires_ms,
+            closed_by: change.closed_by.map(|closed_by| closed_by.as_str()),
+            outcome: change.outcome.map(|outcome| enum_text(&outcome)),
+        }
+    }
+
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![&self.state, &self.lease_expires_ms, &self.closed_by, &self.outcome]
+    }
+}
+
+enum GuardValue {
+    Text(String),
+    Int(i64),
+}
+
+impl GuardValue {
+    fn as_param(&self) -> &(dyn ToSql + Sync) {
+        match self {
+            GuardValue::Text(text) => text,
+            GuardValue::Int(number) => number,
+        }
+    }
+}
+
+/// The WHERE clause of a guarded update; placeholders start at `$5` (after the change's four).
+struct GuardSql {
+    predicates: Vec<String>,
+    values: Vec<GuardValue>,
+}
+
+impl GuardSql {
+    fn of(guard: &Guard) -> StoreResult<GuardSql> {
+        let mut shape = GuardSql { predicates: vec![], values: vec![] };
+        shape.add("job = $", GuardValue::Text(guard.job.clone()));
+        if let Some(project) = &guard.project {
+            shape.add("project = $", GuardValue::Text(project.clone()));
+        }
+        if let Some(attempt) = &guard.attempt {
+            shape.add("id = $", GuardValue::Text(attempt.clone()));
+        }
+        if let Some(runner) = &guard.runner {
+            shape.add("runner = $", GuardValue::Text(runner.clone()));
+        }
+        if let Some(fence) = guard.fence {
+            shape.add("fence = $", GuardValue::Int(signed("fence", fence)?));
+        }
+        if let Some(fence) = guard.fence_at_most {
+            shape.add("fence <= $", GuardValue::Int(signed("fence", fence)?));
+        }
+        if guard.current {
+            shape.add("id = (SELECT current_attempt FROM jobs WHERE jobs.id = $)", GuardValue::Text(guard.job.clone()));
+        }
+        if let Some(now_ms) = guard.lease_valid_at_ms {
+            shape.add("lease_expires_ms > $", GuardValue::Int(now_ms));
+        }
+        assert!(!guard.states.is_empty(), "a guard names the states it allows");
+        shape.predicates.push(format!("state IN ({})", state_list(&guard.states)));
+        Ok(shape)
+    }
+
+    fn add(&mut self, predicate: &str, value: GuardValue) {
+        self.values.push(value);
+        self.predicates.push(predicate.replace('$', &format!("${}", self.values.len() + 4)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::AttemptState;
+
+    #[test]
+    fn guard_placeholders_follow_the_change() {
+        let guard = Guard {
+            job: "j1".into(),
+            attempt: Some("j1-a1".into()),
+            fence: Some(7),
+            current: true,
+            states: vec![AttemptState::Running],
+            ..Guard::default()
+        };
+        let shape = GuardSql::of(&guard).unwrap();
+        assert_eq!(shape.predicates[0], "job = $5");
+        assert_eq!(shape.predicates[2], "fence = $7");
+        assert_eq!(shape.predicates[3], "id = (SELECT current_attempt FROM jobs WHERE jobs.id = $8)");
+        assert_eq!(shape.predicates[4], "state IN ('running')");
+        assert_eq!(shape.values.len(), 4);
+    }
+
+    #[test]
+    fn schema_names_are_plain_identifiers() {
+        for good in ["fencelab", "run_0001", "a"] {
+            assert!(valid_schema(good), "{good}");
+        }
+        for bad in ["", "1run", "Run", "a-b", "a;drop", "pg_catalog", &"x".repeat(64)] {
+            assert!(!valid_schema(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_stored_word_the_type_does_not_know_is_an_error() {
+        assert!(word::<JobState>("job state", "queued").is_ok());
+        assert!(matches!(word::<JobState>("job state", "paused"), Err(StoreError::Corrupt(_))));
+        assert!(matches!(unsigned::<u64>("fence", -1), Err(StoreError::Corrupt(_))));
+    }
+}
