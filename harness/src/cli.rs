@@ -214,6 +214,10 @@ fn run_command(args: crate::run::config::RunArgs) -> ExitCode {
         Ok(config) => config,
         Err(message) => return bad_arguments(&message),
     };
+    let throwaway = config.db == crate::run::config::Db::Postgres && config.database_url.is_none();
+    if let Some(why) = lab::pg::unavailable().filter(|_| throwaway) {
+        return bad_arguments(&format!("--db postgres: {why} (or give --database-url)"));
+    }
     let runtime = match runtime("run") {
         Ok(runtime) => runtime,
         Err(code) => return code,

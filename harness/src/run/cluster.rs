@@ -58,6 +58,26 @@ pub struct Cluster {
     pub clock: ClockControl,
     control_links: Vec<String>,
     target_links: Vec<String>,
+    /// The throwaway PostgreSQL cluster of a `--db postgres` run, held so that it lives as
+    /// long as the lab: dropping it (after the lab, declared earlier) stops and removes it.
+    _database: Option<lab::pg::TempCluster>,
+}
+
+/// For a `--db postgres` run: the database the control plane uses — the given server, or
+/// a throwaway cluster started now — and a schema of the run's own.
+async fn start_database(config: &RunConfig, options: &mut LabOptions) -> anyhow::Result<Option<lab::pg::TempCluster>> {
+    if config.db == super::config::Db::Sqlite {
+        return Ok(None);
+    }
+    let started_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    options.schema = Some(format!("run_{}_{started_ms}", std::process::id()));
+    if let Some(url) = &config.database_url {
+        options.database_url = Some(url.clone());
+        return Ok(None);
+    }
+    let cluster = tokio::task::spawn_blocking(lab::pg::TempCluster::start).await??;
+    options.database_url = Some(cluster.url());
+    Ok(Some(cluster))
 }
 
 pub fn control_link(index: usize) -> String {
@@ -77,13 +97,22 @@ impl Cluster {
         options.lease_ms = config.lease_ms;
         options.mode = config.target_mode;
         options.bugs = config.bugs.clone();
+        let database = start_database(config, &mut options).await?;
         let (lab, (proxy_server, proxy)) = tokio::try_join!(LocalLab::start(options), start_proxy(config))?;
         let clock = match libfaketime() {
             Some(library) => ClockControl::Libfaketime { library },
             None => ClockControl::RunnerOffset,
         };
-        let mut cluster =
-            Cluster { lab, proxy_server, proxy, runners: vec![], clock, control_links: vec![], target_links: vec![] };
+        let mut cluster = Cluster {
+            lab,
+            proxy_server,
+            proxy,
+            runners: vec![],
+            clock,
+            control_links: vec![],
+            target_links: vec![],
+            _database: database,
+        };
         for index in 0..config.runners as usize {
             cluster.add_runner(index).await?;
         }

@@ -71,6 +71,36 @@ pub struct RunArgs {
     /// Execute this fault schedule (a run folder's `schedule.json`) instead of generating one.
     #[arg(long)]
     pub schedule: Option<PathBuf>,
+    /// The control plane's database: `sqlite` (a file in the run folder) or `postgres` (a
+    /// throwaway cluster started for the run, or `--database-url`).
+    #[arg(long, value_enum, default_value_t = defaults().db)]
+    pub db: Db,
+    /// An existing PostgreSQL server to use (with `--db postgres`); the run gets a fresh schema.
+    #[arg(long)]
+    pub database_url: Option<String>,
+}
+
+/// The control plane's database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Db {
+    Sqlite,
+    Postgres,
+}
+
+impl Db {
+    pub fn name(self) -> &'static str {
+        match self {
+            Db::Sqlite => "sqlite",
+            Db::Postgres => "postgres",
+        }
+    }
+}
+
+impl std::fmt::Display for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl From<&RunConfig> for RunArgs {
@@ -99,6 +129,8 @@ impl From<&RunConfig> for RunArgs {
             toxiproxy_url: config.toxiproxy_url.clone(),
             store: config.store.clone(),
             schedule: None,
+            db: config.db,
+            database_url: config.database_url.clone(),
         }
     }
 }
@@ -138,7 +170,17 @@ pub struct RunConfig {
     pub store: PathBuf,
     /// A given fault schedule, replacing the generated one.
     pub schedule: Option<Vec<workloads::faults::Fault>>,
+    /// The control plane's database.
+    #[serde(default = "sqlite")]
+    pub db: Db,
+    /// An existing PostgreSQL server (else a throwaway cluster is started for the run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database_url: Option<String>,
     pub version: String,
+}
+
+fn sqlite() -> Db {
+    Db::Sqlite
 }
 
 impl Default for RunConfig {
@@ -166,6 +208,8 @@ impl Default for RunConfig {
             toxiproxy_url: None,
             store: PathBuf::from("store"),
             schedule: None,
+            db: Db::Sqlite,
+            database_url: None,
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
@@ -243,6 +287,9 @@ pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> 
         Some(path) => Some(read_schedule(path)?),
         None => None,
     };
+    if args.database_url.is_some() && args.db != Db::Postgres {
+        return Err("--database-url needs --db postgres".into());
+    }
     if args.test_name.is_empty() || !args.test_name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
         return Err("--test-name must be letters, digits, `-`, `_` or `.`".into());
     }
@@ -270,6 +317,8 @@ pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> 
         toxiproxy_url: args.toxiproxy_url.clone(),
         store: args.store.clone(),
         schedule,
+        db: args.db,
+        database_url: args.database_url.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
     })
 }
@@ -319,6 +368,12 @@ impl RunConfig {
         }
         if let Some(url) = &self.toxiproxy_url {
             args.extend(["--toxiproxy-url".to_string(), url.clone()]);
+        }
+        if self.db != Db::Sqlite {
+            args.extend(["--db".to_string(), self.db.name().to_string()]);
+        }
+        if let Some(url) = &self.database_url {
+            args.extend(["--database-url".to_string(), url.clone()]);
         }
         args
     }
@@ -405,6 +460,8 @@ mod tests {
             step_ms_min: 10,
             step_ms_max: 20,
             toxiproxy_url: Some("http://127.0.0.1:8474".into()),
+            db: Db::Postgres,
+            database_url: Some("postgres://postgres@127.0.0.1:5432/postgres".into()),
             ..RunConfig::default()
         };
         assert_eq!(validate(&parse(&config.args()), 0).unwrap(), config);

@@ -440,3 +440,39 @@ async fn bad_flags_exit_254_before_anything_starts() {
     let output = command.output().await.unwrap();
     assert_eq!(output.status.code(), Some(254), "{}", String::from_utf8_lossy(&output.stderr));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_on_postgresql_is_valid_and_leaves_no_cluster_behind() {
+    if let Some(why) = lab::pg::unavailable() {
+        eprintln!("SKIPPED: {why}");
+        let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
+        assert!(!require_all, "PostgreSQL is not installed (Debian: postgresql), and FENCELAB_REQUIRE_ALL=1");
+        return;
+    }
+    let finished =
+        run(&["--db", "postgres", "--seed", "2", "--time-limit", "8", "--nemesis", "kill,restart-control-plane"]).await;
+    assert_eq!(finished.code, Some(0), "{}\n{}", finished.stdout, finished.stderr);
+    let config = std::fs::read_to_string(finished.folder().join("config.json")).unwrap();
+    assert!(config.contains("\"db\": \"postgres\""), "config.json says which database: {config}");
+    assert!(!finished.folder().join("lab").join("control.sqlite").exists(), "no SQLite store was used");
+    let events = finished.history();
+    let succeeded =
+        events.iter().filter(|event| event.f == Op::Final && event.outcome.as_deref() == Some("succeeded")).count();
+    assert!(succeeded >= 3, "jobs went through the PostgreSQL control plane: {succeeded} succeeded");
+    // A cluster folder is named after its owner's pid; the run's owner is gone by now, so a
+    // folder whose owner is gone is one the run left behind.
+    let orphaned: Vec<String> = std::fs::read_dir(lab::pg::default_parent())
+        .map(|dir| {
+            dir.filter_map(|entry| entry.ok())
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .collect::<Vec<String>>()
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|name: &String| {
+            let owner = name.strip_prefix("cluster-").and_then(|rest| rest.split('-').next());
+            owner.is_some_and(|pid| !Path::new("/proc").join(pid).exists())
+        })
+        .collect();
+    assert!(orphaned.is_empty(), "clusters whose owner is gone are left: {orphaned:?}");
+}
