@@ -165,6 +165,11 @@ impl FaultKind {
 }
 
 impl Variant {
+    /// Whether the variant makes the runner's reports reach the control plane late.
+    pub fn delays_reports(&self) -> bool {
+        matches!(self, Variant::Latency { .. } | Variant::Pause | Variant::CutLinks | Variant::ControlLink)
+    }
+
     /// The variant's name, as `schedule.json` writes it (`how`).
     pub fn name(&self) -> &'static str {
         match self {
@@ -215,7 +220,14 @@ pub fn schedule(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
             round = options.kinds.iter().flat_map(|kind| kind.variants().iter().cloned()).collect();
             round.shuffle(&mut rng);
         }
-        let variant = round.pop().expect("a round is refilled when empty");
+        // A skewed clock matters when reports come late: inside a skew window, the lane's
+        // next fault is one that delays the runner's reports, when the round has one.
+        let skewed = last[lane].as_ref().is_some_and(|last| overlaps_next(last, next_ms[lane]));
+        let delaying = round.iter().rposition(|variant| skewed && variant.delays_reports());
+        let variant = match delaying {
+            Some(position) => round.remove(position),
+            None => round.pop().expect("a round is refilled when empty"),
+        };
         let mut fault = realise(&mut rng, &variant, next_ms[lane], lane as u32, lanes, options);
         if let Some(skewed) = last[lane].as_ref().filter(|last| overlaps_next(last, next_ms[lane])) {
             fault.runner = skewed.runner.or(fault.runner);
@@ -327,6 +339,22 @@ mod tests {
         }
         assert!(faults.iter().all(|fault| fault.at_ms + fault.duration_ms < 60_000));
         assert!(faults.iter().all(|fault| fault.runner.is_none_or(|runner| runner < 3)));
+    }
+
+    #[test]
+    fn inside_a_skew_window_the_next_fault_delays_the_skewed_runners_reports() {
+        let mut delayed = 0;
+        let mut skews = 0;
+        for seed in 0..20 {
+            let faults = schedule(seed, &options(FaultKind::ALL.to_vec()));
+            for skew in faults.iter().filter(|fault| fault.kind == FaultKind::ClockSkew) {
+                skews += 1;
+                let inside = faults.iter().filter(|f| f.runner == skew.runner && f.at_ms > skew.at_ms);
+                let next = inside.min_by_key(|f| f.at_ms).filter(|f| f.at_ms < skew.at_ms + skew.duration_ms);
+                delayed += usize::from(next.is_some_and(|next| next.variant.delays_reports()));
+            }
+        }
+        assert!(delayed * 10 >= skews * 8, "{delayed} of {skews} skews are followed by a delay on their runner");
     }
 
     #[test]

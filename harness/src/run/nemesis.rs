@@ -359,8 +359,8 @@ pub(crate) async fn running_claims(operator: &protocol::client::Client) -> Vec<C
     claims
 }
 
-/// Reports runner `index`'s current claim as the result of the running job with the lowest
-/// fence: a report scoped to the wrong job.
+/// Reports runner `index`'s current claim as the result of another running job whose fence
+/// is lower: a report scoped to the wrong job, carrying a fence that looks newer.
 async fn cross(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let index = runner(fault);
     let (operator, client, runner_id) = {
@@ -370,10 +370,15 @@ async fn cross(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     };
     let claims = running_claims(&operator).await;
     let own = claims.iter().filter(|claim| claim.runner == runner_id).max_by_key(|claim| claim.fence);
-    let own_job = own.map(|own| own.job.clone());
-    let other = claims.iter().filter(|claim| Some(&claim.job) != own_job.as_ref()).min_by_key(|claim| claim.fence);
+    // The telling cross: another job whose current fence is below the reporter's, so a bare
+    // number comparison would take the report for a newer claim of that job.
+    let (own_job, own_fence) = (own.map(|own| own.job.clone()), own.map_or(0, |own| own.fence));
+    let other = claims
+        .iter()
+        .filter(|claim| Some(&claim.job) != own_job.as_ref() && claim.fence < own_fence)
+        .min_by_key(|claim| claim.fence);
     let (Some(own), Some(other)) = (own, other) else {
-        let why = "no two running jobs to cross".to_string();
+        let why = "no running job of another job with a lower fence to cross".to_string();
         record_start(&shared.recorder, fault, try_number, Err(why), false);
         return Started::Ineffective;
     };
