@@ -1,7 +1,7 @@
 //! `progress`: refusals the record does not justify, successes nobody worked for, and runs
 //! in which nothing succeeded.
 
-use crate::builder::{claim, H};
+use crate::builder::{claim, C, H};
 use crate::check;
 use history::Decision::{Accepted, Rejected};
 use history::Reason;
@@ -38,14 +38,24 @@ fn an_accepted_success_without_its_attempts_steps_is_work_nobody_did() {
     check(&h.build(), "progress", &["success-without-work"]);
 }
 
-#[test]
-fn acknowledged_jobs_none_of_which_succeeded_are_no_progress() {
-    let mut h = H::new();
+/// Three jobs, each on its own key, each claimed by r1 (fences 7, 8, 9).
+fn three_claimed_jobs(h: &mut H) -> Vec<C> {
+    let mut claims = Vec::new();
     for (number, fence) in [(1, 7), (2, 8), (3, 9)] {
         let job = format!("j{number}");
         h.submit(&job, &format!("k{number}"), 900);
         let c = claim(&job, &format!("{job}-a1"), "r1", fence);
         h.ledger_claim(&c, 1_000, 3_000);
+        claims.push(c);
+    }
+    claims
+}
+
+#[test]
+fn acknowledged_jobs_none_of_which_succeeded_are_no_progress() {
+    let mut h = H::new();
+    for c in three_claimed_jobs(&mut h) {
+        let job = c.job.clone();
         h.step(&c, 1_100, Rejected, Some(Reason::BadSignature));
         h.result(&c, 1_300, 1_300, "failed", Accepted, None);
         h.final_state(&job, Some(&format!("{job}-a1")), "failed");
@@ -56,12 +66,7 @@ fn acknowledged_jobs_none_of_which_succeeded_are_no_progress() {
 #[test]
 fn an_interrupted_history_without_final_states_is_not_judged_for_progress() {
     let mut h = H::new();
-    for (number, fence) in [(1, 7), (2, 8), (3, 9)] {
-        let job = format!("j{number}");
-        h.submit(&job, &format!("k{number}"), 900);
-        let c = claim(&job, &format!("{job}-a1"), "r1", fence);
-        h.ledger_claim(&c, 1_000, 3_000);
-    }
+    three_claimed_jobs(&mut h);
     let result = checkers::check_one("progress", &h.build()).unwrap();
     assert!(matches!(result.verdict, checkers::Verdict::Unknown { .. }), "{result:?}");
 }
