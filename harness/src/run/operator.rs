@@ -84,6 +84,38 @@ async fn settle(shared: &Shared, view: &protocol::JobView, attempt: &protocol::A
     }
 }
 
+/// Sends a reconcile as the operator, recorded as the operator's `reconcile` operation
+/// (invoke, then ok, fail or info) with the claim `claim` fills in: a reconcile is always
+/// an operator's decision, whether the automatic operator or a scenario's step took it.
+pub(crate) async fn send_reconcile(
+    recorder: &super::recorder::Recorder,
+    operator: &protocol::client::Client,
+    request: &ReconcileRequest,
+    claim: impl Fn(&mut history::Event),
+) -> Result<protocol::JobView, protocol::client::ClientError> {
+    let finding = history::OutcomeWord::from(request.finding);
+    let fill = |event: &mut history::Event| {
+        claim(event);
+        event.outcome = Some(finding.as_str().to_string());
+        event.value = Some(serde_json::json!({
+            "outcome": request.outcome.map(Outcome::as_str),
+            "evidence": request.evidence,
+        }));
+    };
+    recorder.record(Process::OPERATOR, EventType::Invoke, Op::Reconcile, fill);
+    let answer = operator.reconcile(request).await;
+    let kind = match &answer {
+        Ok(_) => EventType::Ok,
+        Err(error) if error.is_transport() => EventType::Info,
+        Err(_) => EventType::Fail,
+    };
+    recorder.record(Process::OPERATOR, kind, Op::Reconcile, |event| {
+        fill(event);
+        event.reason = answer.as_ref().err().map(|error| error.to_string());
+    });
+    answer
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn reconcile(
     shared: &Shared,
@@ -107,23 +139,8 @@ async fn reconcile(
         outcome,
         evidence: Some(evidence.clone()),
     };
-    let finding_name = serde_json::to_value(finding).ok().and_then(|value| value.as_str().map(str::to_string));
-    let fill = |event: &mut history::Event| {
-        claim(event);
-        event.outcome = finding_name.clone();
-        event.value = Some(serde_json::json!({"outcome": outcome.map(Outcome::as_str), "evidence": evidence}));
-    };
-    shared.recorder.record(Process::OPERATOR, EventType::Invoke, Op::Reconcile, fill);
-    let answer = cluster.lab.operator.reconcile(&request).await;
-    let kind = match &answer {
-        Ok(_) => EventType::Ok,
-        Err(error) if error.is_transport() => EventType::Info,
-        Err(_) => EventType::Fail,
-    };
-    shared.recorder.record(Process::OPERATOR, kind, Op::Reconcile, |event| {
-        fill(event);
-        event.reason = answer.as_ref().err().map(|error| error.to_string());
-    });
+    // The answer, whatever it is, is in the history; the next round sees the job as it is.
+    let _answer = send_reconcile(&shared.recorder, &cluster.lab.operator, &request, &claim).await;
     if cluster.runners[index].frozen_by_operator {
         cluster.signal_runner(index, libc::SIGCONT);
         cluster.runners[index].frozen_by_operator = false;

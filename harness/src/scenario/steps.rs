@@ -277,11 +277,18 @@ impl Driver {
         let outcome = outcome.map(|outcome| serde_json::from_value(outcome.into())).transpose();
         let request = ReconcileRequest {
             job: job.to_string(),
-            attempt: attempt.id,
+            attempt: attempt.id.clone(),
             finding,
             outcome: outcome.map_err(|error| error.to_string())?,
             evidence: Some("scenario".into()),
         };
-        self.operator().await.reconcile(&request).await.map(drop).map_err(|error| error.to_string())
+        let claim = |event: &mut history::Event| {
+            *event = event.clone().with_claim(job, &attempt.id, &attempt.runner, attempt.fence);
+        };
+        let operator = self.operator().await;
+        crate::run::operator::send_reconcile(&self.shared.recorder, &operator, &request, claim)
+            .await
+            .map(drop)
+            .map_err(|error| error.to_string())
     }
 }
