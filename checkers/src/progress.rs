@@ -30,6 +30,8 @@ pub fn check(events: &[history::Event]) -> crate::CheckerResult {
 pub(crate) struct Progress {
     /// Deployment key → the highest fence applied on it so far.
     highest: FxMap<u32, u64>,
+    /// Deployment key → the revision its last step left.
+    revisions: FxMap<u32, u64>,
     /// Attempts with at least one applied step.
     worked: HashSet<u32>,
     /// (job, step) pairs an idempotent target applied.
@@ -84,6 +86,7 @@ impl Progress {
     fn step(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
         let (Some(key), Some(fence)) = (ev.key, ev.fence) else { return };
         let step = ev.raw.value.as_ref().and_then(|value| value.get("step")?.as_u64());
+        self.revision(ev, ctx, key, out);
         let highest = self.highest.get(&key).copied().unwrap_or(0);
         if ev.decision == Some(Decision::Accepted) {
             self.highest.insert(key, highest.max(fence));
@@ -112,6 +115,23 @@ impl Progress {
             );
             let found = Found::new(NAME, "refusal-unjustified").job(ctx, ev.job).key(ctx, Some(key)).reported(ctx, ev);
             out.push(found.events(&[ev.index]).says(message));
+        }
+    }
+
+    /// An applied step moves the key's revision by one; a refused one leaves it.
+    fn revision(&mut self, ev: &Observed, ctx: &Index, key: u32, out: &mut Findings) {
+        let Some(revision) = ev.raw.value.as_ref().and_then(|value| value.get("revision")?.as_u64()) else { return };
+        let before = self.revisions.insert(key, revision).unwrap_or(0);
+        let applied = ev.decision == Some(Decision::Accepted);
+        let expected = before + u64::from(applied);
+        if revision != expected {
+            let message = format!(
+                "the target {} a step on `{}` and left its revision at {revision}, not {expected}",
+                if applied { "applied" } else { "refused" },
+                ctx.key_names.name(key)
+            );
+            let found = Found::new(NAME, "revision-not-moved-by-one").job(ctx, ev.job).key(ctx, Some(key));
+            out.push(found.reported(ctx, ev).events(&[ev.index]).says(message));
         }
     }
 

@@ -70,3 +70,21 @@ fn an_interrupted_history_without_final_states_is_not_judged_for_progress() {
     let result = checkers::check_one("progress", &h.build()).unwrap();
     assert!(matches!(result.verdict, checkers::Verdict::Unknown { .. }), "{result:?}");
 }
+
+#[test]
+fn a_target_revision_that_does_not_move_by_one_per_applied_step_is_named() {
+    let mut h = H::new();
+    h.submit("j1", "prod", 900);
+    let a1 = claim("j1", "j1-a1", "r1", 7);
+    h.ledger_claim(&a1, 1_000, 3_000);
+    h.step(&a1, 1_100, Accepted, None);
+    let mut events = h.build();
+    let steps: Vec<usize> = (0..events.len()).filter(|&i| events[i].kind == history::EventType::Step).collect();
+    // One applied step leaving the revision at 1 is right; at 0 it did not move.
+    events[steps[0]].value = Some(serde_json::json!({"step": 0, "steps": 2, "revision": 1}));
+    let result = checkers::check_one("progress", &events).unwrap();
+    assert!(!format!("{result:?}").contains("revision-not-moved-by-one"), "{result:?}");
+    events[steps[0]].value = Some(serde_json::json!({"step": 0, "steps": 2, "revision": 0}));
+    let result = checkers::check_one("progress", &events).unwrap();
+    assert!(format!("{result:?}").contains("revision-not-moved-by-one"), "{result:?}");
+}
