@@ -18,7 +18,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the lab under faults and record one history (the main job).
-    Run(crate::run::config::RunArgs),
+    Run(Box<crate::run::config::RunArgs>),
     /// Run a lab process (control plane, target, runner): the lab's own command line.
     #[command(disable_help_flag = true)]
     Lab {
@@ -148,7 +148,7 @@ pub fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Run(args) => run_command(args),
+        Command::Run(args) => run_command(*args),
         Command::Lab { args } => {
             let program = std::ffi::OsString::from("fencelab lab");
             lab::cli::main_from(std::iter::once(program).chain(args))
@@ -243,8 +243,17 @@ fn run_command(args: crate::run::config::RunArgs) -> ExitCode {
         Err(error) => {
             eprintln!("fencelab run: {error:#}");
             eprintln!("repeat with: {command}");
-            Exit::Internal.into()
+            start_error_exit(&error).into()
         }
+    }
+}
+
+/// 254 when the system could not start because of something the user named wrongly (a
+/// program that is not there), else 255.
+pub fn start_error_exit(error: &anyhow::Error) -> Exit {
+    match error.downcast_ref::<crate::system::StartError>() {
+        Some(crate::system::StartError::Named(_)) => Exit::BadArguments,
+        _ => Exit::Internal,
     }
 }
 

@@ -12,4 +12,5 @@ pub mod runs;
 pub mod scenario;
 pub mod shrink;
 pub mod suite;
+pub mod system;
 pub mod trends;

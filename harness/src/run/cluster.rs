@@ -1,14 +1,16 @@
-//! The cluster of a run: the lab's control plane and target (from `lab::demo::LocalLab`),
-//! the fault proxy (embedded, or a real Toxiproxy), and N runners whose two links —
-//! to the control plane and to the target — each go through their own proxy.
+//! The cluster of a run: the system under test (its control plane and target, started
+//! from its system file), the fault proxy (embedded, or a real Toxiproxy), and N runners
+//! whose two links — to the control plane and to the target — each go through their own
+//! proxy.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lab::demo::{LabOptions, LocalLab};
-use lab::launch::{self, Process};
+use crate::system::{Launch, Proc, RunningSystem, StartError, SystemFile};
 
 use super::config::RunConfig;
+
+pub use crate::system::ClockControl;
 
 /// Where Debian puts libfaketime.
 pub const LIBFAKETIME_PATHS: [&str; 2] =
@@ -18,20 +20,10 @@ pub fn libfaketime() -> Option<PathBuf> {
     LIBFAKETIME_PATHS.iter().map(PathBuf::from).find(|path| path.exists())
 }
 
-/// How a runner's clock is moved.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ClockControl {
-    /// libfaketime preloaded, reading its offset from a file (FAKETIME_TIMESTAMP_FILE).
-    Libfaketime { library: PathBuf },
-    /// The runner's own offset file (`--clock-offset-file`).
-    RunnerOffset,
-}
-
 pub struct RunnerSlot {
     pub id: String,
     pub token: String,
-    pub process: Option<Process>,
+    pub process: Option<Proc>,
     /// The offset file: seconds for libfaketime (`+120`), ms for the runner's own offset.
     pub clock_file: PathBuf,
     /// When the harness last SIGKILLed it (server-clock ms), if it did.
@@ -51,7 +43,7 @@ impl RunnerSlot {
 }
 
 pub struct Cluster {
-    pub lab: LocalLab,
+    pub system: RunningSystem,
     pub proxy_server: Option<proxy::ServerHandle>,
     pub proxy: proxy::Client,
     pub runners: Vec<RunnerSlot>,
@@ -65,19 +57,48 @@ pub struct Cluster {
 
 /// For a `--db postgres` run: the database the control plane uses — the given server, or
 /// a throwaway cluster started now — and a schema of the run's own.
-async fn start_database(config: &RunConfig, options: &mut LabOptions) -> anyhow::Result<Option<lab::pg::TempCluster>> {
+async fn start_database(config: &RunConfig, launch: &mut Launch) -> anyhow::Result<Option<lab::pg::TempCluster>> {
     if config.db == super::config::Db::Sqlite {
         return Ok(None);
     }
     let started_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-    options.schema = Some(format!("run_{}_{started_ms}", std::process::id()));
+    launch.schema = Some(format!("run_{}_{started_ms}", std::process::id()));
     if let Some(url) = &config.database_url {
-        options.database_url = Some(url.clone());
+        launch.database_url = Some(url.clone());
         return Ok(None);
     }
     let cluster = tokio::task::spawn_blocking(lab::pg::TempCluster::start).await??;
-    options.database_url = Some(cluster.url());
+    launch.database_url = Some(cluster.url());
     Ok(Some(cluster))
+}
+
+/// What a run's system is started from: its file (the built-in lab unless `--system`),
+/// its variants (`--variant`, and `--bug` for the lab), the run's timings.
+pub fn launch_of(config: &RunConfig, dir: &Path, program: &Path) -> Result<Launch, StartError> {
+    let file = match &config.system {
+        Some(path) => SystemFile::read(path).map_err(|error| StartError::Named(error.to_string()))?,
+        None => SystemFile::lab(),
+    };
+    let mut variants = config.variants.clone();
+    variants.extend(config.bugs.iter().map(|bug| bug.name().to_string()));
+    file.check_variants(&variants).map_err(|error| StartError::Named(error.to_string()))?;
+    file.db_args(config.db).map_err(|error| StartError::Named(error.to_string()))?;
+    Ok(Launch {
+        file,
+        variants,
+        program: program.to_path_buf(),
+        dir: dir.to_path_buf(),
+        lease_ms: config.lease_ms,
+        target_mode: config.target_mode.name().to_string(),
+        db: config.db,
+        database_url: None,
+        schema: None,
+        secret: format!("capability-secret-{:016x}", config.seed),
+        heartbeat_interval_ms: config.heartbeat_interval_ms,
+        renewal_margin_ms: config.renewal_margin_ms,
+        request_timeout_ms: config.request_timeout_ms,
+        poll_ms: 50,
+    })
 }
 
 pub fn control_link(index: usize) -> String {
@@ -89,22 +110,16 @@ pub fn target_link(index: usize) -> String {
 }
 
 impl Cluster {
-    /// Starts everything; `program` is the `fencelab` binary, which runs the lab's processes
-    /// as `fencelab lab ...`.
+    /// Starts everything; `program` is the `fencelab` binary (`{fencelab}` in a system
+    /// file: the lab's processes are `fencelab lab ...`).
     pub async fn start(config: &RunConfig, dir: &Path, program: &Path) -> anyhow::Result<Cluster> {
-        let mut options = LabOptions::new(program, dir);
-        options.program_args = vec!["lab".to_string()];
-        options.lease_ms = config.lease_ms;
-        options.mode = config.target_mode;
-        options.bugs = config.bugs.clone();
-        let database = start_database(config, &mut options).await?;
-        let (lab, (proxy_server, proxy)) = tokio::try_join!(LocalLab::start(options), start_proxy(config))?;
-        let clock = match libfaketime() {
-            Some(library) => ClockControl::Libfaketime { library },
-            None => ClockControl::RunnerOffset,
-        };
+        let mut launch = launch_of(config, dir, program)?;
+        let database = start_database(config, &mut launch).await?;
+        let clock = launch.clock_control();
+        let system = async { RunningSystem::start(launch).await.map_err(anyhow::Error::from) };
+        let (system, (proxy_server, proxy)) = tokio::try_join!(system, start_proxy(config))?;
         let mut cluster = Cluster {
-            lab,
+            system,
             proxy_server,
             proxy,
             runners: vec![],
@@ -126,7 +141,8 @@ impl Cluster {
     /// Every proxy carries traffic: the control plane's and the target's health answer
     /// through each runner's two links.
     async fn check_links(&self) -> anyhow::Result<()> {
-        for url in self.control_links.iter().chain(&self.target_links) {
+        let target_links = if self.system.target.is_some() { &self.target_links[..] } else { &[] };
+        for url in self.control_links.iter().chain(target_links) {
             let client = protocol::client::Client::new(url, None, Duration::from_secs(5));
             client.health().await.map_err(|error| anyhow::anyhow!("link {url} is not healthy: {error}"))?;
         }
@@ -135,21 +151,21 @@ impl Cluster {
 
     async fn add_runner(&mut self, index: usize) -> anyhow::Result<()> {
         let id = format!("r{}", index + 1);
-        let control_upstream = self.lab.control.addr.expect("a server has an address").to_string();
-        let target_upstream = self.lab.target.addr.expect("a server has an address").to_string();
+        let control_upstream = self.system.control.addr.to_string();
         let (control_name, target_name) = (control_link(index), target_link(index));
         if self.proxy_server.is_none() {
             // A real Toxiproxy may still hold these proxies from an earlier run.
             let _ = tokio::join!(self.proxy.delete_proxy(&control_name), self.proxy.delete_proxy(&target_name));
         }
-        let (control, target) = tokio::try_join!(
-            self.proxy.create_proxy(&control_name, "127.0.0.1:0", &control_upstream),
-            self.proxy.create_proxy(&target_name, "127.0.0.1:0", &target_upstream),
-        )?;
+        let control = self.proxy.create_proxy(&control_name, "127.0.0.1:0", &control_upstream).await?;
         self.control_links.push(format!("http://{}", control.listen_addr()?));
+        // A system without a target still gets a link, to nowhere: its runners never use it.
+        let target_upstream =
+            self.system.target.as_ref().map_or_else(|| "127.0.0.1:9".to_string(), |t| t.addr.to_string());
+        let target = self.proxy.create_proxy(&target_name, "127.0.0.1:0", &target_upstream).await?;
         self.target_links.push(format!("http://{}", target.listen_addr()?));
-        let registered = self.lab.register_token(&id).await?;
-        let clock_file = self.lab.options.dir.join(format!("clock-{id}"));
+        let registered = self.system.register_token(&id).await?;
+        let clock_file = self.system.launch.dir.join(format!("clock-{id}"));
         std::fs::write(&clock_file, "0")?;
         self.runners.push(RunnerSlot {
             id,
@@ -164,36 +180,27 @@ impl Cluster {
     }
 
     /// Starts (or starts again) runner `index` with its links through its proxies.
-    pub fn start_runner(&mut self, index: usize, config: &RunConfig) -> anyhow::Result<()> {
+    pub fn start_runner(&mut self, index: usize, _config: &RunConfig) -> anyhow::Result<()> {
         let slot = &self.runners[index];
-        let extra = vec![
-            format!("--heartbeat-interval-ms={}", config.heartbeat_interval_ms),
-            format!("--renewal-margin-ms={}", config.renewal_margin_ms),
-            format!("--request-timeout-ms={}", config.request_timeout_ms),
-            "--result-tries-max=8".to_string(),
-            "--poll-ms=50".to_string(),
-        ];
-        let mut command = self.lab.runner_command(
-            &slot.id,
-            &slot.token,
-            &self.control_links[index],
-            &self.target_links[index],
-            &extra,
-        )?;
-        match &self.clock {
-            ClockControl::Libfaketime { library } => {
-                command.env("LD_PRELOAD", library);
-                command.env("FAKETIME_TIMESTAMP_FILE", &slot.clock_file);
-                command.env("FAKETIME_NO_CACHE", "1");
-                command.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
-            }
-            ClockControl::RunnerOffset => {
-                command.arg(format!("--clock-offset-file={}", slot.clock_file.display()));
-            }
-        }
-        let process = launch::plain(command, &slot.id)?;
+        let log = self.system.runner_log(&slot.id);
+        let links = (self.control_links[index].as_str(), self.target_links[index].as_str());
+        let process =
+            self.system.launch.start_runner(&slot.id, &slot.token, links, &log, &self.clock, &slot.clock_file)?;
         self.runners[index].process = Some(process);
         Ok(())
+    }
+
+    /// A client of the target, when the system has one.
+    pub fn target_client(&self, wait: Duration) -> Option<protocol::client::Client> {
+        self.system.target_url().map(|url| protocol::client::Client::new(&url, None, wait))
+    }
+
+    /// Every step the target logged; none when the system has no target.
+    pub async fn target_steps(&self, wait: Duration) -> Result<Vec<protocol::StepRecord>, String> {
+        match self.target_client(wait) {
+            Some(target) => target.steps(10_000_000).await.map_err(|error| error.to_string()),
+            None => Ok(vec![]),
+        }
     }
 
     /// Moves runner `index`'s clock to `offset_ms` from true time.
@@ -201,6 +208,7 @@ impl Cluster {
         let text = match self.clock {
             ClockControl::Libfaketime { .. } => format!("{:+}", offset_ms as f64 / 1_000.0),
             ClockControl::RunnerOffset => offset_ms.to_string(),
+            ClockControl::Fixed => return Err(std::io::Error::other("this system's runner clocks cannot be moved")),
         };
         std::fs::write(&self.runners[index].clock_file, text)
     }
@@ -210,14 +218,13 @@ impl Cluster {
     }
 
     pub fn runner_logs(&self) -> Vec<PathBuf> {
-        self.runners.iter().map(|slot| self.lab.runner_log(&slot.id)).collect()
+        self.runners.iter().map(|slot| self.system.runner_log(&slot.id)).collect()
     }
 
     /// Stops every runner, so that the ledger and the step log can be read whole.
     pub async fn stop_runners(&mut self) {
         for slot in &mut self.runners {
             if let Some(process) = slot.process.as_mut() {
-                process.signal(libc::SIGCONT);
                 process.stop(Duration::from_secs(2)).await;
             }
         }
@@ -226,7 +233,7 @@ impl Cluster {
     /// Stops every runner, the lab and the embedded proxy; nothing is left listening.
     pub async fn stop(&mut self) {
         self.stop_runners().await;
-        self.lab.stop_all().await;
+        self.system.stop().await;
         if let Some(server) = self.proxy_server.take() {
             server.shutdown().await;
         }

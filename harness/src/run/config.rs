@@ -78,10 +78,18 @@ pub struct RunArgs {
     /// An existing PostgreSQL server to use (with `--db postgres`); the run gets a fresh schema.
     #[arg(long)]
     pub database_url: Option<String>,
+    /// The system under test: a system file (`docs/system.md`). Default: the built-in lab
+    /// (`systems/lab.toml`).
+    #[arg(long)]
+    pub system: Option<PathBuf>,
+    /// A variant the system file declares (repeatable), e.g. a build with a known bug.
+    /// `--bug NAME` is the lab's shortcut for `--variant NAME`.
+    #[arg(long = "variant")]
+    pub variants: Vec<String>,
 }
 
 /// The control plane's database.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Db {
     Sqlite,
@@ -131,6 +139,8 @@ impl From<&RunConfig> for RunArgs {
             schedule: None,
             db: config.db,
             database_url: config.database_url.clone(),
+            system: config.system.clone(),
+            variants: config.variants.clone(),
         }
     }
 }
@@ -176,6 +186,12 @@ pub struct RunConfig {
     /// An existing PostgreSQL server (else a throwaway cluster is started for the run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub database_url: Option<String>,
+    /// The system file (absolute), or none for the built-in lab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<PathBuf>,
+    /// The system's variants switched on (the planted bugs are in `bugs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<String>,
     pub version: String,
 }
 
@@ -210,6 +226,8 @@ impl Default for RunConfig {
             schedule: None,
             db: Db::Sqlite,
             database_url: None,
+            system: None,
+            variants: Vec::new(),
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
@@ -290,6 +308,23 @@ pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> 
     if args.database_url.is_some() && args.db != Db::Postgres {
         return Err("--database-url needs --db postgres".into());
     }
+    let system = match &args.system {
+        Some(path) => {
+            let file = crate::system::SystemFile::read(path).map_err(|error| format!("--system {error}"))?;
+            file.check_variants(&args.variants).map_err(|error| format!("--variant: {error}"))?;
+            file.db_args(args.db).map_err(|error| format!("--db: {error}"))?;
+            if !bugs.is_empty() && file.name != "lab" {
+                file.check_variants(&args.bugs).map_err(|error| format!("--bug: {error}"))?;
+            }
+            Some(file.path)
+        }
+        None => {
+            crate::system::SystemFile::lab()
+                .check_variants(&args.variants)
+                .map_err(|error| format!("--variant: {error}"))?;
+            None
+        }
+    };
     if args.test_name.is_empty() || !args.test_name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
         return Err("--test-name must be letters, digits, `-`, `_` or `.`".into());
     }
@@ -319,6 +354,8 @@ pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> 
         schedule,
         db: args.db,
         database_url: args.database_url.clone(),
+        system,
+        variants: args.variants.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
     })
 }
@@ -374,6 +411,12 @@ impl RunConfig {
         }
         if let Some(url) = &self.database_url {
             args.extend(["--database-url".to_string(), url.clone()]);
+        }
+        if let Some(path) = &self.system {
+            args.extend(["--system".to_string(), path.display().to_string()]);
+        }
+        for variant in &self.variants {
+            args.extend(["--variant".to_string(), variant.clone()]);
         }
         args
     }
@@ -462,6 +505,7 @@ mod tests {
             toxiproxy_url: Some("http://127.0.0.1:8474".into()),
             db: Db::Postgres,
             database_url: Some("postgres://postgres@127.0.0.1:5432/postgres".into()),
+            variants: vec!["accept-stale-result".into()],
             ..RunConfig::default()
         };
         assert_eq!(validate(&parse(&config.args()), 0).unwrap(), config);
@@ -475,7 +519,7 @@ mod tests {
     fn config_json_is_read_back_through_its_type() {
         let file = ConfigFile {
             run: RunConfig::default(),
-            clock_control: super::super::cluster::ClockControl::RunnerOffset,
+            clock_control: crate::system::ClockControl::RunnerOffset,
             healthy_ms: Some(12),
             scenario: None,
         };

@@ -23,8 +23,9 @@ use cluster::Cluster;
 use config::RunConfig;
 use recorder::Recorder;
 
-/// Longest wait for the cluster to be up and healthy (30 s).
-pub const HEALTHY_WAIT_MAX: Duration = Duration::from_secs(30);
+/// Longest wait for the cluster to be up and healthy (150 s: a system file may give each
+/// server up to 120 s to become ready).
+pub const HEALTHY_WAIT_MAX: Duration = Duration::from_secs(150);
 /// Longest wait for any collection request at the end (10 s each).
 pub const COLLECT_WAIT_MAX: Duration = Duration::from_secs(10);
 
@@ -153,14 +154,17 @@ async fn client(shared: Shared, jobs: Vec<PlannedJob>) {
 
 /// Submits one job as the client, recording the request and its answer.
 pub(crate) async fn submit(shared: &Shared, job: &PlannedJob) -> Result<(), String> {
-    let operator = shared.cluster.lock().await.lab.operator.clone();
+    let (operator, project) = {
+        let cluster = shared.cluster.lock().await;
+        (cluster.system.operator.clone(), cluster.system.launch.file.project.clone())
+    };
     let fill = |event: &mut history::Event| {
         event.job = Some(job.id.clone());
         event.key = Some(job.deployment_key.clone());
     };
     shared.recorder.record(Process::CLIENT, EventType::Invoke, Op::Submit, fill);
     let request = SubmitJob {
-        project: lab::demo::PROJECT.to_string(),
+        project,
         id: Some(job.id.clone()),
         deployment_key: job.deployment_key.clone(),
         spec: JobSpec { steps: job.steps, step_ms: job.step_ms },
@@ -187,7 +191,7 @@ fn settled(job: &JobView) -> bool {
 pub(crate) async fn settle(shared: &Shared) -> bool {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(shared.config.recovery_limit_ms);
     loop {
-        let operator = shared.cluster.lock().await.lab.operator.clone();
+        let operator = shared.cluster.lock().await.system.operator.clone();
         if let Ok(jobs) = operator.jobs().await {
             if jobs.iter().all(settled) {
                 return true;
@@ -209,7 +213,7 @@ async fn progress(shared: Shared) {
         let phase = if elapsed_s < limit_s { "chaos" } else { "recovery" };
         let active = shared.active.lock().await.join(" ");
         let submitted = shared.submitted.load(Ordering::Relaxed);
-        let operator = shared.cluster.lock().await.lab.operator.clone();
+        let operator = shared.cluster.lock().await.system.operator.clone();
         let done = operator.jobs().await.map_or(0, |jobs| jobs.iter().filter(|job| settled(job)).count());
         eprintln!(
             "[{phase}] {elapsed_s}s/{limit_s}s  jobs done {done}/{submitted}  faults: {}",
@@ -229,14 +233,13 @@ async fn finish(
     healthy_ms: u64,
     faults: usize,
 ) -> anyhow::Result<RunEnd> {
-    let (operator, target) = {
+    let (operator, steps) = {
         let mut cluster = shared.cluster.lock().await;
         // No runner may report after the ledger is read: every answer it got is in the ledger.
         cluster.stop_runners().await;
-        (cluster.lab.operator.clone(), protocol::client::Client::new(&cluster.lab.target_url(), None, COLLECT_WAIT_MAX))
+        (cluster.system.operator.clone(), cluster.target_steps(COLLECT_WAIT_MAX).await.unwrap_or_default())
     };
     let ledger = operator.ledger(10_000_000).await.unwrap_or_default();
-    let steps = target.steps(10_000_000).await.unwrap_or_default();
     let mut jobs = Vec::new();
     for job in operator.jobs().await.unwrap_or_default() {
         jobs.push(operator.job(&job.id).await.unwrap_or(job));

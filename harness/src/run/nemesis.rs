@@ -250,14 +250,14 @@ async fn enable_links(cluster: &Cluster, index: usize) -> Result<(), String> {
 
 async fn restart_control(shared: &Shared) -> Result<(), String> {
     let mut cluster = shared.cluster.lock().await;
-    cluster.lab.restart_control().await.map_err(|error| error.to_string())
+    cluster.system.restart_control().await.map_err(|error| error.to_string())
 }
 
 /// Waits until runner `index` holds a running attempt (true), or `bound` passes (false).
 async fn wait_busy(shared: &Shared, index: usize, bound: Duration) -> bool {
     let (operator, runner_id) = {
         let cluster = shared.cluster.lock().await;
-        (cluster.lab.operator.clone(), cluster.runners[index].id.clone())
+        (cluster.system.operator.clone(), cluster.runners[index].id.clone())
     };
     let deadline = tokio::time::Instant::now() + bound;
     while tokio::time::Instant::now() < deadline {
@@ -271,7 +271,7 @@ async fn wait_busy(shared: &Shared, index: usize, bound: Duration) -> bool {
 
 /// The last result of runner `index` that the control plane accepted, from its log.
 fn last_accepted_result(cluster: &Cluster, index: usize) -> Option<(ClaimRef, Outcome)> {
-    let text = std::fs::read_to_string(cluster.lab.runner_log(&cluster.runners[index].id)).ok()?;
+    let text = std::fs::read_to_string(cluster.system.runner_log(&cluster.runners[index].id)).ok()?;
     text.lines().rev().filter_map(|line| serde_json::from_str::<history::Event>(line).ok()).find_map(|event| {
         let accepted = event.kind == EventType::Response
             && event.f == Op::Result
@@ -291,7 +291,7 @@ async fn resend(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let index = runner(fault);
     let (captured, client) = {
         let cluster = shared.cluster.lock().await;
-        let client = cluster.lab.operator.with_token(&cluster.runners[index].token);
+        let client = cluster.system.operator.with_token(&cluster.runners[index].token);
         (last_accepted_result(&cluster, index), client)
     };
     let Some((claim, outcome)) = captured else {
@@ -366,7 +366,7 @@ async fn cross(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let (operator, client, runner_id) = {
         let cluster = shared.cluster.lock().await;
         let slot = &cluster.runners[index];
-        (cluster.lab.operator.clone(), cluster.lab.operator.with_token(&slot.token), slot.id.clone())
+        (cluster.system.operator.clone(), cluster.system.operator.with_token(&slot.token), slot.id.clone())
     };
     let claims = running_claims(&operator).await;
     let own = claims.iter().filter(|claim| claim.runner == runner_id).max_by_key(|claim| claim.fence);

@@ -36,7 +36,7 @@ fn execution_stopped(slot: &RunnerSlot, claimed_ms: i64) -> bool {
 }
 
 async fn round(shared: &Shared) -> Result<(), String> {
-    let operator = shared.cluster.lock().await.lab.operator.clone();
+    let operator = shared.cluster.lock().await.system.operator.clone();
     let jobs = operator.jobs().await.map_err(|error| error.to_string())?;
     for job in jobs.iter().filter(|job| job.state == JobState::Uncertain) {
         let view = operator.job(&job.id).await.map_err(|error| error.to_string())?;
@@ -59,8 +59,7 @@ async fn settle(shared: &Shared, view: &protocol::JobView, attempt: &protocol::A
     let Some(index) = cluster.runners.iter().position(|slot| slot.id == attempt.runner) else {
         return Err(format!("attempt {} names an unknown runner {}", attempt.id, attempt.runner));
     };
-    let target = protocol::client::Client::new(&cluster.lab.target_url(), None, Duration::from_secs(5));
-    let steps = target.steps(1_000_000).await.map_err(|error| error.to_string())?;
+    let steps = cluster.target_steps(Duration::from_secs(5)).await?;
     let applied = steps.iter().filter(|step| step.applied && step.attempt == attempt.id).count() as u32;
     let evidence = Evidence {
         execution_stopped: execution_stopped(&cluster.runners[index], attempt.claimed_ms),
@@ -140,7 +139,7 @@ async fn reconcile(
         evidence: Some(evidence.clone()),
     };
     // The answer, whatever it is, is in the history; the next round sees the job as it is.
-    let _answer = send_reconcile(&shared.recorder, &cluster.lab.operator, &request, &claim).await;
+    let _answer = send_reconcile(&shared.recorder, &cluster.system.operator, &request, &claim).await;
     if cluster.runners[index].frozen_by_operator {
         cluster.signal_runner(index, libc::SIGCONT);
         cluster.runners[index].frozen_by_operator = false;

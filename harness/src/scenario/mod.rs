@@ -207,10 +207,9 @@ async fn collect(shared: &Shared) -> anyhow::Result<View> {
     let mut cluster = shared.cluster.lock().await;
     cluster.stop_runners().await;
     let wait = crate::run::COLLECT_WAIT_MAX;
-    let operator = cluster.lab.operator.clone();
-    let target = protocol::client::Client::new(&cluster.lab.target_url(), None, wait);
+    let operator = cluster.system.operator.clone();
     let ledger = operator.ledger(10_000_000).await.unwrap_or_default();
-    let steps = target.steps(10_000_000).await.unwrap_or_default();
+    let steps = cluster.target_steps(wait).await.unwrap_or_default();
     let mut jobs = BTreeMap::new();
     for job in operator.jobs().await.unwrap_or_default() {
         let full = operator.job(&job.id).await.unwrap_or(job);

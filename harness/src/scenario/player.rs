@@ -6,7 +6,6 @@ use history::{Op, Process};
 use std::time::Duration;
 
 use history::EventType;
-use protocol::client::Client;
 use protocol::*;
 
 use super::format::Action;
@@ -94,7 +93,7 @@ impl Driver {
             .get(&attempt.id)
             .cloned()
             .ok_or_else(|| format!("no capability for {}: add a `capability` step first", attempt.id))?;
-        let target = Client::new(&self.cluster().await.lab.target_url(), None, Duration::from_secs(10));
+        let target = self.cluster().await.target_client(Duration::from_secs(10)).ok_or("the system has no target")?;
         let request = StepRequest { capability, step, steps, duration_ms: 0 };
         // A refused step (409) is an answer, recorded in the step log: the step itself succeeded.
         match target.step(&request).await {

@@ -52,13 +52,13 @@ impl Driver {
     }
 
     async fn operator(&self) -> Client {
-        self.cluster().await.lab.operator.clone()
+        self.cluster().await.system.operator.clone()
     }
 
     pub(super) async fn as_runner(&self, name: &str) -> Result<(Client, String), String> {
         let cluster = self.cluster().await;
         let slot = &cluster.runners[index(name, &cluster)?];
-        Ok((cluster.lab.operator.with_token(&slot.token), slot.id.clone()))
+        Ok((cluster.system.operator.with_token(&slot.token), slot.id.clone()))
     }
 
     /// Runs one step (at its `at_ms`, if it has one); an error says why the step failed
@@ -151,13 +151,13 @@ impl Driver {
         let (operator, wanted, mut held) = {
             let cluster = self.cluster().await;
             let wanted = index(name, &cluster)?;
-            let busy = busy_runners(&cluster.lab.operator).await;
+            let busy = busy_runners(&cluster.system.operator).await;
             let held: Vec<usize> = (0..cluster.runners.len())
                 .filter(|&at| at != wanted && !cluster.runners[at].is_stopped())
                 .filter(|&at| !busy.contains(&cluster.runners[at].id))
                 .filter(|&at| cluster.signal_runner(at, libc::SIGSTOP))
                 .collect();
-            (cluster.lab.operator.clone(), cluster.runners[wanted].id.clone(), held)
+            (cluster.system.operator.clone(), cluster.runners[wanted].id.clone(), held)
         };
         if !held.is_empty() {
             tokio::time::sleep(SETTLE).await;
@@ -207,7 +207,7 @@ impl Driver {
                 cluster.start_runner(at, &self.shared.config).map_err(|error| error.to_string())
             }
             Action::RestartControlPlane {} => {
-                self.cluster().await.lab.restart_control().await.map_err(|error| format!("{error:#}"))
+                self.cluster().await.system.restart_control().await.map_err(|error| format!("{error:#}"))
             }
             Action::Skew { runner, offset_ms } => {
                 let cluster = self.cluster().await;
@@ -258,8 +258,7 @@ impl Driver {
             }
         }
         if condition.applied_steps.is_some() || condition.stale_step.is_some() {
-            let target = Client::new(&self.cluster().await.lab.target_url(), None, REQUEST_MAX);
-            view.steps = target.steps(10_000_000).await.map_err(|error| error.to_string())?;
+            view.steps = self.cluster().await.target_steps(REQUEST_MAX).await?;
         }
         Ok(view)
     }

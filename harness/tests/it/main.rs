@@ -7,6 +7,7 @@ mod run;
 mod scenario;
 mod shrink;
 mod suite;
+mod system;
 mod tidy;
 mod trends;
 mod vocabulary;

@@ -454,7 +454,8 @@ async fn a_run_on_postgresql_is_valid_and_leaves_no_cluster_behind() {
     assert_eq!(finished.code, Some(0), "{}\n{}", finished.stdout, finished.stderr);
     let config = std::fs::read_to_string(finished.folder().join("config.json")).unwrap();
     assert!(config.contains("\"db\": \"postgres\""), "config.json says which database: {config}");
-    assert!(!finished.folder().join("lab").join("control.sqlite").exists(), "no SQLite store was used");
+    let sqlite = finished.folder().join("lab").join("control_plane").join("control.sqlite");
+    assert!(!sqlite.exists(), "no SQLite store was used");
     let events = finished.history();
     let succeeded =
         events.iter().filter(|event| event.f == Op::Final && event.outcome.as_deref() == Some("succeeded")).count();

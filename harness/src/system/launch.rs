@@ -1,0 +1,433 @@
+//! Starting a system from its file: the control plane and the target as servers (ready by
+//! their `{"listening": …}` line, a TCP probe or an HTTP probe, bounded), runners as plain
+//! processes. Every process runs in its own process group, dies with the harness
+//! (`PR_SET_PDEATHSIG`), and its whole group is killed when it is stopped or dropped, so a
+//! failed start leaves nothing behind.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use super::file::{expand, ClockMethod, Ready, Role, SystemFile, READY_MS_DEFAULT};
+use crate::run::config::Db;
+
+/// Why a system did not start: `Named` is what the user named wrongly (a program that is
+/// not there, a variant or store the file does not declare: exit 254); `Failed` is a
+/// process that did not become ready or died (exit 255).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Named(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Everything a system's commands are built from.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    pub file: SystemFile,
+    pub variants: Vec<String>,
+    /// The `fencelab` binary (`{fencelab}`).
+    pub program: PathBuf,
+    /// The run's folder for the system's files (`{run_dir}`); each role's `{data_dir}` is
+    /// a folder in it.
+    pub dir: PathBuf,
+    pub lease_ms: u64,
+    pub target_mode: String,
+    pub db: Db,
+    pub database_url: Option<String>,
+    pub schema: Option<String>,
+    /// The capability secret shared by the control plane and the target (`{secret}`).
+    pub secret: String,
+    pub heartbeat_interval_ms: u64,
+    pub renewal_margin_ms: u64,
+    pub request_timeout_ms: u64,
+    pub poll_ms: u64,
+}
+
+/// A process the harness started; its whole process group is SIGKILLed when dropped.
+pub struct Proc {
+    pub child: Child,
+    pub name: String,
+}
+
+impl Proc {
+    pub fn pid(&self) -> i32 {
+        self.child.id().map_or(0, |pid| pid as i32)
+    }
+
+    /// Sends a signal to the process (not its group).
+    pub fn signal(&self, signal: i32) -> bool {
+        let pid = self.pid();
+        // SAFETY: kill(2) with a pid we started; a stale pid only yields an error.
+        pid > 0 && unsafe { libc::kill(pid, signal) } == 0
+    }
+
+    fn kill_group(&self) {
+        let pid = self.pid();
+        if pid > 0 {
+            // SAFETY: the child leads its own group (setpgid in pre_exec).
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
+    }
+
+    /// SIGKILLs its group and reaps it.
+    pub async fn kill(&mut self) {
+        self.kill_group();
+        let _ = self.child.kill().await;
+    }
+
+    /// SIGCONT and SIGTERM, then SIGKILL of its group if it has not exited within `grace`.
+    pub async fn stop(&mut self, grace: Duration) {
+        self.signal(libc::SIGCONT);
+        self.signal(libc::SIGTERM);
+        if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
+            self.kill().await;
+        }
+        self.kill_group();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.kill_group();
+        }
+    }
+}
+
+/// A started server.
+pub struct Server {
+    pub proc: Proc,
+    pub addr: SocketAddr,
+}
+
+impl Server {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+/// Picks a free loopback port (bind to 0, read it, release it).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl Launch {
+    /// Placeholder values every role has.
+    fn values(&self, role: Role) -> BTreeMap<&'static str, String> {
+        let mut values = BTreeMap::new();
+        values.insert("fencelab", self.program.display().to_string());
+        values.insert("system_dir", self.file.dir().display().to_string());
+        values.insert("data_dir", self.data_dir(role).display().to_string());
+        values.insert("run_dir", self.dir.display().to_string());
+        values.insert("operator_token", self.file.operator_token.clone());
+        values.insert("project", self.file.project.clone());
+        values.insert("secret", self.secret.clone());
+        values.insert("lease_ms", self.lease_ms.to_string());
+        match role {
+            Role::ControlPlane => {
+                values.insert("database_url", self.database_url.clone().unwrap_or_default());
+                values.insert("schema", self.schema.clone().unwrap_or_default());
+            }
+            Role::Target => {
+                values.insert("target_mode", self.target_mode.clone());
+                values.insert("step_log", self.data_dir(role).join("steps.jsonl").display().to_string());
+            }
+            Role::Runner => {
+                values.insert("heartbeat_interval_ms", self.heartbeat_interval_ms.to_string());
+                values.insert("renewal_margin_ms", self.renewal_margin_ms.to_string());
+                values.insert("request_timeout_ms", self.request_timeout_ms.to_string());
+                values.insert("poll_ms", self.poll_ms.to_string());
+            }
+        }
+        values
+    }
+
+    /// The role's own folder (created on first use, kept across restarts).
+    pub fn data_dir(&self, role: Role) -> PathBuf {
+        self.dir.join(role.name())
+    }
+
+    /// The command for `role`: its words, the store's words (control plane), each
+    /// variant's words, expanded with `values`; its environment; stdout and stderr to
+    /// `log`.
+    fn command(
+        &self,
+        role: Role,
+        extra_values: &[(&'static str, String)],
+        extra_words: &[String],
+        log: &Path,
+    ) -> Result<(Command, String), StartError> {
+        let file = &self.file;
+        let spec = &file.roles[&role];
+        let where_ = file.locate(role);
+        let mut values = self.values(role);
+        values.extend(extra_values.iter().cloned());
+        let mut words: Vec<String> = spec.command.get_ref().clone();
+        if role == Role::ControlPlane {
+            words.extend(file.db_args(self.db).map_err(|error| StartError::Named(error.to_string()))?.iter().cloned());
+        }
+        let mut env = spec.env.clone();
+        for name in &self.variants {
+            let variant = file.variants.get(name).ok_or_else(|| {
+                StartError::Named(file.check_variants(std::slice::from_ref(name)).unwrap_err().to_string())
+            })?;
+            words.extend(variant.extra(role).args.iter().cloned());
+            env.extend(variant.extra(role).env.clone());
+        }
+        words.extend(extra_words.iter().cloned());
+        let expand_all =
+            |word: &String| expand(word, &values).map_err(|error| StartError::Named(format!("{where_}: {error}")));
+        let words = words.iter().map(expand_all).collect::<Result<Vec<String>, StartError>>()?;
+        std::fs::create_dir_all(self.data_dir(role))
+            .map_err(|error| StartError::Failed(format!("{where_}: cannot create its data folder: {error}")))?;
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|error| StartError::Failed(format!("{}: {error}", log.display())))?;
+        let mut command = lab::launch::command(Path::new(&words[0]), &words[1..], None)
+            .map_err(|error| StartError::Failed(format!("{where_}: {error}")))?;
+        command.stderr(Stdio::from(stderr));
+        let cwd = match &spec.cwd {
+            Some(cwd) => file.dir().join(expand_all(cwd)?),
+            None => file.dir(),
+        };
+        command.current_dir(cwd);
+        for (key, value) in &env {
+            command.env(key, expand_all(value)?);
+        }
+        Ok((command, words.join(" ")))
+    }
+
+    /// Starts a server for `role` on `port` (0: a free one is picked) and waits, bounded,
+    /// until it is ready.
+    pub async fn start_server(&self, role: Role, port: u16) -> Result<Server, StartError> {
+        let where_ = self.file.locate(role);
+        let spec = &self.file.roles[&role];
+        let port = if port == 0 { free_port().map_err(|error| StartError::Failed(error.to_string()))? } else { port };
+        let values =
+            [("host", "127.0.0.1".to_string()), ("port", port.to_string()), ("listen", format!("127.0.0.1:{port}"))];
+        let log = self.dir.join(format!("{}.log", role_log_name(role)));
+        let (mut command, words) = self.command(role, &values, &[], &log)?;
+        let ready = spec.ready.clone().unwrap_or(Ready::Listening);
+        if ready != Ready::Listening {
+            let stdout = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log)
+                .map_err(|error| StartError::Failed(error.to_string()))?;
+            command.stdout(Stdio::from(stdout));
+        }
+        let child = command.spawn().map_err(|error| spawn_error(&where_, &words, error))?;
+        let mut proc = Proc { child, name: role.name().to_string() };
+        let wait = Duration::from_millis(spec.ready_ms.unwrap_or(READY_MS_DEFAULT));
+        let path = spec.ready_path.clone().unwrap_or_else(|| "/v1/health".to_string());
+        let probe = async {
+            match ready {
+                Ready::Listening => listening(&mut proc).await,
+                Ready::Tcp => {
+                    probe_until(&mut proc, || tcp_ready(port)).await.map(|()| SocketAddr::from(([127, 0, 0, 1], port)))
+                }
+                Ready::Http => probe_until(&mut proc, || http_ready(port, &path))
+                    .await
+                    .map(|()| SocketAddr::from(([127, 0, 0, 1], port))),
+            }
+        };
+        let addr = match tokio::time::timeout(wait, probe).await {
+            Ok(Ok(addr)) => addr,
+            Ok(Err(why)) => {
+                proc.kill().await;
+                return Err(StartError::Failed(format!("{where_}: {why}{}", log_tail(&log))));
+            }
+            Err(_) => {
+                proc.kill().await;
+                let how = match ready {
+                    Ready::Listening => "announce `{\"listening\": ADDR}` on stdout".to_string(),
+                    Ready::Tcp => format!("accept a TCP connection on 127.0.0.1:{port}"),
+                    Ready::Http => format!("answer 2xx to GET http://127.0.0.1:{port}{path}"),
+                };
+                return Err(StartError::Failed(format!(
+                    "{where_}: `{words}` did not {how} within {} ms{}",
+                    wait.as_millis(),
+                    log_tail(&log)
+                )));
+            }
+        };
+        Ok(Server { proc, addr })
+    }
+
+    /// The command of runner `id`, with its links, token, log and clock words.
+    pub fn runner_command(
+        &self,
+        id: &str,
+        token: &str,
+        links: (&str, &str),
+        log: &Path,
+        clock: &ClockControl,
+        clock_file: &Path,
+    ) -> Result<(Command, String), StartError> {
+        let values = [
+            ("runner_id", id.to_string()),
+            ("runner_token", token.to_string()),
+            ("control_url", links.0.to_string()),
+            ("target_url", links.1.to_string()),
+            ("runner_log", log.display().to_string()),
+            ("clock_file", clock_file.display().to_string()),
+        ];
+        let extra = if *clock == ClockControl::RunnerOffset { self.file.runner_clock_args.clone() } else { vec![] };
+        let stderr_log = self.dir.join(format!("runner-{id}.log"));
+        let (mut command, words) = self.command(Role::Runner, &values, &extra, &stderr_log)?;
+        if let ClockControl::Libfaketime { library } = clock {
+            command.env("LD_PRELOAD", library);
+            command.env("FAKETIME_TIMESTAMP_FILE", clock_file);
+            command.env("FAKETIME_NO_CACHE", "1");
+            command.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        }
+        command.stdout(Stdio::null());
+        Ok((command, words))
+    }
+
+    /// Starts runner `id`.
+    pub fn start_runner(
+        &self,
+        id: &str,
+        token: &str,
+        links: (&str, &str),
+        log: &Path,
+        clock: &ClockControl,
+        clock_file: &Path,
+    ) -> Result<Proc, StartError> {
+        let (mut command, words) = self.runner_command(id, token, links, log, clock, clock_file)?;
+        let child = command.spawn().map_err(|error| spawn_error(&self.file.locate(Role::Runner), &words, error))?;
+        Ok(Proc { child, name: format!("runner {id}") })
+    }
+
+    /// How runner clocks are moved: the file's first method this host can do.
+    pub fn clock_control(&self) -> ClockControl {
+        for method in &self.file.provides.runner_clock {
+            match method {
+                ClockMethod::Libfaketime => {
+                    if let Some(library) = crate::run::cluster::libfaketime() {
+                        return ClockControl::Libfaketime { library };
+                    }
+                }
+                ClockMethod::OffsetFile => return ClockControl::RunnerOffset,
+            }
+        }
+        ClockControl::Fixed
+    }
+}
+
+/// How a runner's clock is moved.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClockControl {
+    /// libfaketime preloaded, reading its offset from a file (FAKETIME_TIMESTAMP_FILE).
+    Libfaketime { library: PathBuf },
+    /// The runner's own offset file (the system file's `runner_clock_args`).
+    RunnerOffset,
+    /// Runner clocks cannot be moved: the system provides no way, or this host has no
+    /// libfaketime for a system that offers only that.
+    Fixed,
+}
+
+fn role_log_name(role: Role) -> &'static str {
+    match role {
+        Role::ControlPlane => "control",
+        Role::Target => "target",
+        Role::Runner => "runner",
+    }
+}
+
+fn spawn_error(where_: &str, words: &str, error: std::io::Error) -> StartError {
+    let message = format!("{where_}: cannot start `{words}`: {error}");
+    match error.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => StartError::Named(message),
+        _ => StartError::Failed(message),
+    }
+}
+
+/// The last lines of a role's log, for an error message.
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().rev().take(5).collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    let tail: Vec<&str> = lines.into_iter().rev().collect();
+    format!(" (its log {} ends: {})", log.display(), tail.join(" | "))
+}
+
+/// Reads the first stdout line: `{"listening": "HOST:PORT"}`; then keeps draining stdout.
+async fn listening(proc: &mut Proc) -> Result<SocketAddr, String> {
+    let stdout = proc.child.stdout.take().ok_or("its stdout is not piped")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::select! {
+        line = lines.next_line() => line.map_err(|error| error.to_string())?,
+        status = proc.child.wait() => return Err(exited(status)),
+    };
+    let Some(said) = line else {
+        // Its stdout closed: most likely it is exiting; say how, if it does so soon.
+        return match tokio::time::timeout(Duration::from_secs(1), proc.child.wait()).await {
+            Ok(status) => Err(exited(status)),
+            Err(_) => Err("it closed its stdout before announcing an address".to_string()),
+        };
+    };
+    let addr = serde_json::from_str::<serde_json::Value>(&said)
+        .ok()
+        .and_then(|value| value["listening"].as_str().and_then(|addr| addr.parse::<SocketAddr>().ok()))
+        .ok_or_else(|| format!("its first stdout line is not `{{\"listening\": \"HOST:PORT\"}}`: {said:?}"))?;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(addr)
+}
+
+fn exited(status: std::io::Result<std::process::ExitStatus>) -> String {
+    match status {
+        Ok(status) => format!("it exited ({status}) before it was ready"),
+        Err(error) => format!("it could not be waited for: {error}"),
+    }
+}
+
+/// Polls `probe` every 25 ms until it holds, failing when the process exits first (the
+/// caller bounds the whole wait).
+async fn probe_until<F, Fut>(proc: &mut Proc, probe: F) -> Result<(), String>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    loop {
+        if let Ok(Some(status)) = proc.child.try_wait() {
+            return Err(exited(Ok(status)));
+        }
+        if probe().await {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn tcp_ready(port: u16) -> bool {
+    let connect = tokio::net::TcpStream::connect(("127.0.0.1", port));
+    matches!(tokio::time::timeout(Duration::from_millis(500), connect).await, Ok(Ok(_)))
+}
+
+/// A bare HTTP/1.1 GET; true on a 2xx status line.
+async fn http_ready(port: u16, path: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).await.ok()?;
+        Some(head.starts_with(b"HTTP/1.") && head[9] == b'2')
+    };
+    matches!(tokio::time::timeout(Duration::from_millis(500), exchange).await, Ok(Some(true)))
+}

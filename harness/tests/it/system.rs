@@ -1,0 +1,159 @@
+//! System files end to end: the lab through `systems/lab.toml` gives the same verdicts as
+//! the default; a bad system file, a program that is not there, a server that never becomes
+//! ready or dies first each exit 254 or 255 with a message naming the file, the line and the
+//! role, and leave no process behind.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::run::{leftovers_within, run};
+
+pub fn lab_file() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../systems/lab.toml")
+}
+
+/// Each checker's verdict word in a run folder's results.json.
+fn verdicts(folder: &Path) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(folder.join("results.json")).unwrap();
+    let results: serde_json::Value = serde_json::from_str(&text).unwrap();
+    results["checkers"]
+        .as_array()
+        .expect("results.json lists its checkers")
+        .iter()
+        .map(|checker| {
+            (checker["checker"].as_str().unwrap().to_string(), checker["verdict"].as_str().unwrap().to_string())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_lab_file_and_the_default_give_the_same_verdicts() {
+    let args = ["--seed", "5", "--time-limit", "6", "--nemesis", "kill,duplicate-results,restart-control-plane"];
+    let lab = lab_file();
+    let with_file: Vec<&str> = args.iter().copied().chain(["--system", lab.to_str().unwrap()]).collect();
+    let (default, explicit) = tokio::join!(run(&args), run(&with_file));
+    assert_eq!(default.code, Some(0), "{}", default.stderr);
+    assert_eq!(explicit.code, Some(0), "{}", explicit.stderr);
+    let expected = verdicts(&default.folder());
+    assert_eq!(expected.len(), checkers::names().len());
+    assert_eq!(verdicts(&explicit.folder()), expected);
+    let config = std::fs::read_to_string(explicit.folder().join("config.json")).unwrap();
+    assert!(config.contains("systems/lab.toml"), "config.json names the system file: {config}");
+    assert!(explicit.stdout.contains("--system"), "the repeat command names the system file");
+    let schedule = |folder: PathBuf| std::fs::read_to_string(folder.join("schedule.json")).unwrap();
+    assert_eq!(schedule(default.folder()), schedule(explicit.folder()), "same seed, same schedule");
+}
+
+/// A system file made from the lab's, with `edit` applied to its text.
+fn edited_lab(dir: &Path, edit: impl Fn(String) -> String) -> PathBuf {
+    let text = std::fs::read_to_string(lab_file()).unwrap();
+    let path = dir.join("system.toml");
+    std::fs::write(&path, edit(text)).unwrap();
+    path
+}
+
+struct Case {
+    name: &'static str,
+    edit: fn(String) -> String,
+    variant: Option<&'static str>,
+    code: i32,
+    /// Every one of these is in the message.
+    says: &'static [&'static str],
+}
+
+const CONTROL_COMMAND: &str = "command = [\n  \"{fencelab}\", \"lab\", \"control-plane\"";
+
+/// The lab's file with the control plane's command (its whole array, on line 20) replaced.
+fn control_command(text: &str, command: &str) -> String {
+    let start = text.find(CONTROL_COMMAND).expect("the lab's control-plane command");
+    let end = start + text[start..].find("]\n").expect("the end of the array") + 1;
+    format!("{}command = {command}{}", &text[..start], &text[end..])
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "an unknown key",
+            edit: |text| text.replacen("ready = \"listening\"", "ready = \"listening\"\nreadyy = 1", 1),
+            variant: None,
+            code: 254,
+            says: &["system.toml:25", "readyy"],
+        },
+        Case {
+            name: "a missing role",
+            edit: |text| text.replacen("[runner]", "[runnerz]", 1),
+            variant: None,
+            code: 254,
+            says: &["system.toml", "runnerz"],
+        },
+        Case {
+            name: "a placeholder that does not exist",
+            edit: |text| text.replacen("--listen={listen}", "--listen={lisen}", 1),
+            variant: None,
+            code: 254,
+            says: &["system.toml:20", "role `control_plane`", "{lisen}"],
+        },
+        Case {
+            name: "a variant the file does not declare",
+            edit: |text| text,
+            variant: Some("no-such-variant"),
+            code: 254,
+            says: &["system.toml", "no variant `no-such-variant`"],
+        },
+        Case {
+            name: "a command that is not found",
+            edit: |text| {
+                text.replacen(CONTROL_COMMAND, "command = [\n  \"/no/such/program\", \"lab\", \"control-plane\"", 1)
+            },
+            variant: None,
+            code: 254,
+            says: &["system.toml:20", "role `control_plane`", "/no/such/program"],
+        },
+        Case {
+            name: "a server that never becomes ready",
+            edit: |text| {
+                control_command(
+                    &text,
+                    concat!(
+                // A grandchild (outside PR_SET_PDEATHSIG's reach) that must go with its group.
+                "[\"sh\", \"-c\", \"python3 -c 'import time; time.sleep(600)' \\\"$0\\\" & wait\", \"{data_dir}\"]",
+                "\nready_ms = 1500"
+            ),
+                )
+            },
+            variant: None,
+            code: 255,
+            says: &["system.toml:20", "role `control_plane`", "within 1500 ms"],
+        },
+        Case {
+            name: "a server that exits before it is ready",
+            edit: |text| control_command(&text, "[\"sh\", \"-c\", \"echo broken >&2; exit 3\", \"{data_dir}\"]"),
+            variant: None,
+            code: 255,
+            says: &["system.toml:20", "role `control_plane`", "exited", "broken"],
+        },
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_system_file_names_file_line_and_role_and_leaves_nothing_behind() {
+    for case in cases() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = edited_lab(dir.path(), case.edit);
+        let store = dir.path().join("store");
+        let mut args = vec!["--system".to_string(), file.display().to_string(), "--time-limit".into(), "2".into()];
+        if let Some(variant) = case.variant {
+            args.extend(["--variant".to_string(), variant.to_string()]);
+        }
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
+        command.arg("run").arg("--store").arg(&store).args(&args).kill_on_drop(true);
+        let output = tokio::time::timeout(Duration::from_secs(120), command.output()).await.unwrap().unwrap();
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(case.code), "{}: {said}", case.name);
+        for needle in case.says {
+            assert!(said.contains(needle), "{}: the message says `{needle}`: {said}", case.name);
+        }
+        let left = leftovers_within(dir.path(), Duration::from_secs(10)).await;
+        assert_eq!(left, Vec::<String>::new(), "{}: nothing is left running", case.name);
+    }
+}
