@@ -190,6 +190,9 @@ pub struct Index {
     pub seen: Seen,
     /// The target's mode from the harness's `config` event (`fenced` when absent).
     pub target_mode: Option<String>,
+    /// The optional parts of the contract the system lacks, from the `config` event's
+    /// `system.absent` (`docs/system.md`).
+    pub absent: Vec<String>,
     /// The first malformed event and why.
     pub malformed: Option<String>,
 }
@@ -257,6 +260,11 @@ impl Index {
         }
         if src == Source::Config {
             self.target_mode = value_str(event, "target_mode").map(str::to_string);
+            let absent = event.value.as_ref().and_then(|value| value.pointer("/system/absent"));
+            self.absent = absent
+                .and_then(|list| list.as_array())
+                .map(|list| list.iter().filter_map(|part| part.as_str().map(str::to_string)).collect())
+                .unwrap_or_default();
         }
         let ev = Observed {
             index: event.index,
@@ -333,6 +341,11 @@ impl Index {
             Some(claim) => format!("{} (fence {})", self.attempt_name(attempt), claim.fence),
             None => self.attempt_name(attempt).to_string(),
         }
+    }
+
+    /// Whether the system lacks the optional part `part` (`target`, `ledger`, …).
+    pub fn lacks(&self, part: &str) -> bool {
+        self.absent.iter().any(|absent| absent == part)
     }
 
     /// Whether the target ran without fencing (the harness's `config` says so).

@@ -140,6 +140,10 @@ impl Progress {
         if ev.raw.outcome_word() != Some(OutcomeWord::Succeeded) || self.worked.contains(&attempt) {
             return;
         }
+        if ctx.lacks("target") {
+            // No target, no step log: work cannot be seen, so its absence proves nothing.
+            return;
+        }
         let message = format!(
             "{}'s success was accepted but the target applied none of its steps: the ledger records work nobody did",
             ctx.label(attempt)

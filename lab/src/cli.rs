@@ -99,6 +99,7 @@ struct RunnerArgs {
     id: String,
     #[arg(long, default_value = "http://127.0.0.1:7400")]
     control_url: String,
+    /// The deployment target; empty for none (each step is then a local wait of `step_ms`).
     #[arg(long, default_value = "http://127.0.0.1:7500")]
     target_url: String,
     /// This runner's bearer token.

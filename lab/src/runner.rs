@@ -281,6 +281,14 @@ impl Runner {
             if let Some(why) = authority.lost() {
                 return (Outcome::Failed, Some(format!("self-fenced before step {step}: {why}")));
             }
+            if self.config.target_url.is_empty() {
+                // No target (a system that provides none): the step is the runner's own work.
+                let work = tokio::time::sleep(Duration::from_millis(grant.spec.step_ms));
+                tokio::select! {
+                    _ = work => continue,
+                    _ = tokio::time::sleep_until(authority.deadline()) => return (Outcome::Failed, Some(format!("self-fenced during step {step}: renewal deadline passed"))),
+                }
+            }
             let capability = match self.redeem(&grant.claim, authority).await {
                 Ok(capability) => capability,
                 Err(why) => return (Outcome::Failed, Some(format!("self-fenced before step {step}: {why}"))),

@@ -23,6 +23,10 @@ pub struct FaultCoverage {
     pub effective: u64,
     /// Tries that found nothing to hit and changed nothing.
     pub ineffective_tries: u64,
+    /// Why the fault was not run at all: the part of the system contract it needs and the
+    /// system lacks (`docs/system.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_run: Option<String>,
 }
 
 /// Coverage by variant name (`latency`, `pause`, …), every variant of every scheduled
@@ -43,6 +47,13 @@ pub fn coverage(schedule: &serde_json::Value, events: &[Event]) -> BTreeMap<Stri
         entry.kind = fault.kind.name().to_string();
         entry.scheduled += 1;
     }
+    for (kind, needs) in not_run(events) {
+        for variant in kind.variants() {
+            let entry = by_variant.entry(variant.name().to_string()).or_default();
+            entry.kind = kind.name().to_string();
+            entry.not_run = Some(format!("the system lacks `{needs}`"));
+        }
+    }
     for event in events.iter().filter(|event| event.process == Process::NEMESIS && event.kind == EventType::Invoke) {
         let Some(value) = &event.value else { continue };
         let (Some(effective), Some(how)) = (value.get("effective").and_then(|v| v.as_bool()), variant_name(value))
@@ -57,6 +68,24 @@ pub fn coverage(schedule: &serde_json::Value, events: &[Event]) -> BTreeMap<Stri
         }
     }
     by_variant
+}
+
+/// The faults the run's `config` event says were not run, with the part each needs.
+fn not_run(events: &[Event]) -> Vec<(FaultKind, String)> {
+    let config = events.iter().find(|event| event.process == Process::HARNESS && event.f == history::Op::Config);
+    let Some(list) =
+        config.and_then(|event| event.value.as_ref()).and_then(|value| value.pointer("/system/faults_not_run"))
+    else {
+        return vec![];
+    };
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let kind: FaultKind = serde_json::from_value(entry.get("fault")?.clone()).ok()?;
+            Some((kind, entry.get("needs")?.as_str()?.to_string()))
+        })
+        .collect()
 }
 
 fn variant_name(value: &serde_json::Value) -> Option<String> {
@@ -74,6 +103,16 @@ pub fn section(out: &mut String, coverage: &BTreeMap<String, FaultCoverage>) {
          <tr><th>variant</th><th>fault</th><th>scheduled</th><th>took effect</th><th>tries that found nothing</th></tr>\n",
     );
     for (name, row) in coverage {
+        if let Some(why) = &row.not_run {
+            let _ = writeln!(
+                out,
+                "<tr class=\"missed\"><td>{}</td><td>{}</td><td colspan=\"3\">not run: {}</td></tr>",
+                esc(name),
+                esc(&row.kind),
+                esc(why)
+            );
+            continue;
+        }
         let missed = if row.effective == 0 { " class=\"missed\"" } else { "" };
         let _ = writeln!(
             out,
@@ -119,5 +158,18 @@ mod tests {
         let mut html = String::new();
         section(&mut html, &coverage);
         assert!(html.contains("<tr class=\"missed\"><td>latency</td>"), "{html}");
+    }
+
+    #[test]
+    fn faults_the_system_cannot_take_are_listed_as_not_run() {
+        let mut config = Event::new(0, Process::HARNESS, EventType::Ok, Op::Config);
+        config.value = Some(json!({"system": {"faults_not_run": [{"fault": "clock-skew", "needs": "runner-clock"}]}}));
+        let coverage = coverage(&json!([]), &[config]);
+        let skew: Vec<&FaultCoverage> = coverage.values().filter(|row| row.kind == "clock-skew").collect();
+        assert!(!skew.is_empty());
+        assert!(skew.iter().all(|row| row.not_run.as_deref() == Some("the system lacks `runner-clock`")));
+        let mut html = String::new();
+        section(&mut html, &coverage);
+        assert!(html.contains("not run: the system lacks `runner-clock`"), "{html}");
     }
 }

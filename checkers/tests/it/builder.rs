@@ -70,6 +70,13 @@ impl H {
         self.push(event)
     }
 
+    /// The harness's `config` event for a system that lacks the optional parts `absent`.
+    pub fn config_lacking(&mut self, absent: &[&str]) -> u64 {
+        let mut event = Event::new(0, Process::HARNESS, EventType::Ok, Op::Config);
+        event.value = Some(json!({"target_mode": "fenced", "lease_ms": 2_000, "system": {"absent": absent}}));
+        self.push(event)
+    }
+
     /// The client's submit (invoke, ledger `submit`, ok); returns the ok's index.
     pub fn submit(&mut self, job: &str, key: &str, at_ms: i64) -> u64 {
         self.keys.insert(job.into(), key.into());

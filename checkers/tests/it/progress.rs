@@ -38,6 +38,18 @@ fn an_accepted_success_without_its_attempts_steps_is_work_nobody_did() {
     check(&h.build(), "progress", &["success-without-work"]);
 }
 
+#[test]
+fn a_system_without_a_target_is_not_blamed_for_successes_without_steps() {
+    let mut h = H::new();
+    h.config_lacking(&["target"]);
+    h.submit("j1", "prod", 900);
+    let a1 = claim("j1", "j1-a1", "r1", 7);
+    h.ledger_claim(&a1, 1_000, 3_000);
+    h.result(&a1, 1_300, 1_300, "succeeded", Accepted, None);
+    h.final_state("j1", Some("j1-a1"), "succeeded");
+    check(&h.build(), "progress", &[]);
+}
+
 /// Three jobs, each on its own key, each claimed by r1 (fences 7, 8, 9).
 fn three_claimed_jobs(h: &mut H) -> Vec<C> {
     let mut claims = Vec::new();

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::system::{Launch, Proc, RunningSystem, StartError, SystemFile};
+use crate::system::{Launch, Proc, RunningSystem, StartError, SystemFile, SystemInfo};
 
 use super::config::RunConfig;
 
@@ -48,6 +48,8 @@ pub struct Cluster {
     pub proxy: proxy::Client,
     pub runners: Vec<RunnerSlot>,
     pub clock: ClockControl,
+    /// What the system is and what of the run it could not take.
+    pub info: SystemInfo,
     control_links: Vec<String>,
     target_links: Vec<String>,
     /// The throwaway PostgreSQL cluster of a `--db postgres` run, held so that it lives as
@@ -75,10 +77,7 @@ async fn start_database(config: &RunConfig, launch: &mut Launch) -> anyhow::Resu
 /// What a run's system is started from: its file (the built-in lab unless `--system`),
 /// its variants (`--variant`, and `--bug` for the lab), the run's timings.
 pub fn launch_of(config: &RunConfig, dir: &Path, program: &Path) -> Result<Launch, StartError> {
-    let file = match &config.system {
-        Some(path) => SystemFile::read(path).map_err(|error| StartError::Named(error.to_string()))?,
-        None => SystemFile::lab(),
-    };
+    let file = SystemFile::of_config(config)?;
     let mut variants = config.variants.clone();
     variants.extend(config.bugs.iter().map(|bug| bug.name().to_string()));
     file.check_variants(&variants).map_err(|error| StartError::Named(error.to_string()))?;
@@ -115,7 +114,14 @@ impl Cluster {
     pub async fn start(config: &RunConfig, dir: &Path, program: &Path) -> anyhow::Result<Cluster> {
         let mut launch = launch_of(config, dir, program)?;
         let database = start_database(config, &mut launch).await?;
-        let clock = launch.clock_control();
+        let clock = launch.file.clock_control();
+        let info = SystemInfo {
+            name: launch.file.name.clone(),
+            file: config.system.clone(),
+            variants: launch.variants.clone(),
+            absent: launch.file.provides.absent(),
+            faults_not_run: launch.file.faults_not_run(&config.nemesis, &clock),
+        };
         let system = async { RunningSystem::start(launch).await.map_err(anyhow::Error::from) };
         let (system, (proxy_server, proxy)) = tokio::try_join!(system, start_proxy(config))?;
         let mut cluster = Cluster {
@@ -124,6 +130,7 @@ impl Cluster {
             proxy,
             runners: vec![],
             clock,
+            info,
             control_links: vec![],
             target_links: vec![],
             _database: database,

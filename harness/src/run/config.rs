@@ -241,6 +241,9 @@ pub struct ConfigFile {
     #[serde(flatten)]
     pub run: RunConfig,
     pub clock_control: super::cluster::ClockControl,
+    /// The system attacked, and what of the run it could not take (absent in older files).
+    #[serde(default)]
+    pub system: crate::system::SystemInfo,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub healthy_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -368,9 +371,18 @@ fn read_schedule(path: &std::path::Path) -> Result<Vec<workloads::faults::Fault>
 impl RunConfig {
     /// The fault schedule of this run: the given one, or the one the seed generates.
     pub fn fault_schedule(&self) -> Vec<workloads::faults::Fault> {
+        self.fault_schedule_without(&[])
+    }
+
+    /// The fault schedule without the faults of `not_run` (kinds the system cannot take).
+    pub fn fault_schedule_without(&self, not_run: &[FaultKind]) -> Vec<workloads::faults::Fault> {
         match &self.schedule {
-            Some(schedule) => schedule.clone(),
-            None => workloads::faults::schedule(self.seed, &self.schedule_options()),
+            Some(schedule) => schedule.iter().filter(|fault| !not_run.contains(&fault.kind)).cloned().collect(),
+            None => {
+                let mut options = self.schedule_options();
+                options.kinds.retain(|kind| !not_run.contains(kind));
+                workloads::faults::schedule(self.seed, &options)
+            }
         }
     }
 
@@ -520,6 +532,7 @@ mod tests {
         let file = ConfigFile {
             run: RunConfig::default(),
             clock_control: crate::system::ClockControl::RunnerOffset,
+            system: crate::system::SystemInfo { name: "lab".into(), ..Default::default() },
             healthy_ms: Some(12),
             scenario: None,
         };

@@ -75,7 +75,9 @@ pub async fn execute(
     folder: PathBuf,
     interrupt: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<RunEnd> {
-    let schedule = config.fault_schedule();
+    let system = crate::system::SystemFile::of_config(&config)?;
+    let not_run = system.faults_not_run(&config.nemesis, &system.clock_control());
+    let schedule = config.fault_schedule_without(&not_run.iter().map(|not| not.fault).collect::<Vec<_>>());
     let jobs = workloads::jobs::plan(config.seed, &config.job_options());
     write_json(&folder.join("schedule.json"), &schedule)?;
     write_json(&folder.join("jobs.json"), &jobs)?;
@@ -91,6 +93,7 @@ pub async fn execute(
     let file = config::ConfigFile {
         run: config.clone(),
         clock_control: cluster.clock.clone(),
+        system: cluster.info.clone(),
         healthy_ms: Some(healthy_ms),
         scenario: None,
     };

@@ -111,6 +111,7 @@ async fn execute(
     let file_config = ConfigFile {
         run: config.clone(),
         clock_control: cluster.clock.clone(),
+        system: cluster.info.clone(),
         healthy_ms: None,
         scenario: Some(info),
     };

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use super::file::{expand, ClockMethod, Ready, Role, SystemFile, READY_MS_DEFAULT};
+use super::file::{expand, Ready, Role, SystemFile, READY_MS_DEFAULT};
 use crate::run::config::Db;
 
 /// Why a system did not start: `Named` is what the user named wrongly (a program that is
@@ -307,21 +307,6 @@ impl Launch {
         let (mut command, words) = self.runner_command(id, token, links, log, clock, clock_file)?;
         let child = command.spawn().map_err(|error| spawn_error(&self.file.locate(Role::Runner), &words, error))?;
         Ok(Proc { child, name: format!("runner {id}") })
-    }
-
-    /// How runner clocks are moved: the file's first method this host can do.
-    pub fn clock_control(&self) -> ClockControl {
-        for method in &self.file.provides.runner_clock {
-            match method {
-                ClockMethod::Libfaketime => {
-                    if let Some(library) = crate::run::cluster::libfaketime() {
-                        return ClockControl::Libfaketime { library };
-                    }
-                }
-                ClockMethod::OffsetFile => return ClockControl::RunnerOffset,
-            }
-        }
-        ClockControl::Fixed
     }
 }
 

@@ -13,6 +13,86 @@ use protocol::RegisterRunner;
 pub use file::{Feature, Role, SystemFile};
 pub use launch::{ClockControl, Launch, Proc, Server, StartError};
 
+/// The optional part of the contract a fault needs, if any.
+pub fn fault_needs(kind: workloads::faults::FaultKind) -> Option<Feature> {
+    use workloads::faults::FaultKind;
+    match kind {
+        FaultKind::ClockSkew => Some(Feature::RunnerClock),
+        FaultKind::DisconnectDuringMutation => Some(Feature::Target),
+        FaultKind::RestartControlPlane => Some(Feature::Restart),
+        FaultKind::DelayedHeartbeats
+        | FaultKind::DuplicateResults
+        | FaultKind::ConflictingResults
+        | FaultKind::Reconnects
+        | FaultKind::Kill => None,
+    }
+}
+
+/// A fault the run asked for that the system cannot take.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotRun {
+    pub fault: workloads::faults::FaultKind,
+    /// The part of the contract it needs and the system lacks.
+    pub needs: Feature,
+}
+
+/// What `config.json` says of the system a run attacked.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SystemInfo {
+    pub name: String,
+    /// The system file; none for the built-in lab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
+    #[serde(default)]
+    pub variants: Vec<String>,
+    /// The optional parts it lacks (`docs/system.md`).
+    #[serde(default)]
+    pub absent: Vec<Feature>,
+    /// Faults asked for and not run, each with the part it needs.
+    #[serde(default)]
+    pub faults_not_run: Vec<NotRun>,
+}
+
+impl SystemFile {
+    /// The system file a run configuration names (the built-in lab when none).
+    pub fn of_config(config: &crate::run::config::RunConfig) -> Result<SystemFile, StartError> {
+        match &config.system {
+            Some(path) => SystemFile::read(path).map_err(|error| StartError::Named(error.to_string())),
+            None => Ok(SystemFile::lab()),
+        }
+    }
+
+    /// How runner clocks are moved: the file's first method this host can do.
+    pub fn clock_control(&self) -> ClockControl {
+        for method in &self.provides.runner_clock {
+            match method {
+                file::ClockMethod::Libfaketime => {
+                    if let Some(library) = crate::run::cluster::libfaketime() {
+                        return ClockControl::Libfaketime { library };
+                    }
+                }
+                file::ClockMethod::OffsetFile => return ClockControl::RunnerOffset,
+            }
+        }
+        ClockControl::Fixed
+    }
+
+    /// The faults of `kinds` this system cannot take (and `clock` cannot do clock skew).
+    pub fn faults_not_run(&self, kinds: &[workloads::faults::FaultKind], clock: &ClockControl) -> Vec<NotRun> {
+        kinds
+            .iter()
+            .filter_map(|kind| {
+                let needs = fault_needs(*kind)?;
+                let lacking =
+                    !self.provides.has(needs) || (needs == Feature::RunnerClock && *clock == ClockControl::Fixed);
+                lacking.then_some(NotRun { fault: *kind, needs })
+            })
+            .collect()
+    }
+}
+
 /// A running system: its control plane, its target (when it has one), and the operator's
 /// client.
 pub struct RunningSystem {

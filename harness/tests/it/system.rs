@@ -157,3 +157,67 @@ async fn a_bad_system_file_names_file_line_and_role_and_leaves_nothing_behind() 
         assert_eq!(left, Vec::<String>::new(), "{}: nothing is left running", case.name);
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_system_lacks_is_not_run_and_never_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixed_clock = dir.path().join("fixed");
+    std::fs::create_dir(&fixed_clock).unwrap();
+    let fixed_clock = edited_lab(&fixed_clock, |text| {
+        text.replacen("restart = true", "restart = false", 1).replacen(
+            "runner_clock = [\"libfaketime\", \"offset-file\"]",
+            "runner_clock = []",
+            1,
+        )
+    });
+    let no_target = dir.path().join("no-target");
+    std::fs::create_dir(&no_target).unwrap();
+    let no_target = edited_lab(&no_target, |text| {
+        let start = text.find("[target]").unwrap();
+        let end = start + text[start..].find("[runner]").unwrap();
+        let variants = text.find("[variants.").unwrap();
+        let without =
+            format!("{}{}", &text[..start], &text[end..variants]).replacen("target = true", "target = false", 1);
+        without.replacen("\"--target-url={target_url}\"", "\"--target-url=\"", 1)
+    });
+    let common = [
+        "--seed",
+        "4",
+        "--time-limit",
+        "5",
+        "--nemesis",
+        "clock-skew,restart-control-plane,kill,disconnect-during-mutation",
+    ];
+    let with = |file: &Path| -> Vec<String> {
+        common.iter().map(|word| word.to_string()).chain(["--system".to_string(), file.display().to_string()]).collect()
+    };
+    let (fixed_args, no_target_args) = (with(&fixed_clock), with(&no_target));
+    let fixed_args: Vec<&str> = fixed_args.iter().map(String::as_str).collect();
+    let no_target_args: Vec<&str> = no_target_args.iter().map(String::as_str).collect();
+    let (fixed, without) = tokio::join!(run(&fixed_args), run(&no_target_args));
+
+    assert_eq!(fixed.code, Some(0), "{}", fixed.stderr);
+    let config = std::fs::read_to_string(fixed.folder().join("config.json")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    assert_eq!(config["clock_control"], "fixed");
+    let not_run: Vec<&str> = config["system"]["faults_not_run"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["fault"].as_str().unwrap())
+        .collect();
+    assert_eq!(not_run, ["clock-skew", "restart-control-plane"]);
+    let schedule = std::fs::read_to_string(fixed.folder().join("schedule.json")).unwrap();
+    assert!(!schedule.contains("clock-skew") && !schedule.contains("restart-control-plane"), "{schedule}");
+    assert!(schedule.contains("\"kill\""), "the faults it can take still run: {schedule}");
+    let results = std::fs::read_to_string(fixed.folder().join("results.json")).unwrap();
+    assert!(results.contains("the system lacks `runner-clock`"), "results.json says what was not run");
+    let report = std::fs::read_to_string(fixed.folder().join("report.html")).unwrap();
+    assert!(report.contains("not run: the system lacks `restart`"));
+
+    assert_eq!(without.code, Some(2), "no target: unknown, never valid\n{}", without.stdout);
+    let verdict = verdicts(&without.folder());
+    let side_effect = verdict.iter().find(|(name, _)| name == "stale-side-effect").unwrap();
+    assert_eq!(side_effect.1, "unknown");
+    assert!(verdict.iter().all(|(_, word)| word != "invalid"), "a missing target is no anomaly: {verdict:?}");
+}
