@@ -135,6 +135,8 @@ enum ScenarioCommand {
         /// Where run folders go (`STORE/scenario-NAME/START-TIME`).
         #[arg(long, default_value = "store")]
         store: std::path::PathBuf,
+        #[command(flatten)]
+        system: crate::scenario::SystemChoice,
     },
 }
 
@@ -198,7 +200,9 @@ pub fn main() -> ExitCode {
             Ok(history) => merge_command(&out, &shards, history),
             Err(message) => bad_arguments(&message),
         },
-        Command::Scenario { command: ScenarioCommand::Run { file, store } } => crate::scenario::main(&file, &store),
+        Command::Scenario { command: ScenarioCommand::Run { file, store, system } } => {
+            crate::scenario::main(&file, &store, &system)
+        }
         Command::Diff { run_a, run_b } => diff_command(&run_a, &run_b),
         Command::Bugs => {
             print!("{}", lab::bugs::listing());

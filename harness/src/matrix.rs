@@ -35,26 +35,22 @@ pub struct MatrixArgs {
     /// Only these bugs (repeatable; default: every bug).
     #[arg(long = "bug")]
     pub bugs: Vec<Bug>,
+    /// The system under test (a system file, `docs/system.md`); its variants are the rows,
+    /// each run under its `nemesis` (or `--nemesis`, or every fault). Default: the lab.
+    #[arg(long)]
+    pub system: Option<PathBuf>,
+    /// With `--system`: only these variants (repeatable; default: every variant).
+    #[arg(long = "variant")]
+    pub variants: Vec<String>,
     /// Where the runs and `matrix.json` go.
     #[arg(long, default_value = "store/matrix")]
     pub store: PathBuf,
 }
 
-/// The faults that expose each planted bug.
-pub fn exposing_faults(bug: Bug) -> &'static str {
-    match bug {
-        Bug::AcceptStaleResult | Bug::BlindRetryOnZeroRows => "reconnects",
-        Bug::HeartbeatRevivesExpired => "delayed-heartbeats",
-        Bug::RequeueOnExpiry => "kill",
-        Bug::TrustRunnerClock => "clock-skew,delayed-heartbeats",
-        Bug::OverwriteTerminalResult | Bug::UnscopedFence => "conflicting-results",
-        Bug::AckBeforeCommit => "restart-control-plane",
-        Bug::TargetIgnoresFence => "disconnect-during-mutation",
-        Bug::RefuseDuplicateResult => "duplicate-results",
-        Bug::SelfReconcile => "reconnects",
-        Bug::ExpireEarly => "delayed-heartbeats",
-        Bug::TargetRefusesCurrentFence => "reconnects",
-    }
+/// The faults that expose each planted bug: its variant's `nemesis` in `systems/lab.toml`.
+pub fn exposing_faults(bug: Bug) -> String {
+    let lab = crate::system::SystemFile::lab();
+    lab.variants.get(bug.name()).and_then(|variant| variant.nemesis.clone()).unwrap_or_else(|| "all".to_string())
 }
 
 /// Runs one matrix cell: `fencelab run` of the bug (or the correct lab) under `nemesis`.
@@ -66,15 +62,66 @@ pub async fn run_cell(
     seed: u64,
     time_limit: u64,
 ) -> Cell {
+    let row = Line { name: bug.map(|bug| bug.name().to_string()), bug, nemesis: nemesis.to_string() };
+    run_line(program, store, None, &row, seed, time_limit).await
+}
+
+/// One row of the matrix: a planted bug of the lab, a variant of a system file, or the
+/// correct system (`name` none).
+#[derive(Clone, Debug)]
+struct Line {
+    name: Option<String>,
+    bug: Option<Bug>,
+    nemesis: String,
+}
+
+async fn run_line(
+    program: &Path,
+    store: &Path,
+    system: Option<&Path>,
+    line: &Line,
+    seed: u64,
+    time_limit: u64,
+) -> Cell {
+    let variants = match (&line.name, line.bug) {
+        (Some(name), None) => vec![name.clone()],
+        _ => vec![],
+    };
     let spec = RunSpec {
-        test_name: bug.map_or("correct".to_string(), |bug| bug.name().to_string()),
-        bugs: bug.into_iter().collect(),
-        nemesis: nemesis.to_string(),
+        test_name: line.name.clone().unwrap_or_else(|| "correct".to_string()),
+        bugs: line.bug.into_iter().collect(),
+        system: system.map(Path::to_path_buf),
+        variants,
+        nemesis: line.nemesis.clone(),
         seed,
         time_limit,
         extra: vec![],
     };
     run_child(program, store, &spec).await
+}
+
+/// The matrix's rows: every planted bug (or the system file's variants) and the correct system.
+fn lines(args: &MatrixArgs) -> anyhow::Result<Vec<Line>> {
+    let Some(path) = &args.system else {
+        let bugs: Vec<Bug> = if args.bugs.is_empty() { Bug::ALL.to_vec() } else { args.bugs.clone() };
+        let faults_of = |bug: Bug| args.nemesis.clone().unwrap_or_else(|| exposing_faults(bug));
+        return Ok(bugs
+            .into_iter()
+            .map(|bug| Line { name: Some(bug.name().to_string()), bug: Some(bug), nemesis: faults_of(bug) })
+            .collect());
+    };
+    let file = crate::system::SystemFile::read(path)?;
+    file.check_variants(&args.variants)?;
+    let names: Vec<String> =
+        if args.variants.is_empty() { file.variants.keys().cloned().collect() } else { args.variants.clone() };
+    Ok(names
+        .into_iter()
+        .map(|name| {
+            let declared = file.variants[&name].nemesis.clone();
+            let nemesis = args.nemesis.clone().or(declared).unwrap_or_else(|| "all".to_string());
+            Line { name: Some(name), bug: None, nemesis }
+        })
+        .collect())
 }
 
 /// What a whole matrix found.
@@ -133,34 +180,35 @@ fn row(bug: Option<String>, nemesis: &str, cells: &[&Cell]) -> Row {
 /// Runs every cell, `parallel` at a time.
 pub async fn run(args: &MatrixArgs, program: &Path) -> anyhow::Result<Matrix> {
     std::fs::create_dir_all(&args.store)?;
-    let bugs: Vec<Bug> = if args.bugs.is_empty() { Bug::ALL.to_vec() } else { args.bugs.clone() };
-    let faults_of = |bug: Bug| -> String { args.nemesis.clone().unwrap_or_else(|| exposing_faults(bug).to_string()) };
-    let mut plan: Vec<(Option<Bug>, String, u64)> = Vec::new();
-    for bug in &bugs {
-        plan.extend((0..args.seeds).map(|i| (Some(*bug), faults_of(*bug), args.first_seed + i)));
+    let lines = lines(args)?;
+    let mut plan: Vec<(Line, u64)> = Vec::new();
+    for line in &lines {
+        plan.extend((0..args.seeds).map(|i| (line.clone(), args.first_seed + i)));
     }
-    plan.extend((0..args.correct_seeds).map(|i| (None, "all".to_string(), args.first_seed + i)));
+    let correct = Line { name: None, bug: None, nemesis: args.nemesis.clone().unwrap_or_else(|| "all".to_string()) };
+    plan.extend((0..args.correct_seeds).map(|i| (correct.clone(), args.first_seed + i)));
     let mut cells = Vec::new();
     let mut running = tokio::task::JoinSet::new();
-    for (bug, nemesis, seed) in plan {
+    for (line, seed) in plan {
         if running.len() >= args.parallel.max(1) {
             cells.push(running.join_next().await.expect("a running cell")?);
         }
         let (program, store, time_limit) = (program.to_path_buf(), args.store.clone(), args.time_limit);
-        running.spawn(async move { run_cell(&program, &store, bug, &nemesis, seed, time_limit).await });
+        let system = args.system.clone();
+        running.spawn(async move { run_line(&program, &store, system.as_deref(), &line, seed, time_limit).await });
     }
     while let Some(cell) = running.join_next().await {
         cells.push(cell?);
     }
     cells.sort_by(|a, b| (a.bug.is_none(), &a.bug, a.seed).cmp(&(b.bug.is_none(), &b.bug, b.seed)));
     let mut rows = Vec::new();
-    for bug in &bugs {
-        let mine: Vec<&Cell> = cells.iter().filter(|cell| cell.bug.as_deref() == Some(bug.name())).collect();
-        rows.push(row(Some(bug.name().to_string()), &faults_of(*bug), &mine));
+    for line in &lines {
+        let mine: Vec<&Cell> = cells.iter().filter(|cell| cell.bug == line.name).collect();
+        rows.push(row(line.name.clone(), &line.nemesis, &mine));
     }
-    let correct: Vec<&Cell> = cells.iter().filter(|cell| cell.bug.is_none()).collect();
-    if !correct.is_empty() {
-        rows.push(row(None, "all", &correct));
+    let correct_cells: Vec<&Cell> = cells.iter().filter(|cell| cell.bug.is_none()).collect();
+    if !correct_cells.is_empty() {
+        rows.push(row(None, &correct.nemesis, &correct_cells));
     }
     let matrix = Matrix { time_limit_s: args.time_limit, cells, rows };
     std::fs::write(args.store.join("matrix.json"), serde_json::to_vec_pretty(&matrix)?)?;

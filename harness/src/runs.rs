@@ -12,6 +12,12 @@ use serde::{Deserialize, Serialize};
 pub struct RunSpec {
     pub test_name: String,
     pub bugs: Vec<Bug>,
+    /// The system file (none: the built-in lab).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<PathBuf>,
+    /// Variants of the system switched on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<String>,
     pub nemesis: String,
     pub seed: u64,
     pub time_limit: u64,
@@ -27,6 +33,12 @@ impl RunSpec {
         for bug in &self.bugs {
             args.extend(["--bug".into(), bug.name().to_string()]);
         }
+        if let Some(system) = &self.system {
+            args.extend(["--system".into(), system.display().to_string()]);
+        }
+        for variant in &self.variants {
+            args.extend(["--variant".into(), variant.clone()]);
+        }
         args.extend(self.extra.iter().cloned());
         args
     }
@@ -36,7 +48,7 @@ impl RunSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Cell {
     pub test_name: String,
-    /// The planted bug, or `None` for the correct lab.
+    /// The planted bug or the variant, or `None` for the correct system.
     pub bug: Option<String>,
     pub nemesis: String,
     pub seed: u64,
@@ -71,7 +83,7 @@ pub async fn run_child(program: &Path, store: &Path, spec: &RunSpec) -> Cell {
     let args = spec.args(&store);
     let mut cell = Cell {
         test_name: spec.test_name.clone(),
-        bug: spec.bugs.first().map(|bug| bug.name().to_string()),
+        bug: spec.bugs.first().map(|bug| bug.name().to_string()).or_else(|| spec.variants.first().cloned()),
         nemesis: spec.nemesis.clone(),
         seed: spec.seed,
         verdict: results::RunVerdict::Error("not run".into()),

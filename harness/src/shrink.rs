@@ -251,6 +251,8 @@ pub struct Original {
     pub jobs: BTreeSet<String>,
     /// Job → the runner (0-based) that claimed its first attempt.
     pub claims: BTreeMap<String, u32>,
+    /// `--system FILE` and `--variant NAME` words for every try: the system the run attacked.
+    pub system_args: Vec<String>,
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(folder: &Path, name: &str) -> Result<T, String> {
@@ -301,7 +303,15 @@ pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, Str
         bugs: config.bugs.iter().map(|bug| bug.name().to_string()).collect(),
     };
     let runners = config.runners;
+    let mut system_args = Vec::new();
+    if let Some(system) = &config.system {
+        system_args.extend(["--system".to_string(), system.display().to_string()]);
+    }
+    for variant in &config.variants {
+        system_args.extend(["--variant".to_string(), variant.clone()]);
+    }
     Ok(Original {
+        system_args,
         header,
         case: Case { runners, jobs, faults, pins: BTreeMap::new() },
         claims: first_claims(folder),
@@ -414,13 +424,14 @@ impl Shrinker<'_> {
         if std::fs::write(&scenario, text).is_err() {
             return found;
         }
-        let args = [
+        let mut args = vec![
             "scenario".into(),
             "run".into(),
             scenario.display().to_string(),
             "--store".into(),
             store.display().to_string(),
         ];
+        args.extend(self.original.system_args.iter().cloned());
         let mut command = crate::runs::child(self.program, &args);
         // The try's output goes to its log; nothing reads a pipe while the try runs.
         command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
@@ -601,7 +612,8 @@ pub async fn shrink(program: &Path, options: &Options) -> Result<Shrunk, String>
         shrunk.after = Some(case.size());
         shrunk.confirmed = confirmed;
         shrunk.scenario = Some(options.out.clone());
-        shrunk.command = Some(format!("fencelab scenario run {}", options.out.display()));
+        let system = original.system_args.iter().map(|word| format!(" {word}")).collect::<String>();
+        shrunk.command = Some(format!("fencelab scenario run {}{system}", options.out.display()));
     }
     let report = options.work.join("shrink.json");
     let json = serde_json::to_vec_pretty(&shrunk).map_err(|error| error.to_string())?;

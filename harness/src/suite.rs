@@ -45,6 +45,13 @@ pub struct SuiteRun {
     pub time_limit: u64,
     #[serde(default)]
     pub bugs: Vec<Bug>,
+    /// The system under test: a system file, relative to the suite file (default: the lab).
+    #[serde(default)]
+    pub system: Option<PathBuf>,
+    /// Variants of the system switched on (e.g. a canary build with a known bug, run with
+    /// `expect = "invalid"`).
+    #[serde(default)]
+    pub variants: Vec<String>,
     /// The verdict that counts as a pass: `valid` (default) or `invalid` (a planted bug caught).
     #[serde(default = "default_expect")]
     pub expect: results::Overall,
@@ -81,10 +88,23 @@ pub fn exit(result: &SuiteResult) -> crate::exit::Exit {
 
 pub fn read(path: &Path) -> Result<SuiteFile, String> {
     let text = std::fs::read_to_string(path).map_err(|error| format!("{}: {error}", path.display()))?;
-    let suite: SuiteFile = toml::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?;
-    for run in &suite.runs {
+    let mut suite: SuiteFile = toml::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    for run in &mut suite.runs {
         if run.seeds.is_empty() || run.expect == results::Overall::Unknown {
             return Err(format!("{}: run `{}` needs seeds and expect = valid|invalid", path.display(), run.name));
+        }
+        if let Some(system) = &run.system {
+            let system = std::path::absolute(dir.join(system)).unwrap_or_else(|_| dir.join(system));
+            let file = crate::system::SystemFile::read(&system)
+                .map_err(|error| format!("{}: run `{}`: {error}", path.display(), run.name))?;
+            file.check_variants(&run.variants)
+                .map_err(|error| format!("{}: run `{}`: {error}", path.display(), run.name))?;
+            run.system = Some(system);
+        } else {
+            crate::system::SystemFile::lab()
+                .check_variants(&run.variants)
+                .map_err(|error| format!("{}: run `{}`: {error}", path.display(), run.name))?;
         }
     }
     Ok(suite)
@@ -120,6 +140,8 @@ pub async fn execute(suite: &SuiteFile, shard: Option<(usize, usize)>, program: 
         let spec = RunSpec {
             test_name: run.name.clone(),
             bugs: run.bugs.clone(),
+            system: run.system.clone(),
+            variants: run.variants.clone(),
             nemesis: run.nemesis.clone(),
             seed,
             time_limit: run.time_limit,
@@ -139,7 +161,7 @@ pub async fn execute(suite: &SuiteFile, shard: Option<(usize, usize)>, program: 
                 passed: false,
                 command,
                 report: None,
-                bugs: run.bugs.iter().map(|bug| bug.name().to_string()).collect(),
+                bugs: run.bugs.iter().map(|bug| bug.name().to_string()).chain(run.variants.iter().cloned()).collect(),
                 checkers: vec![],
             });
             continue;
@@ -149,7 +171,7 @@ pub async fn execute(suite: &SuiteFile, shard: Option<(usize, usize)>, program: 
             let cell = run_child(&program, &out.join("runs"), &spec).await;
             let passed = cell.verdict.is(run.expect);
             let report = cell.folder.as_ref().map(|folder| relative(&out, &folder.join("report.html")));
-            let bugs = run.bugs.iter().map(|bug| bug.name().to_string()).collect();
+            let bugs = run.bugs.iter().map(|bug| bug.name().to_string()).chain(run.variants.iter().cloned()).collect();
             Entry {
                 index,
                 name: run.name,

@@ -61,7 +61,7 @@ pub fn load(file: &Path) -> Result<Scenario, ScenarioError> {
     Ok(scenario)
 }
 
-fn config(scenario: &Scenario, store: &Path) -> Result<RunConfig, ScenarioError> {
+fn config(scenario: &Scenario, store: &Path, system: &SystemChoice) -> Result<RunConfig, ScenarioError> {
     let mut args =
         RunArgs::from(&RunConfig { nemesis: Vec::new(), store: store.to_path_buf(), ..RunConfig::default() });
     args.test_name = format!("scenario-{}", scenario.name);
@@ -69,6 +69,8 @@ fn config(scenario: &Scenario, store: &Path) -> Result<RunConfig, ScenarioError>
     args.runners = scenario.runners;
     args.lease_ms = scenario.lease_ms;
     args.bugs = scenario.bugs.clone();
+    args.system = system.system.clone();
+    args.variants = system.variants.clone();
     args.heartbeat_interval_ms = scenario.heartbeat_interval_ms;
     args.reconcile_after_ms = scenario.reconcile_after_ms;
     args.target_mode = clap::ValueEnum::from_str(&scenario.target_mode, true).map_err(ScenarioError::Bad)?;
@@ -77,10 +79,40 @@ fn config(scenario: &Scenario, store: &Path) -> Result<RunConfig, ScenarioError>
     Ok(config)
 }
 
+/// The system a scenario runs against: a system file and its variants (none: the lab).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct SystemChoice {
+    /// The system under test: a system file (`docs/system.md`; default: the lab).
+    #[arg(long)]
+    pub system: Option<std::path::PathBuf>,
+    /// A variant the system file declares (repeatable).
+    #[arg(long = "variant")]
+    pub variants: Vec<String>,
+}
+
+impl SystemChoice {
+    /// The flags that name it again, each preceded by a space.
+    pub fn words(&self) -> String {
+        let mut out = String::new();
+        if let Some(system) = &self.system {
+            out.push_str(&format!(" --system {}", system.display()));
+        }
+        for variant in &self.variants {
+            out.push_str(&format!(" --variant {variant}"));
+        }
+        out
+    }
+}
+
 /// Runs a scenario file into `store`; `program` is the `fencelab` binary.
-pub async fn run_file(file: &Path, store: &Path, program: &Path) -> Result<Report, ScenarioError> {
+pub async fn run_file(
+    file: &Path,
+    store: &Path,
+    program: &Path,
+    system: &SystemChoice,
+) -> Result<Report, ScenarioError> {
     let scenario = load(file)?;
-    let config = config(&scenario, store)?;
+    let config = config(&scenario, store, system)?;
     let folder = crate::run::create_folder(&config).map_err(ScenarioError::Bad)?;
     eprintln!("fencelab scenario: {} — run folder {}", scenario.name, folder.display());
     execute(&scenario, &config, &folder, file, program).await.map_err(ScenarioError::Internal)
@@ -241,7 +273,7 @@ fn expectations(scenario: &Scenario, view: &View) -> bool {
 
 /// `fencelab scenario run FILE`: 0 every expectation held, 1 one failed, 254 a bad file,
 /// 255 an internal error.
-pub fn main(file: &Path, store: &Path) -> std::process::ExitCode {
+pub fn main(file: &Path, store: &Path, system: &SystemChoice) -> std::process::ExitCode {
     let program = match crate::cli::program("scenario") {
         Ok(program) => program,
         Err(code) => return code,
@@ -254,12 +286,12 @@ pub fn main(file: &Path, store: &Path) -> std::process::ExitCode {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
-    match runtime.block_on(run_file(file, store, &program)) {
+    match runtime.block_on(run_file(file, store, &program, system)) {
         Ok(report) => {
             let word = if report.passed { "passed" } else { "FAILED" };
             println!("scenario     {word} (report: {})", report.folder.join("report.html").display());
             if !report.passed {
-                println!("repeat with  fencelab scenario run {}", file.display());
+                println!("repeat with  fencelab scenario run {}{}", file.display(), system.words());
             }
             crate::exit::Exit::passed(report.passed).into()
         }

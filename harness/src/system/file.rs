@@ -145,6 +145,9 @@ pub struct RoleExtra {
 pub struct Variant {
     #[serde(default)]
     pub description: String,
+    /// The faults that expose it (as `--nemesis`), for `fencelab matrix`; default every fault.
+    #[serde(default)]
+    pub nemesis: Option<String>,
     #[serde(default)]
     pub control_plane: RoleExtra,
     #[serde(default)]
@@ -409,6 +412,10 @@ impl SystemFile {
             }
         }
         for (name, variant) in &raw.variants {
+            if let Some(nemesis) = variant.nemesis.as_deref().filter(|text| !["all", "none"].contains(&text.trim())) {
+                workloads::faults::FaultKind::parse_list(nemesis)
+                    .map_err(|why| error(None, format!("variant `{name}`: nemesis: {why}")))?;
+            }
             if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
                 return Err(error(None, format!("variant `{name}`: a name is letters, digits, `-`, `_` or `.`")));
             }
@@ -583,6 +590,17 @@ command = ["rn", "--id={runner_id}"]
         let lab = SystemFile::lab();
         assert_eq!(lab.name, "lab");
         assert!(lab.provides.absent().is_empty());
+        for bug in lab::bugs::Bug::ALL {
+            let variant = &lab.variants[bug.name()];
+            let role = match bug.home() {
+                lab::bugs::Home::ControlPlane => Role::ControlPlane,
+                lab::bugs::Home::Target => Role::Target,
+            };
+            assert_eq!(variant.extra(role).args, [format!("--bug={}", bug.name())], "{bug}");
+            assert_eq!(variant.description, bug.removes(), "{bug}");
+            assert!(variant.nemesis.is_some(), "{bug}: the faults that expose it");
+        }
+        assert_eq!(lab.variants.len(), lab::bugs::Bug::ALL.len());
     }
 
     #[test]
@@ -597,7 +615,7 @@ command = ["rn", "--id={runner_id}"]
     fn errors_name_the_line_and_the_role() {
         let unknown_key = MINIMAL.replace("[target]\n", "[target]\nreadyy = 3\n");
         let error = parse(&unknown_key).unwrap_err();
-        assert_eq!(error.line, Some(12), "{error}");
+        assert_eq!(error.line, Some(11), "the line of its table: {error}");
         assert!(error.to_string().contains("readyy"), "{error}");
 
         let missing = MINIMAL.replace("[runner]\ncommand = [\"rn\", \"--id={runner_id}\"]\n", "");

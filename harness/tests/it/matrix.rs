@@ -22,7 +22,7 @@ fn program() -> &'static Path {
 async fn until_detected(store: std::path::PathBuf, bug: Bug) -> Vec<Cell> {
     let mut cells = Vec::new();
     for seed in 1..=SEEDS_MAX {
-        let cell = run_cell(program(), &store, Some(bug), exposing_faults(bug), seed, TIME_LIMIT_S).await;
+        let cell = run_cell(program(), &store, Some(bug), &exposing_faults(bug), seed, TIME_LIMIT_S).await;
         let detected = cell.detected();
         cells.push(cell);
         if detected {

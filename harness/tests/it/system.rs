@@ -221,3 +221,40 @@ async fn what_a_system_lacks_is_not_run_and_never_valid() {
     assert_eq!(side_effect.1, "unknown");
     assert!(verdict.iter().all(|(_, word)| word != "invalid"), "a missing target is no anomaly: {verdict:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_matrix_over_a_system_file_runs_its_variants_under_their_faults() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("matrix");
+    let lab = lab_file();
+    let args: Vec<&std::ffi::OsStr> = [
+        "matrix",
+        "--system",
+        lab.to_str().unwrap(),
+        "--variant",
+        "requeue-on-expiry",
+        "--seeds",
+        "1",
+        "--correct-seeds",
+        "1",
+        "--time-limit",
+        "8",
+        "--parallel",
+        "2",
+        "--store",
+        store.to_str().unwrap(),
+    ]
+    .into_iter()
+    .map(std::ffi::OsStr::new)
+    .collect();
+    let (code, said) = super::fencelab_output(&args, Duration::from_secs(300)).await;
+    assert_eq!(code, Some(0), "{said}");
+    let row = said.lines().find(|line| line.starts_with("requeue-on-expiry")).expect("a row for the variant");
+    assert!(row.contains(" kill ") && row.contains("1/1"), "run under the variant's own faults, and caught: {row}");
+    assert!(said.lines().any(|line| line.starts_with("(correct") && line.contains("0 of 1 flagged")), "{said}");
+    let matrix = std::fs::read_to_string(store.join("matrix.json")).unwrap();
+    assert!(
+        matrix.contains("--variant requeue-on-expiry") && matrix.contains("--system"),
+        "the cells' commands name both"
+    );
+}
