@@ -33,7 +33,8 @@ seeds = [1, 2]
 time_limit = 4
 [[run]]
 name = "overwrite"
-bugs = ["overwrite-terminal-result"]
+system = "{}"
+variants = ["overwrite-terminal-result"]
 nemesis = "conflicting-results"
 seeds = [1]
 time_limit = 6
@@ -47,6 +48,7 @@ seeds = [1]
 time_limit = 6
 args = ["--runners", "1", "--schedule", "{}"]
 "#,
+        super::system::lab_file().display(),
         schedule.display(),
         schedule.display()
     );
