@@ -105,6 +105,7 @@ words! {
         DisconnectDuringMutation = "disconnect-during-mutation",
         Kill = "kill",
         RestartControlPlane = "restart-control-plane",
+        KillReplica = "kill-replica",
     }
 }
 

@@ -97,6 +97,8 @@ struct TargetArgs {
 struct RunnerArgs {
     #[arg(long)]
     id: String,
+    /// The control plane; several replicas as a comma-separated list (the first is used
+    /// until a request to it gets no answer, then the next, round robin).
     #[arg(long, default_value = "http://127.0.0.1:7400")]
     control_url: String,
     /// The deployment target; empty for none (each step is then a local wait of `step_ms`).
@@ -224,7 +226,7 @@ async fn runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
         (Some(token), _) => token,
         (None, Some(registration)) => {
             let client = protocol::client::Client::new(
-                &args.control_url,
+                args.control_url.split(',').next().unwrap_or_default(),
                 Some(registration),
                 Duration::from_millis(args.request_timeout_ms),
             );

@@ -114,7 +114,10 @@ impl Authority {
 
 pub struct Runner {
     config: RunnerConfig,
-    control: Client,
+    /// One client per control-plane replica (`control_url` is a comma-separated list).
+    controls: Vec<Client>,
+    /// The replica requests go to; after a transport error the next one takes over.
+    current: std::sync::atomic::AtomicUsize,
     target: Client,
     log: RunnerLog,
 }
@@ -122,10 +125,28 @@ pub struct Runner {
 impl Runner {
     pub fn new(config: RunnerConfig) -> std::io::Result<Runner> {
         let timeout = Duration::from_millis(config.request_timeout_ms);
-        let control = Client::new(&config.control_url, Some(&config.token), timeout);
+        let urls: Vec<&str> = config.control_url.split(',').map(str::trim).filter(|url| !url.is_empty()).collect();
+        if urls.is_empty() {
+            return Err(std::io::Error::other("--control-url names no URL"));
+        }
+        let controls = urls.iter().map(|url| Client::new(url, Some(&config.token), timeout)).collect();
         let target = Client::new(&config.target_url, None, timeout);
         let log = RunnerLog::open(&config.id, config.log.as_deref())?;
-        Ok(Runner { config, control, target, log })
+        Ok(Runner { config, controls, current: std::sync::atomic::AtomicUsize::new(0), target, log })
+    }
+
+    /// The control-plane replica requests go to now.
+    fn control(&self) -> &Client {
+        &self.controls[self.current.load(std::sync::atomic::Ordering::Relaxed) % self.controls.len()]
+    }
+
+    /// After `answer`: a transport error moves the next request to the next replica. Every
+    /// request the runner repeats after one is safe to repeat anywhere (claims and
+    /// heartbeats are new requests; a repeated result is a duplicate at worst).
+    fn fail_over_after<T>(&self, answer: &Result<T, ClientError>) {
+        if answer.as_ref().is_err_and(ClientError::is_transport) && self.controls.len() > 1 {
+            self.current.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// The runner's clock: wall time plus the configured offset. Diagnostic only.
@@ -170,7 +191,8 @@ impl Runner {
             event.runner = Some(request.runner.clone());
             event.observed_ms = Some(request.observed_ms);
         });
-        let answer = self.control.claim(&request).await;
+        let answer = self.control().claim(&request).await;
+        self.fail_over_after(&answer);
         self.log.record(answer_type(&answer), Op::Claim, |event| {
             event.runner = Some(request.runner.clone());
             event.observed_ms = Some(request.observed_ms);
@@ -234,7 +256,7 @@ impl Runner {
             let sent = Instant::now();
             let request = HeartbeatRequest { claim: claim.clone(), observed_ms: self.observed_ms() };
             let answer =
-                self.logged(Op::Heartbeat, &claim, request.observed_ms, None, self.control.heartbeat(&request)).await;
+                self.logged(Op::Heartbeat, &claim, request.observed_ms, None, self.control().heartbeat(&request)).await;
             match answer {
                 Ok(verdict) if verdict.decision == Decision::Accepted => authority.renew(sent + lease),
                 Ok(verdict) => authority.lose(format!("heartbeat refused: {}", reason_text(verdict.reason))),
@@ -260,6 +282,7 @@ impl Runner {
         };
         self.log.record(EventType::Request, f, fill);
         let answer = send.await;
+        self.fail_over_after(&answer);
         self.log.record(answer_type(&answer), f, |event| {
             fill(event);
             match &answer {
@@ -317,7 +340,9 @@ impl Runner {
     async fn redeem(&self, claim: &ClaimRef, authority: &Authority) -> Result<Capability, String> {
         loop {
             let request = CapabilityRequest { claim: claim.clone(), observed_ms: self.observed_ms() };
-            match self.logged(Op::Capability, claim, request.observed_ms, None, self.control.capability(&request)).await
+            match self
+                .logged(Op::Capability, claim, request.observed_ms, None, self.control().capability(&request))
+                .await
             {
                 Ok(Ruling { capability: Some(capability), .. }) => return Ok(capability),
                 Ok(verdict) => {
@@ -367,8 +392,9 @@ impl Runner {
                 observed_ms: self.observed_ms(),
                 detail: detail.clone(),
             };
-            let answer =
-                self.logged(Op::Result, claim, request.observed_ms, Some(outcome), self.control.result(&request)).await;
+            let answer = self
+                .logged(Op::Result, claim, request.observed_ms, Some(outcome), self.control().result(&request))
+                .await;
             match answer {
                 Err(error) if error.is_transport() => {
                     tokio::time::sleep(backoff).await;

@@ -51,6 +51,11 @@ impl Client {
         Client { token: Some(token.to_string()), ..self.clone() }
     }
 
+    /// The same client (token, timeouts) for another server.
+    pub fn at(&self, base: &str) -> Client {
+        Client { base: base.trim_end_matches('/').to_string(), ..self.clone() }
+    }
+
     pub fn base(&self) -> &str {
         &self.base
     }

@@ -16,6 +16,8 @@ pub enum FaultKind {
     DisconnectDuringMutation,
     Kill,
     RestartControlPlane,
+    /// One replica of the control plane killed and started again (runs with replicas only).
+    KillReplica,
 }
 
 impl FaultKind {
@@ -30,6 +32,10 @@ impl FaultKind {
         FaultKind::RestartControlPlane,
     ];
 
+    /// The faults only a control plane of several replicas can take; `all` includes them
+    /// when a run has replicas.
+    pub const REPLICAS: [FaultKind; 1] = [FaultKind::KillReplica];
+
     /// The operation the nemesis records this fault under.
     pub fn op(self) -> history::Op {
         match self {
@@ -41,6 +47,7 @@ impl FaultKind {
             FaultKind::DisconnectDuringMutation => history::Op::DisconnectDuringMutation,
             FaultKind::Kill => history::Op::Kill,
             FaultKind::RestartControlPlane => history::Op::RestartControlPlane,
+            FaultKind::KillReplica => history::Op::KillReplica,
         }
     }
 
@@ -56,8 +63,9 @@ impl FaultKind {
         }
         let mut kinds = Vec::new();
         for name in list.split(',').map(str::trim).filter(|name| !name.is_empty()) {
-            let Some(kind) = FaultKind::ALL.into_iter().find(|kind| kind.name() == name) else {
-                let known: Vec<&str> = FaultKind::ALL.iter().map(|kind| kind.name()).collect();
+            let every = FaultKind::ALL.into_iter().chain(FaultKind::REPLICAS);
+            let Some(kind) = every.clone().find(|kind| kind.name() == name) else {
+                let known: Vec<&str> = every.map(|kind| kind.name()).collect();
                 return Err(format!("unknown fault `{name}`; known: all, {}", known.join(", ")));
             };
             if !kinds.contains(&kind) {
@@ -102,6 +110,9 @@ pub enum Variant {
     KillRunner,
     /// SIGKILL the control plane and start it again on the same store.
     RestartControl,
+    /// SIGKILL replica `replica` (0-based) of the control plane; start it again when the
+    /// window ends. Runners fail over to the other replicas.
+    KillReplica { replica: u32 },
 }
 
 impl Variant {
@@ -118,6 +129,7 @@ impl Variant {
             }
             Variant::KillRunner => FaultKind::Kill,
             Variant::RestartControl => FaultKind::RestartControlPlane,
+            Variant::KillReplica { .. } => FaultKind::KillReplica,
         }
     }
 }
@@ -140,6 +152,13 @@ pub struct ScheduleOptions {
     pub time_limit_ms: u64,
     pub runners: u32,
     pub lease_ms: u64,
+    /// Replicas of the control plane (1 when absent).
+    #[serde(default = "one")]
+    pub replicas: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// Most faults in one schedule.
@@ -160,6 +179,7 @@ impl FaultKind {
             }
             FaultKind::Kill => &[Variant::KillRunner],
             FaultKind::RestartControlPlane => &[Variant::RestartControl],
+            FaultKind::KillReplica => &[Variant::KillReplica { replica: 0 }],
         }
     }
 }
@@ -187,6 +207,7 @@ impl Variant {
             Variant::DelayedStep { .. } => "delayed-step",
             Variant::KillRunner => "kill-runner",
             Variant::RestartControl => "restart-control",
+            Variant::KillReplica { .. } => "kill-replica",
         }
     }
 }
@@ -284,6 +305,10 @@ fn realise(
         Variant::DelayedStep { .. } => (6 * lease_ms, runner, Variant::DelayedStep { latency_ms: 4 * lease_ms }),
         Variant::KillRunner => (2 * lease_ms, runner, Variant::KillRunner),
         Variant::RestartControl => (lease_ms / 2, None, Variant::RestartControl),
+        Variant::KillReplica { .. } => {
+            let replica = rng.gen_range(0..options.replicas.max(1));
+            (2 * lease_ms, None, Variant::KillReplica { replica })
+        }
     };
     Fault { at_ms, duration_ms, kind: variant.kind(), runner, variant }
 }
@@ -293,7 +318,7 @@ mod tests {
     use super::*;
 
     fn options(kinds: Vec<FaultKind>) -> ScheduleOptions {
-        ScheduleOptions { kinds, time_limit_ms: 60_000, runners: 3, lease_ms: 1_000 }
+        ScheduleOptions { kinds, time_limit_ms: 60_000, runners: 3, lease_ms: 1_000, replicas: 1 }
     }
 
     #[test]
@@ -359,8 +384,13 @@ mod tests {
 
     #[test]
     fn the_default_run_exercises_every_variant() {
-        let default =
-            ScheduleOptions { kinds: FaultKind::ALL.to_vec(), time_limit_ms: 30_000, runners: 3, lease_ms: 1_000 };
+        let default = ScheduleOptions {
+            kinds: FaultKind::ALL.to_vec(),
+            time_limit_ms: 30_000,
+            runners: 3,
+            lease_ms: 1_000,
+            replicas: 1,
+        };
         let names: Vec<&str> = FaultKind::ALL.iter().flat_map(|kind| kind.variants()).map(Variant::name).collect();
         assert_eq!(names.len(), 14);
         for seed in 0..20 {
@@ -374,8 +404,13 @@ mod tests {
     #[test]
     fn more_runners_have_more_faults_at_once() {
         let at_once = |runners: u32| {
-            let options =
-                ScheduleOptions { kinds: FaultKind::ALL.to_vec(), time_limit_ms: 30_000, runners, lease_ms: 1_000 };
+            let options = ScheduleOptions {
+                kinds: FaultKind::ALL.to_vec(),
+                time_limit_ms: 30_000,
+                runners,
+                lease_ms: 1_000,
+                replicas: 1,
+            };
             let faults = schedule(3, &options);
             let busiest = (0..30_000u64)
                 .step_by(100)

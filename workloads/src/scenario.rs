@@ -511,11 +511,11 @@ pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<crate::faul
     if *duration_ms > FAULT_DURATION_MAX_MS {
         return Err(format!("duration_ms = {duration_ms}: must be at most {FAULT_DURATION_MAX_MS}"));
     }
+    let on_control_plane =
+        matches!(kind, crate::faults::FaultKind::RestartControlPlane | crate::faults::FaultKind::KillReplica);
     let runner = match (runner, kind) {
-        (Some(_), crate::faults::FaultKind::RestartControlPlane) => {
-            return Err("restart-control hits the control plane, not a runner".into())
-        }
-        (None, crate::faults::FaultKind::RestartControlPlane) => None,
+        (Some(_), _) if on_control_plane => return Err(format!("{how} hits the control plane, not a runner")),
+        (None, _) if on_control_plane => None,
         (None, _) => return Err(format!("how = `{how}` needs a runner")),
         (Some(name), _) => Some(runner_index(name, runners)? as u32),
     };

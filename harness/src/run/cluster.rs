@@ -50,7 +50,8 @@ pub struct Cluster {
     pub clock: ClockControl,
     /// What the system is and what of the run it could not take.
     pub info: SystemInfo,
-    control_links: Vec<String>,
+    /// Per runner: the URL of its proxy to each replica, its own replica first.
+    control_links: Vec<Vec<String>>,
     target_links: Vec<String>,
     /// The throwaway PostgreSQL cluster of a `--db postgres` run, held so that it lives as
     /// long as the lab: dropping it (after the lab, declared earlier) stops and removes it.
@@ -93,6 +94,7 @@ pub fn launch_of(config: &RunConfig, dir: &Path, program: &Path) -> Result<Launc
         database_url: None,
         schema: None,
         secret: format!("capability-secret-{:016x}", config.seed),
+        replicas: config.control_planes as usize,
         heartbeat_interval_ms: config.heartbeat_interval_ms,
         renewal_margin_ms: config.renewal_margin_ms,
         request_timeout_ms: config.request_timeout_ms,
@@ -102,6 +104,15 @@ pub fn launch_of(config: &RunConfig, dir: &Path, program: &Path) -> Result<Launc
 
 pub fn control_link(index: usize) -> String {
     format!("r{}-control", index + 1)
+}
+
+/// The proxy between runner `index` and replica `replica` (the first replica's is
+/// [`control_link`]).
+pub fn replica_link(index: usize, replica: usize) -> String {
+    match replica {
+        0 => control_link(index),
+        _ => format!("r{}-control-{}", index + 1, replica + 1),
+    }
 }
 
 pub fn target_link(index: usize) -> String {
@@ -149,7 +160,7 @@ impl Cluster {
     /// through each runner's two links.
     async fn check_links(&self) -> anyhow::Result<()> {
         let target_links = if self.system.target.is_some() { &self.target_links[..] } else { &[] };
-        for url in self.control_links.iter().chain(target_links) {
+        for url in self.control_links.iter().flatten().chain(target_links) {
             let client = protocol::client::Client::new(url, None, Duration::from_secs(5));
             client.health().await.map_err(|error| anyhow::anyhow!("link {url} is not healthy: {error}"))?;
         }
@@ -158,14 +169,25 @@ impl Cluster {
 
     async fn add_runner(&mut self, index: usize) -> anyhow::Result<()> {
         let id = format!("r{}", index + 1);
-        let control_upstream = self.system.control.addr.to_string();
-        let (control_name, target_name) = (control_link(index), target_link(index));
-        if self.proxy_server.is_none() {
-            // A real Toxiproxy may still hold these proxies from an earlier run.
-            let _ = tokio::join!(self.proxy.delete_proxy(&control_name), self.proxy.delete_proxy(&target_name));
+        let target_name = target_link(index);
+        let replicas = self.system.replicas.len();
+        let mut links = Vec::with_capacity(replicas);
+        for replica in 0..replicas {
+            let name = replica_link(index, replica);
+            if self.proxy_server.is_none() {
+                // A real Toxiproxy may still hold these proxies from an earlier run.
+                let _ = self.proxy.delete_proxy(&name).await;
+            }
+            let upstream = self.system.replica_addr(replica).to_string();
+            let control = self.proxy.create_proxy(&name, "127.0.0.1:0", &upstream).await?;
+            links.push(format!("http://{}", control.listen_addr()?));
         }
-        let control = self.proxy.create_proxy(&control_name, "127.0.0.1:0", &control_upstream).await?;
-        self.control_links.push(format!("http://{}", control.listen_addr()?));
+        // Its own replica first (runners spread over the replicas), then the others in turn.
+        links.rotate_left(index % replicas);
+        self.control_links.push(links);
+        if self.proxy_server.is_none() {
+            let _ = self.proxy.delete_proxy(&target_name).await;
+        }
         // A system without a target still gets a link, to nowhere: its runners never use it.
         let target_upstream =
             self.system.target.as_ref().map_or_else(|| "127.0.0.1:9".to_string(), |t| t.addr.to_string());
@@ -190,10 +212,40 @@ impl Cluster {
     pub fn start_runner(&mut self, index: usize, _config: &RunConfig) -> anyhow::Result<()> {
         let slot = &self.runners[index];
         let log = self.system.runner_log(&slot.id);
-        let links = (self.control_links[index].as_str(), self.target_links[index].as_str());
+        let control = self.control_links[index].join(",");
+        let links = (control.as_str(), self.target_links[index].as_str());
         let process =
             self.system.launch.start_runner(&slot.id, &slot.token, links, &log, &self.clock, &slot.clock_file)?;
         self.runners[index].process = Some(process);
+        Ok(())
+    }
+
+    /// The names of runner `index`'s proxies to the control plane, one per replica.
+    pub fn control_link_names(&self, index: usize) -> Vec<String> {
+        (0..self.system.replicas.len()).map(|replica| replica_link(index, replica)).collect()
+    }
+
+    /// Adds `toxic` to every one of runner `index`'s links to the control plane.
+    pub async fn control_add_toxic(&self, index: usize, toxic: &proxy::Toxic) -> Result<(), proxy::ClientError> {
+        for name in self.control_link_names(index) {
+            self.proxy.add_toxic(&name, toxic).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes the toxic `toxic` from every one of runner `index`'s links to the control plane.
+    pub async fn control_remove_toxic(&self, index: usize, toxic: &str) -> Result<(), proxy::ClientError> {
+        for name in self.control_link_names(index) {
+            self.proxy.remove_toxic(&name, toxic).await?;
+        }
+        Ok(())
+    }
+
+    /// Enables or disables every one of runner `index`'s links to the control plane.
+    pub async fn control_set_enabled(&self, index: usize, enabled: bool) -> Result<(), proxy::ClientError> {
+        for name in self.control_link_names(index) {
+            self.proxy.set_enabled(&name, enabled).await?;
+        }
         Ok(())
     }
 

@@ -86,6 +86,10 @@ pub struct RunArgs {
     /// `--bug NAME` is the lab's shortcut for `--variant NAME`.
     #[arg(long = "variant")]
     pub variants: Vec<String>,
+    /// Replicas of the control plane, on one store (each runner reaches its own first and
+    /// fails over to the others).
+    #[arg(long, default_value_t = defaults().control_planes)]
+    pub control_planes: u32,
 }
 
 /// The control plane's database.
@@ -141,6 +145,7 @@ impl From<&RunConfig> for RunArgs {
             database_url: config.database_url.clone(),
             system: config.system.clone(),
             variants: config.variants.clone(),
+            control_planes: config.control_planes,
         }
     }
 }
@@ -192,7 +197,14 @@ pub struct RunConfig {
     /// The system's variants switched on (the planted bugs are in `bugs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub variants: Vec<String>,
+    /// Replicas of the control plane.
+    #[serde(default = "one")]
+    pub control_planes: u32,
     pub version: String,
+}
+
+fn one() -> u32 {
+    1
 }
 
 fn sqlite() -> Db {
@@ -228,6 +240,7 @@ impl Default for RunConfig {
             database_url: None,
             system: None,
             variants: Vec::new(),
+            control_planes: 1,
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
@@ -270,11 +283,17 @@ impl ConfigFile {
 
 /// Checks the flags; every error names the flag.
 pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> {
-    let nemesis = if args.nemesis.trim() == "none" {
+    let mut nemesis = if args.nemesis.trim() == "none" {
         vec![]
     } else {
         FaultKind::parse_list(&args.nemesis).map_err(|error| format!("--nemesis: {error}"))?
     };
+    if args.control_planes > 1 && args.nemesis.trim() == "all" {
+        nemesis.extend(FaultKind::REPLICAS);
+    }
+    if let Some(kind) = nemesis.iter().find(|kind| args.control_planes < 2 && FaultKind::REPLICAS.contains(kind)) {
+        return Err(format!("--nemesis {}: needs --control-planes 2 or more", kind.name()));
+    }
     let bugs = args
         .bugs
         .iter()
@@ -300,6 +319,7 @@ pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> 
             "--step-ms-min must not exceed --step-ms-max (at most 600000)",
         ),
         (args.recovery_limit_s == 0 || args.recovery_limit_s > 3_600, "--recovery-limit must be 1..=3600 seconds"),
+        (args.control_planes == 0 || args.control_planes > 9, "--control-planes must be 1..=9"),
     ];
     if let Some((_, message)) = checks.iter().find(|(bad, _)| *bad) {
         return Err(message.to_string());
@@ -359,6 +379,7 @@ pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> 
         database_url: args.database_url.clone(),
         system,
         variants: args.variants.clone(),
+        control_planes: args.control_planes,
         version: env!("CARGO_PKG_VERSION").to_string(),
     })
 }
@@ -430,6 +451,9 @@ impl RunConfig {
         for variant in &self.variants {
             args.extend(["--variant".to_string(), variant.clone()]);
         }
+        if self.control_planes != 1 {
+            args.extend(["--control-planes".to_string(), self.control_planes.to_string()]);
+        }
         args
     }
 
@@ -466,6 +490,7 @@ impl RunConfig {
             time_limit_ms: self.time_limit_ms,
             runners: self.runners,
             lease_ms: self.lease_ms,
+            replicas: self.control_planes,
         }
     }
 }
@@ -518,6 +543,7 @@ mod tests {
             db: Db::Postgres,
             database_url: Some("postgres://postgres@127.0.0.1:5432/postgres".into()),
             variants: vec!["accept-stale-result".into()],
+            control_planes: 3,
             ..RunConfig::default()
         };
         assert_eq!(validate(&parse(&config.args()), 0).unwrap(), config);

@@ -13,7 +13,7 @@ use proxy::{Stream, Toxic, ToxicKind};
 use tokio::sync::Mutex;
 use workloads::faults::{Fault, Variant};
 
-use super::cluster::{control_link, target_link, Cluster};
+use super::cluster::{target_link, Cluster};
 use super::config::RunConfig;
 use super::recorder::Recorder;
 use super::Shared;
@@ -145,6 +145,7 @@ async fn start(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
         Variant::Replay | Variant::Conflict => return resend(shared, fault, try_number).await,
         Variant::CrossJob => return cross(shared, fault, try_number).await,
         Variant::RestartControl => restart_control(shared).await,
+        Variant::KillReplica { replica } => kill_replica(shared, *replica as usize).await,
         variant => start_on(&shared.cluster, shared.config.as_ref(), index, variant).await,
     };
     let effective = result.is_ok();
@@ -163,21 +164,21 @@ async fn start_on(
     let outcome = match variant {
         Variant::Latency { latency_ms } => {
             let kind = ToxicKind::Latency { latency_ms: *latency_ms, jitter_ms: 0 };
-            cluster.proxy.add_toxic(&control_link(index), &toxic(kind)).await.map(drop)
+            cluster.control_add_toxic(index, &toxic(kind)).await
         }
         Variant::LostResponse => {
             let lost = Toxic::new(ToxicKind::LimitData { bytes: 0 }).on(Stream::Downstream).named(TOXIC_NAME);
-            cluster.proxy.add_toxic(&control_link(index), &lost).await.map(drop)
+            cluster.control_add_toxic(index, &lost).await
         }
         Variant::Pause => {
             cluster.runners[index].paused_by_nemesis = true;
             return signal(&cluster, index, libc::SIGSTOP);
         }
         Variant::CutLinks => {
-            let control = cluster.proxy.set_enabled(&control_link(index), false).await.map(drop);
+            let control = cluster.control_set_enabled(index, false).await;
             control.and(cluster.proxy.set_enabled(&target_link(index), false).await.map(drop))
         }
-        Variant::ControlLink => cluster.proxy.set_enabled(&control_link(index), false).await.map(drop),
+        Variant::ControlLink => cluster.control_set_enabled(index, false).await,
         Variant::TargetLinkMidStep => cluster.proxy.set_enabled(&target_link(index), false).await.map(drop),
         Variant::DelayedStep { latency_ms } => {
             let kind = ToxicKind::Latency { latency_ms: *latency_ms, jitter_ms: 0 };
@@ -186,7 +187,7 @@ async fn start_on(
             // Let the runner put a step into the slowed link, then cut it from the control plane.
             tokio::time::sleep(Duration::from_millis(config.lease_ms / 2)).await;
             let cluster = shared_cluster.lock().await;
-            held.and(cluster.proxy.set_enabled(&control_link(index), false).await.map(drop))
+            held.and(cluster.control_set_enabled(index, false).await)
         }
         Variant::StaticSkew { offset_ms } | Variant::Jump { offset_ms } => {
             return cluster.set_clock(index, *offset_ms).map_err(|error| error.to_string())
@@ -198,9 +199,11 @@ async fn start_on(
             }
             return Ok(());
         }
-        Variant::Replay | Variant::Conflict | Variant::CrossJob | Variant::RestartControl => {
-            unreachable!("started elsewhere")
-        }
+        Variant::Replay
+        | Variant::Conflict
+        | Variant::CrossJob
+        | Variant::RestartControl
+        | Variant::KillReplica { .. } => unreachable!("started elsewhere"),
     };
     outcome.map_err(|error| error.to_string())
 }
@@ -219,7 +222,7 @@ async fn heal(shared: &Shared, fault: &Fault) {
         let mut cluster = shared.cluster.lock().await;
         match &fault.variant {
             Variant::Latency { .. } | Variant::LostResponse => {
-                cluster.proxy.remove_toxic(&control_link(index), TOXIC_NAME).await.map_err(|error| error.to_string())
+                cluster.control_remove_toxic(index, TOXIC_NAME).await.map_err(|error| error.to_string())
             }
             Variant::Pause => {
                 cluster.runners[index].paused_by_nemesis = false;
@@ -236,6 +239,10 @@ async fn heal(shared: &Shared, fault: &Fault) {
                 let removed = cluster.proxy.remove_toxic(&target_link(index), TOXIC_NAME).await.map(drop);
                 removed.map_err(|error| error.to_string()).and(enable_links(&cluster, index).await)
             }
+            Variant::KillReplica { replica } => {
+                let replica = *replica as usize % cluster.system.replicas.len();
+                cluster.system.start_replica(replica).await.map_err(|error| error.to_string())
+            }
             Variant::Replay | Variant::Conflict | Variant::CrossJob | Variant::RestartControl => return,
         }
     };
@@ -243,9 +250,20 @@ async fn heal(shared: &Shared, fault: &Fault) {
 }
 
 async fn enable_links(cluster: &Cluster, index: usize) -> Result<(), String> {
-    let control = cluster.proxy.set_enabled(&control_link(index), true).await.map(drop);
+    let control = cluster.control_set_enabled(index, true).await;
     let target = cluster.proxy.set_enabled(&target_link(index), true).await.map(drop);
     control.and(target).map_err(|error| error.to_string())
+}
+
+/// SIGKILLs one replica of the control plane (started again when the fault heals).
+async fn kill_replica(shared: &Shared, replica: usize) -> Result<(), String> {
+    let mut cluster = shared.cluster.lock().await;
+    let replicas = cluster.system.replicas.len();
+    if replicas < 2 {
+        return Err("the control plane has one replica: nothing to fail over to".into());
+    }
+    cluster.system.kill_replica(replica % replicas).await;
+    Ok(())
 }
 
 async fn restart_control(shared: &Shared) -> Result<(), String> {

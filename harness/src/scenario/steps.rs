@@ -13,7 +13,7 @@ use proxy::{Stream, Toxic, ToxicKind};
 
 use super::conditions::{evaluate, View};
 use super::format::{fault_of, runner_index, Action, Condition, Link, Step};
-use crate::run::cluster::{control_link, target_link, Cluster};
+use crate::run::cluster::{target_link, Cluster};
 use crate::run::Shared;
 
 const TOXIC_NAME: &str = "scenario";
@@ -29,11 +29,13 @@ pub struct Driver {
     pub faults: tokio::task::JoinSet<()>,
 }
 
-fn links(runner: usize, link: Link) -> Vec<String> {
+/// The proxies of a runner's `link`: its links to every replica of the control plane, its
+/// link to the target, or both.
+fn links(cluster: &Cluster, runner: usize, link: Link) -> Vec<String> {
     match link {
-        Link::Control => vec![control_link(runner)],
+        Link::Control => cluster.control_link_names(runner),
         Link::Target => vec![target_link(runner)],
-        Link::Both => vec![control_link(runner), target_link(runner)],
+        Link::Both => cluster.control_link_names(runner).into_iter().chain([target_link(runner)]).collect(),
     }
 }
 
@@ -117,7 +119,7 @@ impl Driver {
             Action::Cut { runner, link } | Action::Heal { runner, link } => {
                 let enabled = matches!(action, Action::Heal { .. });
                 let cluster = self.cluster().await;
-                for name in links(index(runner, &cluster)?, *link) {
+                for name in links(&cluster, index(runner, &cluster)?, *link) {
                     cluster.proxy.set_enabled(&name, enabled).await.map_err(error)?;
                 }
                 Ok(())
@@ -126,14 +128,14 @@ impl Driver {
                 let kind = ToxicKind::Latency { latency_ms: *ms, jitter_ms: 0 };
                 let toxic = Toxic::new(kind).on(Stream::Upstream).named(TOXIC_NAME);
                 let cluster = self.cluster().await;
-                for name in links(index(runner, &cluster)?, *link) {
+                for name in links(&cluster, index(runner, &cluster)?, *link) {
                     cluster.proxy.add_toxic(&name, &toxic).await.map_err(error)?;
                 }
                 Ok(())
             }
             Action::Clear { runner, link } => {
                 let cluster = self.cluster().await;
-                for name in links(index(runner, &cluster)?, *link) {
+                for name in links(&cluster, index(runner, &cluster)?, *link) {
                     cluster.proxy.remove_toxic(&name, TOXIC_NAME).await.map_err(error)?;
                 }
                 Ok(())

@@ -44,6 +44,8 @@ pub struct Launch {
     pub schema: Option<String>,
     /// The capability secret shared by the control plane and the target (`{secret}`).
     pub secret: String,
+    /// Replicas of the control plane on one store (`--control-planes`, at least 1).
+    pub replicas: usize,
     pub heartbeat_interval_ms: u64,
     pub renewal_margin_ms: u64,
     pub request_timeout_ms: u64,
@@ -206,15 +208,22 @@ impl Launch {
         Ok((command, words.join(" ")))
     }
 
-    /// Starts a server for `role` on `port` (0: a free one is picked) and waits, bounded,
-    /// until it is ready.
-    pub async fn start_server(&self, role: Role, port: u16) -> Result<Server, StartError> {
+    /// Starts a server for `role` (replica `replica`, 0-based, of the control plane) on
+    /// `port` (0: a free one is picked) and waits, bounded, until it is ready.
+    pub async fn start_server(&self, role: Role, replica: usize, port: u16) -> Result<Server, StartError> {
         let where_ = self.file.locate(role);
         let spec = &self.file.roles[&role];
         let port = if port == 0 { free_port().map_err(|error| StartError::Failed(error.to_string()))? } else { port };
-        let values =
-            [("host", "127.0.0.1".to_string()), ("port", port.to_string()), ("listen", format!("127.0.0.1:{port}"))];
-        let log = self.dir.join(format!("{}.log", role_log_name(role)));
+        let values = [
+            ("host", "127.0.0.1".to_string()),
+            ("port", port.to_string()),
+            ("listen", format!("127.0.0.1:{port}")),
+            ("replica", (replica + 1).to_string()),
+        ];
+        let log = match replica {
+            0 => self.dir.join(format!("{}.log", role_log_name(role))),
+            _ => self.dir.join(format!("{}-{}.log", role_log_name(role), replica + 1)),
+        };
         let (mut command, words) = self.command(role, &values, &[], &log)?;
         let ready = spec.ready.clone().unwrap_or(Ready::Listening);
         if ready != Ready::Listening {
@@ -263,7 +272,8 @@ impl Launch {
         Ok(Server { proc, addr })
     }
 
-    /// The command of runner `id`, with its links, token, log and clock words.
+    /// The command of runner `id`, with its links (the control plane's as a comma-separated
+    /// list, its own replica first), token, log and clock words.
     pub fn runner_command(
         &self,
         id: &str,
@@ -276,7 +286,8 @@ impl Launch {
         let values = [
             ("runner_id", id.to_string()),
             ("runner_token", token.to_string()),
-            ("control_url", links.0.to_string()),
+            ("control_url", links.0.split(',').next().unwrap_or_default().to_string()),
+            ("control_urls", links.0.to_string()),
             ("target_url", links.1.to_string()),
             ("runner_log", log.display().to_string()),
             ("clock_file", clock_file.display().to_string()),

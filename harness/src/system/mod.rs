@@ -24,7 +24,8 @@ pub fn fault_needs(kind: workloads::faults::FaultKind) -> Option<Feature> {
         | FaultKind::DuplicateResults
         | FaultKind::ConflictingResults
         | FaultKind::Reconnects
-        | FaultKind::Kill => None,
+        | FaultKind::Kill
+        | FaultKind::KillReplica => None,
     }
 }
 
@@ -97,8 +98,13 @@ impl SystemFile {
 /// client.
 pub struct RunningSystem {
     pub launch: Launch,
-    pub control: Server,
+    /// The control plane's replicas (one unless `--control-planes`), on one store; `None`
+    /// while a replica is down (killed by a fault).
+    pub replicas: Vec<Option<Server>>,
+    /// Each replica's port, kept across restarts.
+    pub ports: Vec<u16>,
     pub target: Option<Server>,
+    /// The operator's client, pointed at a live replica.
     pub operator: Client,
 }
 
@@ -114,13 +120,20 @@ impl RunningSystem {
         let has_target = launch.file.roles.contains_key(&Role::Target);
         let target = async {
             if has_target {
-                launch.start_server(Role::Target, 0).await.map(Some)
+                launch.start_server(Role::Target, 0, 0).await.map(Some)
             } else {
                 Ok(None)
             }
         };
-        let (control, target) = tokio::join!(launch.start_server(Role::ControlPlane, 0), target);
-        let (control, target) = (control?, target?);
+        // The first replica alone creates the store; the others join it.
+        let (first, target) = tokio::join!(launch.start_server(Role::ControlPlane, 0, 0), target);
+        let (first, target) = (first?, target?);
+        let mut replicas = vec![first];
+        for replica in 1..launch.replicas.max(1) {
+            replicas.push(launch.start_server(Role::ControlPlane, replica, 0).await?);
+        }
+        let ports = replicas.iter().map(|server| server.addr.port()).collect();
+        let control = &replicas[0];
         let operator = Client::new(&control.url(), Some(&launch.file.operator_token), START_REQUEST_MAX);
         operator.create_project(&launch.file.project).await.map_err(|error| {
             StartError::Failed(format!(
@@ -129,11 +142,36 @@ impl RunningSystem {
                 launch.file.project
             ))
         })?;
-        Ok(RunningSystem { launch, control, target, operator })
+        let replicas = replicas.into_iter().map(Some).collect();
+        Ok(RunningSystem { launch, replicas, ports, target, operator })
     }
 
+    /// The address of replica `replica` (up or down: its port does not change).
+    pub fn replica_addr(&self, replica: usize) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.ports[replica]))
+    }
+
+    /// The URL of the first replica that is up.
     pub fn control_url(&self) -> String {
-        self.control.url()
+        let live = self.replicas.iter().flatten().next().map(|server| server.addr);
+        format!("http://{}", live.unwrap_or_else(|| self.replica_addr(0)))
+    }
+
+    /// SIGKILLs replica `replica`; the operator moves to a replica that is up.
+    pub async fn kill_replica(&mut self, replica: usize) {
+        if let Some(mut server) = self.replicas[replica].take() {
+            server.proc.kill().await;
+        }
+        self.operator = self.operator.at(&self.control_url());
+    }
+
+    /// Starts replica `replica` again (if it is down), on its port and the same store.
+    pub async fn start_replica(&mut self, replica: usize) -> Result<(), StartError> {
+        if self.replicas[replica].is_none() {
+            let server = self.launch.start_server(Role::ControlPlane, replica, self.ports[replica]).await?;
+            self.replicas[replica] = Some(server);
+        }
+        Ok(())
     }
 
     /// The target's URL; a system without a target has none.
@@ -141,11 +179,16 @@ impl RunningSystem {
         self.target.as_ref().map(Server::url)
     }
 
-    /// SIGKILLs the control plane and starts it again with the same command, store and port.
+    /// SIGKILLs every replica of the control plane and starts each again with the same
+    /// command, store and port.
     pub async fn restart_control(&mut self) -> Result<(), StartError> {
-        let port = self.control.addr.port();
-        self.control.proc.kill().await;
-        self.control = self.launch.start_server(Role::ControlPlane, port).await?;
+        for replica in 0..self.replicas.len() {
+            self.kill_replica(replica).await;
+        }
+        for replica in 0..self.replicas.len() {
+            self.start_replica(replica).await?;
+        }
+        self.operator = self.operator.at(&self.control_url());
         Ok(())
     }
 
@@ -162,7 +205,9 @@ impl RunningSystem {
 
     /// Stops the control plane and the target (SIGTERM, then SIGKILL of the group).
     pub async fn stop(&mut self) {
-        self.control.proc.stop(Duration::from_secs(2)).await;
+        for server in self.replicas.iter_mut().flatten() {
+            server.proc.stop(Duration::from_secs(2)).await;
+        }
         if let Some(target) = self.target.as_mut() {
             target.proc.stop(Duration::from_secs(2)).await;
         }

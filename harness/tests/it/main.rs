@@ -3,6 +3,7 @@
 
 mod diff;
 mod matrix;
+mod replicas;
 mod run;
 mod scenario;
 mod shrink;

@@ -1,0 +1,51 @@
+//! Several control-plane replicas on one store: runners fail over when their replica is
+//! killed, the sweepers of every replica run at once, and the correct lab stays valid.
+
+use history::{EventType, Op, Process};
+
+use super::run::run;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runners_fail_over_when_their_replica_is_killed_and_the_lab_stays_valid() {
+    let finished =
+        run(&["--control-planes", "3", "--seed", "8", "--time-limit", "12", "--nemesis", "kill-replica,kill"]).await;
+    assert_eq!(finished.code, Some(0), "{}\n{}", finished.stdout, finished.stderr);
+    let events = finished.history();
+    let kills: Vec<(u64, u64, u64)> = events
+        .iter()
+        .filter(|event| event.f == Op::KillReplica && event.kind == EventType::Ok)
+        .filter(|event| event.value.as_ref().is_some_and(|value| value["phase"] == "start"))
+        .map(|event| {
+            let value = event.value.as_ref().unwrap();
+            let replica = value["variant"]["replica"].as_u64().unwrap();
+            (event.time_ns, event.time_ns + value["duration_ms"].as_u64().unwrap() * 1_000_000, replica)
+        })
+        .collect();
+    assert!(!kills.is_empty(), "a replica was killed");
+    // Runner rN's own replica is N-1 (modulo 3): while it is down, that runner still gets
+    // the control plane's answers — from another replica.
+    let answered_while_down = kills.iter().any(|(from_ns, until_ns, replica)| {
+        let runner = Process::runner(&format!("r{}", replica + 1));
+        events.iter().any(|event| {
+            event.process == runner
+                && event.kind == EventType::Response
+                && event.f != Op::Step
+                && (*from_ns..*until_ns).contains(&event.time_ns)
+        })
+    });
+    assert!(answered_while_down, "a runner whose replica was down got answers from another: {kills:?}");
+    let logs: Vec<String> = std::fs::read_dir(finished.folder().join("lab"))
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("control"))
+        .collect();
+    assert!(logs.contains(&"control-3.log".to_string()), "three replicas ran: {logs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_fault_needs_replicas() {
+    let finished = run(&["--nemesis", "kill-replica", "--time-limit", "2"]).await;
+    assert_eq!(finished.code, Some(254));
+    assert!(finished.stderr.contains("needs --control-planes 2 or more"), "{}", finished.stderr);
+}
