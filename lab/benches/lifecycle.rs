@@ -1,7 +1,8 @@
 //! Full job lifecycles against the control plane over loopback HTTP: submit, claim,
 //! capability, two heartbeats, result — by C concurrent runners — on the SQLite store and
 //! on the PostgreSQL store (a throwaway cluster; skipped when PostgreSQL is not installed).
-//! Prints lifecycles per second for each concurrency and store.
+//! Prints lifecycles per second for each concurrency and store, with one control plane
+//! and with three replicas on the same store.
 //! Run: `cargo bench -p lab --bench lifecycle`.
 
 use std::path::Path;
@@ -41,7 +42,9 @@ async fn lifecycle(operator: &Client, runner: &Client, runner_id: &str, job: &st
     assert_eq!(verdict.decision, history::Decision::Accepted);
 }
 
-async fn measure(lab: &LocalLab, concurrency: usize, round: usize) -> f64 {
+/// Runs `concurrency` runners for [`MEASURE`]; runner i (and its operator requests) goes
+/// to replica i modulo the number of `replicas` (control-plane URLs on one store).
+async fn measure(lab: &LocalLab, replicas: &[String], concurrency: usize, round: usize) -> f64 {
     let mut tasks = Vec::new();
     let started = Instant::now();
     for index in 0..concurrency {
@@ -49,8 +52,8 @@ async fn measure(lab: &LocalLab, concurrency: usize, round: usize) -> f64 {
         lab.operator.create_project(&runner_id).await.expect("project");
         let request = RegisterRunner { project: Some(runner_id.clone()), id: runner_id.clone() };
         let token = lab.operator.register_runner(&request).await.expect("register").token;
-        let runner = lab.operator.with_token(&token);
-        let operator = lab.operator.clone();
+        let operator = lab.operator.at(&replicas[index % replicas.len()]);
+        let runner = operator.with_token(&token);
         tasks.push(tokio::spawn(async move {
             let mut done = 0u64;
             while started.elapsed() < MEASURE {
@@ -71,16 +74,25 @@ async fn measure(lab: &LocalLab, concurrency: usize, round: usize) -> f64 {
 const LEVELS: [usize; 3] = [1, 4, 16];
 
 /// Lifecycles per second at each level, on a lab whose control plane uses `database_url`
-/// (SQLite when `None`).
-async fn rates(database_url: Option<String>) -> Vec<f64> {
+/// (SQLite when `None`), with `replicas` control planes on that store.
+async fn rates(database_url: Option<String>, replicas: usize) -> Vec<f64> {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut options = LabOptions::new(Path::new(env!("CARGO_BIN_EXE_fencelab-lab")), dir.path());
     options.lease_ms = 30_000;
     options.database_url = database_url;
     let lab = LocalLab::start(options).await.expect("lab starts");
+    let mut others = Vec::new();
+    for _ in 1..replicas {
+        others.push(lab.start_replica().await.expect("a replica starts"));
+    }
+    let mut urls = vec![lab.control_url()];
+    urls.extend(others.iter().map(|replica| format!("http://{}", replica.addr.expect("a server has an address"))));
     let mut rates = vec![];
     for (round, concurrency) in LEVELS.into_iter().enumerate() {
-        rates.push(measure(&lab, concurrency, round).await);
+        rates.push(measure(&lab, &urls, concurrency, round).await);
+    }
+    for mut replica in others {
+        replica.stop(Duration::from_secs(2)).await;
     }
     lab.shutdown().await;
     rates
@@ -88,7 +100,8 @@ async fn rates(database_url: Option<String>) -> Vec<f64> {
 
 #[tokio::main]
 async fn main() {
-    let sqlite = rates(None).await;
+    let sqlite = rates(None, 1).await;
+    let sqlite_3 = rates(None, 3).await;
     let cluster = match lab::pg::unavailable() {
         None => Some(tokio::task::spawn_blocking(lab::pg::TempCluster::start).await.unwrap().expect("cluster starts")),
         Some(why) => {
@@ -96,15 +109,25 @@ async fn main() {
             None
         }
     };
-    let postgres = match &cluster {
-        Some(cluster) => rates(Some(cluster.url())).await,
-        None => vec![],
+    let (postgres, postgres_3) = match &cluster {
+        Some(cluster) => (rates(Some(cluster.url()), 1).await, rates(Some(cluster.url()), 3).await),
+        None => (vec![], vec![]),
     };
     println!("lifecycles/s (submit, claim, capability, 2 heartbeats, result), {} s a level", MEASURE.as_secs());
-    println!("{:>12} {:>12} {:>12}", "concurrency", "sqlite", "postgres");
+    println!(
+        "{:>12} {:>12} {:>14} {:>12} {:>16}",
+        "concurrency", "sqlite", "sqlite 3 rep.", "postgres", "postgres 3 rep."
+    );
+    let cell =
+        |rates: &[f64], index: usize| rates.get(index).map_or_else(|| "-".to_string(), |rate| format!("{rate:.0}"));
     for (index, concurrency) in LEVELS.into_iter().enumerate() {
-        let pg = postgres.get(index).map(|rate| format!("{rate:.0}")).unwrap_or_else(|| "-".into());
-        println!("{concurrency:>12} {:>12.0} {pg:>12}", sqlite[index]);
+        println!(
+            "{concurrency:>12} {:>12} {:>14} {:>12} {:>16}",
+            cell(&sqlite, index),
+            cell(&sqlite_3, index),
+            cell(&postgres, index),
+            cell(&postgres_3, index)
+        );
     }
     if let Some(cluster) = cluster {
         tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();

@@ -106,6 +106,12 @@ impl LocalLab {
         Ok(launch::server(command, "control-plane").await?)
     }
 
+    /// Starts one more control plane on the lab's store (a replica); returns it. It is the
+    /// caller's to stop.
+    pub async fn start_replica(&self) -> anyhow::Result<Process> {
+        Self::start_control(&self.options, 0).await
+    }
+
     /// Kills the control plane (SIGKILL) and starts it again on the same store and port.
     pub async fn restart_control(&mut self) -> anyhow::Result<()> {
         let port = self.control.addr.expect("a server has an address").port();
