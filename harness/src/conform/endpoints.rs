@@ -294,7 +294,9 @@ async fn claim(s: &Session, case: Case) -> CaseOutcome {
         lease_ms: s.lease_ms,
         lease_expires_ms: attempt.as_ref().map_or(0, |attempt| attempt.claimed_ms + s.lease_ms as i64),
     };
-    ensure(first == expected, || format!("the first claim was granted {first:?}, not the oldest job: {expected:?}"))?;
+    ensure(first == expected, || {
+        format!("the first claim was granted {first:?}, not {expected:?} (the oldest job, its lease from the server's claim time)")
+    })?;
     let second = r2.claim_some().await?;
     ensure(second.claim.job == j3, || {
         format!("r2 was granted {} while {j2}'s key was held by {j1}: the oldest claimable is {j3}", second.claim.job)

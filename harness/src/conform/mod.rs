@@ -44,7 +44,8 @@ const CASE_MAX: Duration = Duration::from_secs(30);
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct ConformArgs {
-    /// The system file (`docs/system.md`); default: the built-in lab.
+    /// The system file (contract `fencelab.system/1`, like `systems/lab.toml`); default: the
+    /// built-in lab.
     #[arg(long)]
     pub system: Option<PathBuf>,
     /// Switch on a variant of the system file (repeatable).
