@@ -538,7 +538,7 @@ async fn send_row(s: &Session, row: &Row, base: &str) -> Result<Answer, String> 
                 content_type: row.content_type,
                 body,
             };
-            s.send(&request).await
+            s.send_once(&request).await
         }
     }
 }

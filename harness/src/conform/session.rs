@@ -44,7 +44,10 @@ pub struct Session {
     pub operator_token: String,
     pub lease_ms: u64,
     pub provides: Provides,
-    pub http: reqwest::Client,
+    http: reqwest::Client,
+    /// A client that keeps no connection: a server may close one after an error answer,
+    /// and that must not fail the request after it.
+    once: reqwest::Client,
     start_ns: u64,
     /// The operator's reconcile decisions, as history events (for the rules model).
     decisions: std::sync::Mutex<Vec<Event>>,
@@ -275,6 +278,12 @@ impl Session {
             .connect_timeout(REQUEST_MAX)
             .build()
             .expect("a plain HTTP client builds");
+        let once = reqwest::Client::builder()
+            .timeout(REQUEST_MAX)
+            .connect_timeout(REQUEST_MAX)
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("a plain HTTP client builds");
         let system_token = system.launch.file.operator_token.clone();
         let operator = Client::new(&system.control_url(), Some(&system_token), REQUEST_MAX);
         Session {
@@ -289,6 +298,7 @@ impl Session {
             operator_token: system_token,
             lease_ms,
             http,
+            once,
             start_ns: protocol::monotonic_ns(),
             decisions: std::sync::Mutex::new(Vec::new()),
         }
@@ -425,8 +435,17 @@ impl Session {
 
     /// Sends `request` exactly as given.
     pub async fn send(&self, request: &Request) -> Result<Answer, String> {
+        self.send_on(&self.http, request).await
+    }
+
+    /// Sends `request` on a connection of its own, closed after the answer.
+    pub async fn send_once(&self, request: &Request) -> Result<Answer, String> {
+        self.send_on(&self.once, request).await
+    }
+
+    async fn send_on(&self, http: &reqwest::Client, request: &Request) -> Result<Answer, String> {
         let method = reqwest::Method::from_bytes(request.method.as_bytes()).map_err(|error| error.to_string())?;
-        let mut builder = self.http.request(method, &request.url);
+        let mut builder = http.request(method, &request.url);
         if let Some(authorization) = &request.authorization {
             builder = builder.header(reqwest::header::AUTHORIZATION, authorization);
         }
