@@ -208,7 +208,8 @@ async fn submit(s: &Session, case: Case) -> CaseOutcome {
             ensure(kinds == [Op::Submit], || format!("job {job}'s ledger holds {kinds:?}, not one submit entry"))?;
         }
     }
-    Ok(format!("POST /v1/jobs answers 201 with the given id and with a generated one ({id}); the job reads queued, no attempt, no outcome, one submit entry"))
+    let entry = if s.provides.ledger { ", one submit entry" } else { "" };
+    Ok(format!("POST /v1/jobs answers 201 with the given id and with a generated one ({id}); the job reads queued, no attempt, no outcome{entry}"))
 }
 
 async fn jobs_read(s: &Session, case: Case) -> CaseOutcome {
