@@ -52,6 +52,14 @@ pub enum Finding {
     Skip(String),
 }
 
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Finding::Fail(why) | Finding::Skip(why) => f.write_str(why),
+        }
+    }
+}
+
 impl From<String> for Finding {
     fn from(message: String) -> Finding {
         Finding::Fail(message)

@@ -386,7 +386,7 @@ struct Snapshot {
 }
 
 async fn read(s: &Session, base: &str, path: &str) -> Result<Value, String> {
-    let answer = s.get(base, path, Some(&s.operator_token)).await.map_err(|finding| format!("{finding:?}"))?;
+    let answer = s.get(base, path, Some(&s.operator_token)).await.map_err(|finding| finding.to_string())?;
     if answer.status != 200 {
         return Err(format!("GET {path} answered {}: {}", answer.status, answer.text()));
     }
@@ -552,7 +552,7 @@ async fn judge_row(s: &Session, row: &Row, base: &str, baseline: &mut Snapshot) 
     match s.get(base, "/v1/health", None).await {
         Ok(answer) if answer.status == 200 => {}
         Ok(answer) => problems.push(format!("health then answered {}", answer.status)),
-        Err(finding) => problems.push(format!("health then did not answer: {finding:?}")),
+        Err(finding) => problems.push(format!("health then did not answer: {finding}")),
     }
     match snapshot(s).await {
         Ok(after) => {

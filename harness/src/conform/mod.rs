@@ -150,6 +150,10 @@ fn output_folder(args: &ConformArgs, name: &str) -> Result<PathBuf, String> {
             PathBuf::from("store").join("conform").join(format!("{name}-{stamp}"))
         }
     };
+    let used = std::fs::read_dir(&out).map(|mut entries| entries.next().is_some()).unwrap_or(false);
+    if used {
+        return Err(format!("--out {} is not empty: conform starts its system on a fresh store there", out.display()));
+    }
     std::fs::create_dir_all(&out).map_err(|error| format!("--out {}: {error}", out.display()))?;
     Ok(std::path::absolute(&out).unwrap_or(out))
 }

@@ -194,4 +194,9 @@ async fn bad_arguments_exit_254_naming_what_is_wrong() {
         }
         assert!(!conformed.out.join("conform.json").exists(), "{args:?}: nothing was run");
     }
+    let used = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(used.path().join("out/system")).unwrap();
+    let (code, text) = conform_once(&[], used.path()).await;
+    assert_eq!(code, Some(254), "an --out that is not empty: {text}");
+    assert!(text.contains("is not empty"), "{text}");
 }
