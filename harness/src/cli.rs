@@ -108,6 +108,9 @@ enum Command {
     },
     /// List the lab's planted bugs, one a line: name, then the protection it removes.
     Bugs,
+    /// Check a system against the contract before chaos: deterministic single-step cases
+    /// over HTTP, one line each, conform.json and junit.xml (`docs/conform.md`).
+    Conform(crate::conform::ConformArgs),
     /// Scripted incidents against the real lab (`docs/scenarios.md`).
     Scenario {
         #[command(subcommand)]
@@ -204,6 +207,7 @@ pub fn main() -> ExitCode {
             crate::scenario::main(&file, &store, &system)
         }
         Command::Diff { run_a, run_b } => diff_command(&run_a, &run_b),
+        Command::Conform(args) => crate::conform::main(&args),
         Command::Bugs => {
             print!("{}", lab::bugs::listing());
             ExitCode::SUCCESS

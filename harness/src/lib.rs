@@ -3,6 +3,7 @@
 
 pub mod check;
 pub mod cli;
+pub mod conform;
 pub mod diff;
 pub mod exit;
 pub mod matrix;
