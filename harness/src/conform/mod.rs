@@ -203,7 +203,7 @@ async fn mode_targets(launch: &Launch, out: &Path) -> Result<BTreeMap<&'static s
         other.dir = out.join(format!("target-{mode}"));
         std::fs::create_dir_all(&other.dir)
             .map_err(|error| StartError::Failed(format!("{}: {error}", other.dir.display())))?;
-        targets.insert(mode, other.start_server(Role::Target, 0).await?);
+        targets.insert(mode, other.start_server(Role::Target, 0, 0).await?);
     }
     Ok(targets)
 }

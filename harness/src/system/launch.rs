@@ -52,6 +52,9 @@ pub struct Launch {
     pub poll_ms: u64,
 }
 
+/// Starts of a server on a port picked for it, when the port was taken before it bound it.
+const PORT_TRIES_MAX: u32 = 3;
+
 /// A process the harness started; its whole process group is SIGKILLed when dropped.
 pub struct Proc {
     pub child: Child,
@@ -211,6 +214,21 @@ impl Launch {
     /// Starts a server for `role` (replica `replica`, 0-based, of the control plane) on
     /// `port` (0: a free one is picked) and waits, bounded, until it is ready.
     pub async fn start_server(&self, role: Role, replica: usize, port: u16) -> Result<Server, StartError> {
+        // A port picked here is free when picked, not when the server binds it: another
+        // process may take it in between. Such a start is tried again on another port.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.start_server_once(role, replica, port).await {
+                Err(StartError::Failed(why)) if port == 0 && tries < PORT_TRIES_MAX && why.contains("in use") => {
+                    continue
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn start_server_once(&self, role: Role, replica: usize, port: u16) -> Result<Server, StartError> {
         let where_ = self.file.locate(role);
         let spec = &self.file.roles[&role];
         let port = if port == 0 { free_port().map_err(|error| StartError::Failed(error.to_string()))? } else { port };
