@@ -636,7 +636,7 @@ def check_runner_pair(runner_lab: Lab, server_lab: Lab, work: str, jobs: int = 6
     return failures
 
 
-RUNNER_LOG_FIELDS = {"time_ns", "process", "type", "f", "project", "job", "attempt", "runner",
+RUNNER_LOG_FIELDS = {"index", "time_ns", "process", "type", "f", "project", "job", "attempt", "runner",
                      "fence", "key", "received_ms", "observed_ms", "lease_expires_ms", "decision",
                      "reason", "outcome", "value"}
 
@@ -668,10 +668,40 @@ def check_runner_log(path: str, rid: str) -> list[str]:
             failures.append(f"{path}:{n}: f {ev.get('f')!r}")
         if ev.get("decision") not in (None, "accepted", "rejected", "duplicate", "conflict"):
             failures.append(f"{path}:{n}: decision {ev.get('decision')!r}")
+        if ev.get("index", 0) != 0:
+            failures.append(f"{path}:{n}: index {ev.get('index')!r} (the reference writes 0)")
         if ev.get("time_ns", -1) < last:
             failures.append(f"{path}:{n}: time_ns goes backwards")
         last = ev.get("time_ns", last)
     return failures[:20]
+
+
+def log_shapes(path: str) -> dict:
+    """(type, f, decision, reason kind) -> the sorted field names and value keys seen."""
+    shapes: dict = {}
+    if not os.path.exists(path):
+        return shapes
+    for line in open(path):
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        reason = ev.get("reason")
+        kind = (ev["type"], ev["f"], ev.get("decision"),
+                reason if reason in ("none_claimable", None) or ev.get("decision") else "text")
+        shapes.setdefault(str(kind), set()).add(
+            (tuple(ev), tuple(sorted((ev.get("value") or {}).keys()))))
+    return shapes
+
+
+def compare_logs(ref_path: str, py_path: str) -> list[str]:
+    """The same kinds of event must carry the same fields in both runners' logs."""
+    a, b = log_shapes(ref_path), log_shapes(py_path)
+    out = []
+    for kind in sorted(set(a) & set(b)):
+        if a[kind] != b[kind]:
+            out.append(f"runner log {kind}: ref {sorted(a[kind])} py {sorted(b[kind])}")
+    return out
 
 
 # ====================================================================== main
@@ -713,6 +743,8 @@ def main(argv=None) -> int:
             failures += check_runner_pair(py, ref, work)
             failures += check_runner_pair(ref, py, work)
             failures += check_runner_pair(py, py, work)
+            failures += compare_logs(os.path.join(work, "runners-ref-on-py", "ref-r1.jsonl"),
+                                     os.path.join(work, "runners-py-on-ref", "py-r1.jsonl"))
     finally:
         stop_all()
         if args.keep:
