@@ -8,6 +8,7 @@ and stops) lives here so that each server file only holds its own rules.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import hmac
 import json
@@ -427,6 +428,15 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
+
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse, exiting 254 on a bad command line (as the reference lab does)."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(254)
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -26,6 +26,7 @@ import sys
 import threading
 
 from common import (
+    ArgParser,
     I64, I64_MAX, STR, U32, U64, ApiError, JsonHandler, Route, check_shape,
     bugs_from_env, decode_path_segment, is_id, mono_ns, parse_query, serve, sign_capability, wall_ms,
 )
@@ -678,7 +679,7 @@ def positive_int(text: str) -> int:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="The Python lab's control plane (docs/protocol.md).")
+    ap = ArgParser(description="The Python lab's control plane (docs/protocol.md).")
     ap.add_argument("--listen", default="127.0.0.1:7400",
                     help="HOST:PORT; port 0 picks a free port (printed as JSON on stdout)")
     ap.add_argument("--db", default="fencelab-control.sqlite", help="the SQLite file (created when absent)")

@@ -36,7 +36,7 @@ import threading
 import time
 import urllib.parse
 
-from common import mono_ns, wall_ms
+from common import ArgParser, mono_ns, wall_ms
 
 
 # ====================================================================== clock and log
@@ -366,7 +366,7 @@ def non_negative(text: str) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="The Python lab's runner (docs/protocol.md).")
+    ap = ArgParser(description="The Python lab's runner (docs/protocol.md).")
     ap.add_argument("--id", required=True)
     ap.add_argument("--control-url", default="http://127.0.0.1:7400")
     ap.add_argument("--target-url", default="http://127.0.0.1:7500")

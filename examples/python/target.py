@@ -20,6 +20,7 @@ import threading
 import time
 
 from common import (
+    ArgParser,
     I64, STR, U32, U64, ApiError, JsonHandler, Route, bugs_from_env, check_shape,
     decode_path_segment,
     mono_ns, parse_query, serve, verify_capability, wall_ms,
@@ -151,7 +152,7 @@ TargetHandler.routes = [
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="The Python lab's deployment target (docs/protocol.md).")
+    ap = ArgParser(description="The Python lab's deployment target (docs/protocol.md).")
     ap.add_argument("--listen", default="127.0.0.1:7500")
     ap.add_argument("--secret", default=os.environ.get("FENCELAB_CAPABILITY_SECRET"),
                     help="secret shared with the control plane [env FENCELAB_CAPABILITY_SECRET]")
