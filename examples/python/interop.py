@@ -133,6 +133,82 @@ class Lab:
         return Proc(f"{self.name}-runner-{rid}", cmd, work)
 
 
+# ====================================================================== a fault proxy
+
+
+class Proxy:
+    """A loopback TCP forwarder with three modes: ``up`` (forward both ways), ``down``
+    (refuse new connections and cut open ones), ``mute`` (forward requests, drop answers)."""
+
+    def __init__(self, upstream: str):
+        import socket
+
+        self.socket = socket
+        self.up_host, up_port = upstream.rsplit(":", 1)
+        self.up_port = int(up_port)
+        self.mode = "up"
+        self.conns: list = []
+        self.lock = threading.Lock()
+        self.lsock = socket.create_server(("127.0.0.1", 0))
+        self.lsock.settimeout(0.2)
+        self.addr = "127.0.0.1:%d" % self.lsock.getsockname()[1]
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def set(self, mode: str):
+        with self.lock:
+            self.mode = mode
+            if mode == "down":
+                for c in self.conns:
+                    try:
+                        c.close()
+                    except OSError:
+                        pass
+                self.conns.clear()
+
+    def close(self):
+        self.closed = True
+        self.set("down")
+        self.lsock.close()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                client, _ = self.lsock.accept()
+            except OSError:
+                continue
+            with self.lock:
+                if self.mode == "down":
+                    client.close()
+                    continue
+                try:
+                    server = self.socket.create_connection((self.up_host, self.up_port), timeout=2)
+                except OSError:
+                    client.close()
+                    continue
+                self.conns += [client, server]
+            threading.Thread(target=self._pipe, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, True), daemon=True).start()
+
+    def _pipe(self, src, dst, answers: bool):
+        src.settimeout(None)
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if answers and self.mode == "mute":
+                    continue
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
 # ====================================================================== HTTP
 
 
@@ -704,13 +780,282 @@ def compare_logs(ref_path: str, py_path: str) -> list[str]:
     return out
 
 
+# ====================================================================== behaviour under faults
+
+
+def wait_until(pred, timeout_s: float, every: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(every)
+    return None
+
+
+def job_story(cp: str, job: str) -> list[str]:
+    """The job's ledger as words, consecutive repeats collapsed (heartbeat counts vary)."""
+    view = call(cp, "GET", f"/v1/jobs/{job}", token=OP)[2]
+    words = []
+    for e in view["ledger"]:
+        w = e["kind"]
+        for k in ("decision", "reason", "recorded_as", "outcome"):
+            if k in e:
+                w += f" {e[k]}"
+        if e["kind"] != "submit" and "attempt" in e:
+            w = f"{e['attempt']}: {w}"
+        if not words or words[-1] != w:
+            words.append(w)
+    return words + [f"final {view['state']}"]
+
+
+def applied_steps(tg: str, job: str) -> int:
+    return sum(1 for s in call(tg, "GET", "/v1/steps")[2] if s["job"] == job and s["applied"])
+
+
+def run_behaviour(runner_lab: Lab, server_lab: Lab, work: str) -> dict:
+    """Scenarios with faults for one runner implementation on one lab's servers; returns
+    {scenario: facts} to compare between runner implementations."""
+    d = os.path.join(work, f"behaviour-{runner_lab.name}-on-{server_lab.name}")
+    os.makedirs(d, exist_ok=True)
+    facts = {}
+    lease = 1500
+    try:
+        _, cp = server_lab.control_plane(d, lease_ms=lease)
+        _, tg = server_lab.target(d)
+        call(cp, "POST", "/v1/projects", {"id": "demo"}, token=OP)
+
+        def runner(rid, *extra, via=None):
+            tok = call(cp, "POST", "/v1/runners", {"id": rid, "project": "demo"}, token=OP)[2]["token"]
+            return runner_lab.runner(d, rid, tok, via or cp, tg, extra=list(extra))
+
+        def submit(job, steps, step_ms):
+            call(cp, "POST", "/v1/jobs", {"project": "demo", "id": job, "deployment_key": job,
+                                          "spec": {"steps": steps, "step_ms": step_ms}}, token=OP)
+
+        def state(job):
+            return call(cp, "GET", f"/v1/jobs/{job}", token=OP)[2]["state"]
+
+        def settle(job, timeout_s=20):
+            return wait_until(lambda: state(job) in ("succeeded", "failed"), timeout_s)
+
+        # 1. a job long enough to need heartbeats
+        r = runner("r-normal")
+        submit("normal", 4, 300)
+        settle("normal")
+        facts["normal"] = job_story(cp, "normal")
+        r.stop()
+
+        # 2. the runner stalls (SIGSTOP) past its lease, then wakes up
+        r = runner("r-pause")
+        submit("pause", 6, 300)
+        wait_until(lambda: applied_steps(tg, "pause") >= 1, 10)
+        os.kill(r.p.pid, signal.SIGSTOP)
+        wait_until(lambda: state("pause") == "uncertain", 5)
+        time.sleep(0.3)
+        os.kill(r.p.pid, signal.SIGCONT)
+        time.sleep(2.0)
+        story = job_story(cp, "pause")
+        view = call(cp, "GET", "/v1/jobs/pause", token=OP)[2]
+        call(cp, "POST", "/v1/reconcile", {"job": "pause", "attempt": view["current_attempt"],
+                                           "finding": "stopped", "evidence": "runner stalled"}, token=OP)
+        settle("pause")
+        facts["pause"] = job_story(cp, "pause")
+        facts["pause (before reconcile)"] = story
+        r.stop()
+
+        # 3. the control link is cut mid-deployment for 2.5 s
+        px = Proxy(cp)
+        r = runner("r-cut", via=px.addr)
+        submit("cut", 6, 300)
+        wait_until(lambda: applied_steps(tg, "cut") >= 1, 10)
+        px.set("down")
+        wait_until(lambda: state("cut") == "uncertain", 5)
+        time.sleep(1.0)
+        steps_when_cut = applied_steps(tg, "cut")
+        px.set("up")
+        time.sleep(2.5)
+        story = job_story(cp, "cut")
+        view = call(cp, "GET", "/v1/jobs/cut", token=OP)[2]
+        call(cp, "POST", "/v1/reconcile", {"job": "cut", "attempt": view["current_attempt"],
+                                           "finding": "stopped"}, token=OP)
+        settle("cut")
+        facts["cut (before reconcile)"] = story
+        facts["cut: steps applied after the link went down"] = applied_steps(tg, "cut") > steps_when_cut + 6
+        facts["cut"] = job_story(cp, "cut")
+        r.stop()
+        px.close()
+
+        # 4. the runner's clock 90 s behind: nothing changes but observed_ms
+        off = os.path.join(d, "skew.offset")
+        with open(off, "w") as fh:
+            fh.write("-90000")
+        r = runner("r-skew", "--clock-offset-file", off)
+        submit("skew", 3, 300)
+        settle("skew")
+        facts["skew"] = job_story(cp, "skew")
+        view = call(cp, "GET", "/v1/jobs/skew", token=OP)[2]
+        lags = [e["received_ms"] - e["observed_ms"] for e in view["ledger"] if "observed_ms" in e]
+        facts["skew: observed_ms 90 s behind"] = bool(lags) and all(89_000 < x < 91_000 for x in lags)
+        r.stop()
+
+        # 5. the answer to the result is lost; the runner retries; the retry is a duplicate
+        px = Proxy(cp)
+        r = runner("r-lost", via=px.addr)
+        submit("lost", 3, 500)
+        # mute once the last step's capability is redeemed: the step is then in flight
+        wait_until(lambda: sum(1 for e in call(cp, "GET", "/v1/jobs/lost", token=OP)[2]["ledger"]
+                               if e["kind"] == "capability") >= 3, 10, every=0.01)
+        px.set("mute")
+        wait_until(lambda: state("lost") in ("succeeded", "failed"), 5)
+        time.sleep(0.3)
+        px.set("up")
+        settle("lost")
+        time.sleep(2.0)
+        facts["lost"] = job_story(cp, "lost")
+        r.stop()
+        px.close()
+    finally:
+        stop_all()
+    return facts
+
+
+def compare_behaviour(ref: str, work: str) -> list[str]:
+    failures = []
+    for server in (Lab("ref", ref), Lab("py", None)):
+        a = run_behaviour(Lab("ref", ref), server, work)
+        b = run_behaviour(Lab("py", None), server, work)
+        for k in a:
+            same = a[k] == b[k]
+            print(f"  [{server.name} servers] {k}: {'same' if same else 'DIFFERENT'}")
+            if not same or k in ("pause (before reconcile)", "cut (before reconcile)"):
+                print(f"      ref runner: {a[k]}")
+                print(f"      py runner:  {b[k]}")
+        for name, facts in (("ref", a), ("py", b)):
+            if facts["normal"][-1] != "final succeeded":
+                failures.append(f"{name} runner on {server.name}: the normal job did not succeed")
+            if not facts["skew: observed_ms 90 s behind"]:
+                failures.append(f"{name} runner on {server.name}: observed_ms not 90 s behind")
+            if facts["cut: steps applied after the link went down"]:
+                failures.append(f"{name} runner on {server.name}: steps went on without authority")
+            if not any("duplicate" in w for w in facts["lost"]):
+                failures.append(f"{name} runner on {server.name}: no duplicate after a lost result answer")
+            for k in ("pause (before reconcile)", "cut (before reconcile)"):
+                accepted_after_expiry = False
+                expired = False
+                for w in facts[k]:
+                    if "expire" in w:
+                        expired = True
+                    elif expired and "accepted" in w and "claim" not in w:
+                        accepted_after_expiry = True
+                if accepted_after_expiry:
+                    failures.append(f"{name} runner on {server.name}: {k}: accepted after expiry")
+    return failures
+
+
+# ====================================================================== planted bugs
+
+
+def bug_sequences(cp: str, tg: str, lease_ms: int) -> list[tuple[str, object]]:
+    """Short direct sequences whose answers differ between the correct lab and a bug."""
+    from common import sign_capability
+
+    out = []
+    call(cp, "POST", "/v1/projects", {"id": "demo"}, token=OP)
+    tok = call(cp, "POST", "/v1/runners", {"id": "r1", "project": "demo"}, token=OP)[2]["token"]
+
+    def claim(job):
+        call(cp, "POST", "/v1/jobs", {"project": "demo", "id": job, "deployment_key": job,
+                                      "spec": {"steps": 1, "step_ms": 0}}, token=OP)
+        g = call(cp, "POST", "/v1/claim", {"runner": "r1", "observed_ms": 0}, token=tok)[2]["grant"]
+        return g
+
+    def obs(label, ans):
+        out.append((label, code_of(ans)))
+
+    # a result after the lease lapsed (accept-stale-result)
+    g = claim("late")
+    c = dict(g["claim"], observed_ms=int(time.time() * 1000))
+    time.sleep(lease_ms / 1000 + 0.3)
+    obs("late result", call(cp, "POST", "/v1/result", dict(c, outcome="succeeded"), token=tok))
+    obs("late result: job", (200, {"code": call(cp, "GET", "/v1/jobs/late", token=OP)[2]["state"]}, None))
+    # a superseded attempt's result (accept-stale-result)
+    g = claim("sup")
+    c = dict(g["claim"], observed_ms=0)
+    time.sleep(lease_ms / 1000 + 0.3)
+    call(cp, "POST", "/v1/reconcile", {"job": "sup", "attempt": c["attempt"], "finding": "stopped"}, token=OP)
+    g2 = call(cp, "POST", "/v1/claim", {"runner": "r1", "observed_ms": 0}, token=tok)[2]["grant"]
+    obs("superseded result", call(cp, "POST", "/v1/result", dict(c, outcome="succeeded"), token=tok))
+    obs("superseded result: job", (200, {"code": call(cp, "GET", "/v1/jobs/sup", token=OP)[2]["state"]}, None))
+    # a late heartbeat and result whose runner clock says the lease is still live
+    # (trust-runner-clock)
+    g = claim("skew")
+    c = dict(g["claim"], observed_ms=g["lease_expires_ms"] - lease_ms)
+    time.sleep(lease_ms / 1000 + 0.3)
+    obs("late heartbeat, early runner clock", call(cp, "POST", "/v1/heartbeat", c, token=tok))
+    obs("late result, early runner clock", call(cp, "POST", "/v1/result", dict(c, outcome="succeeded"), token=tok))
+    obs("late result, early runner clock: job", (200, {"code": call(cp, "GET", "/v1/jobs/skew", token=OP)[2]["state"]}, None))
+    # a live heartbeat whose runner clock is far ahead (trust-runner-clock)
+    g = claim("ahead")
+    c = dict(g["claim"], observed_ms=g["lease_expires_ms"] + 60_000)
+    obs("live heartbeat, runner clock ahead", call(cp, "POST", "/v1/heartbeat", c, token=tok))
+    # a lower fence after a higher one on the target (target-ignores-fence)
+    far = int(time.time() * 1000) + 60_000
+    for fence in (7, 5):
+        cap = {"deployment_key": "tk", "job": "tj", "attempt": f"tj-a{fence}", "runner": "r1",
+               "fence": fence, "expires_ms": far}
+        cap["signature"] = sign_capability(SECRET, cap)
+        ans = call(tg, "POST", "/v1/steps", {"capability": cap, "step": 0, "steps": 1, "duration_ms": 0})
+        out.append((f"target step fence {fence}", (ans[0], ans[2]["record"].get("reason"))))
+    return out
+
+
+def run_bugs(ref: str, work: str) -> list[str]:
+    """Each planted bug of the Python lab against the same bug of the reference lab, and
+    against the correct lab: the answers that change must be the same ones."""
+    from common import ALL_BUGS
+
+    failures = []
+    lease = 600
+    table = {}
+    for bug in [None] + sorted(ALL_BUGS):
+        for lab in (Lab("ref", ref), Lab("py", None)):
+            d = os.path.join(work, f"bugs-{lab.name}-{bug or 'none'}")
+            os.makedirs(d, exist_ok=True)
+            cp_extra = ["--bug", bug] if bug and ALL_BUGS[bug] == "control-plane" else []
+            tg_extra = ["--bug", bug] if bug and ALL_BUGS[bug] == "target" else []
+            try:
+                _, cp = lab.control_plane(d, lease_ms=lease, extra=cp_extra)
+                _, tg = lab.target(d, extra=tg_extra)
+                table[(bug, lab.name)] = bug_sequences(cp, tg, lease)
+            finally:
+                stop_all()
+    correct = dict(table[(None, "py")])
+    for (bug, name), seq in sorted(table.items(), key=str):
+        if bug is None:
+            continue
+        changed = [f"{label}: {correct[label]} → {v}" for label, v in seq if correct[label] != v]
+        print(f"  {name} lab with {bug}: {len(changed)} answers change")
+        for c in changed:
+            print(f"      {c}")
+        if not changed:
+            failures.append(f"{name} lab with {bug}: no answer differs from the correct lab")
+    for bug in sorted(ALL_BUGS):
+        if table[(bug, "ref")] != table[(bug, "py")]:
+            diffs = [f"{a[0]}: ref {a[1]} py {b[1]}" for a, b in zip(table[(bug, "ref")], table[(bug, "py")]) if a != b]
+            print(f"  {bug}: the Python bug differs from the reference's: {diffs}")
+    if table[(None, "ref")] != table[(None, "py")]:
+        failures.append(f"correct labs differ on the bug sequences: {table[(None, 'ref')]} vs {table[(None, 'py')]}")
+    return failures
+
+
 # ====================================================================== main
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", nargs="?", default="all",
-                    choices=["all", "conformance", "capabilities", "runners"])
+                    choices=["all", "conformance", "capabilities", "runners", "behaviour", "bugs"])
     ap.add_argument("--ref", default=os.environ.get("FENCELAB_REF", "/work/bin/fencelab-ref"),
                     help="the reference fencelab binary")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, stores)")
@@ -745,6 +1090,12 @@ def main(argv=None) -> int:
             failures += check_runner_pair(py, py, work)
             failures += compare_logs(os.path.join(work, "runners-ref-on-py", "ref-r1.jsonl"),
                                      os.path.join(work, "runners-py-on-ref", "py-r1.jsonl"))
+        if args.what in ("all", "bugs"):
+            print("== planted bugs: the Python lab's bugs against the reference's bugs of the same name")
+            failures += run_bugs(args.ref, work)
+        if args.what in ("all", "behaviour"):
+            print("== behaviour: both runners under the same faults, on both labs' servers")
+            failures += compare_behaviour(args.ref, work)
     finally:
         stop_all()
         if args.keep:

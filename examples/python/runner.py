@@ -268,8 +268,11 @@ class Runner:
 
     def heartbeats(self, claim, authority: Authority, window_ns: int, finished: threading.Event):
         interval = self.args.heartbeat_interval_ms / 1000
+        # Heartbeats go on until the job's steps end or one is refused, also past the
+        # runner's own deadline (as the reference runner does): a late heartbeat is the
+        # server's to judge, and it never gives back authority the runner gave up.
         while not finished.wait(interval):
-            if not authority.live() or self.stopping.is_set():
+            if self.stopping.is_set():
                 return
             sent_ns = time.monotonic_ns()
             body = dict(claim, observed_ms=self.clock.observed_ms())
