@@ -486,7 +486,7 @@ def bugs_from_env(process: str) -> set[str]:
         if name not in ALL_BUGS:
             print(f"FENCELAB_PY_BUGS names an unknown bug {name!r}; known: {sorted(ALL_BUGS)}",
                   file=sys.stderr)
-            sys.exit(2)
+            sys.exit(254)
         if ALL_BUGS[name] == process:
             out.add(name)
     return out
