@@ -1049,13 +1049,93 @@ def run_bugs(ref: str, work: str) -> list[str]:
     return failures
 
 
+# ====================================================================== robustness
+
+
+def run_robustness(lab: Lab, work: str) -> list[str]:
+    """Races, a half-closed request, and a SIGKILL restart on the same store."""
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+
+    failures = []
+    d = os.path.join(work, f"robustness-{lab.name}")
+    os.makedirs(d, exist_ok=True)
+    try:
+        proc, cp = lab.control_plane(d, lease_ms=5000)
+        call(cp, "POST", "/v1/projects", {"id": "demo"}, token=OP)
+        toks = [call(cp, "POST", "/v1/runners", {"id": f"r{i}", "project": "demo"}, token=OP)[2]["token"]
+                for i in range(8)]
+        for i in range(4):
+            call(cp, "POST", "/v1/jobs", {"project": "demo", "id": f"same{i}", "deployment_key": "one",
+                                          "spec": {"steps": 1, "step_ms": 0}}, token=OP)
+        # eight runners claim at once: one key, so exactly one grant
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda i: call(cp, "POST", "/v1/claim", {"runner": f"r{i}", "observed_ms": 0},
+                                                   token=toks[i]), range(8)))
+        grants = [a[2]["grant"] for a in answers if a[0] == 200 and a[2]["grant"]]
+        print(f"  [{lab.name}] 8 racing claims on one key: {len(grants)} granted")
+        if len(grants) != 1:
+            failures.append(f"{lab.name}: {len(grants)} claims granted on one key at once")
+        g = grants[0]
+        tok = toks[int(g["claim"]["runner"][1:])]
+        report = dict(g["claim"], observed_ms=0, outcome="succeeded")
+        # eight copies of one result at once: one accepted, seven duplicates
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda _: call(cp, "POST", "/v1/result", report, token=tok), range(8)))
+        decisions = sorted(a[2]["decision"] for a in answers)
+        print(f"  [{lab.name}] 8 racing copies of one result: {decisions}")
+        if decisions != ["accepted"] + ["duplicate"] * 7:
+            failures.append(f"{lab.name}: racing results decided {decisions}")
+        # a request whose sender half-closes its side is still judged and answered
+        host, port = cp.rsplit(":", 1)
+        body = json.dumps({"project": "demo", "id": "halfclose", "deployment_key": "hc",
+                           "spec": {"steps": 1, "step_ms": 0}}).encode()
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      + f"Authorization: Bearer {OP}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+            s.shutdown(socket.SHUT_WR)
+            reply = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                reply += chunk
+        status_line = reply.split(b"\r\n", 1)[0].decode()
+        print(f"  [{lab.name}] half-closed request answered: {status_line}")
+        if not reply.startswith(b"HTTP/1.1 201"):
+            failures.append(f"{lab.name}: a half-closed request was answered {reply[:40]!r}")
+        # SIGKILL and restart on the same store and port: nothing acknowledged is lost
+        before = call(cp, "GET", "/v1/ledger?limit=10000", token=OP)[2]
+        os.killpg(proc.p.pid, signal.SIGKILL)
+        proc.p.wait(5)
+        cmd = [w for w in proc.cmd]
+        cmd[cmd.index("--listen") + 1] = cp
+        again = Proc(f"{lab.name}-control-plane-again", cmd, d)
+        again.listening()
+        after = call(cp, "GET", "/v1/ledger?limit=10000", token=OP)[2]
+        view = call(cp, "GET", f"/v1/jobs/{g['claim']['job']}", token=OP)[2]
+        print(f"  [{lab.name}] after SIGKILL and restart: {len(after)} of {len(before)} ledger entries, "
+              f"job {view['state']}")
+        if after[:len(before)] != before or view["state"] != "succeeded":
+            failures.append(f"{lab.name}: state lost across a restart")
+        call(cp, "POST", "/v1/jobs", {"project": "demo", "id": "next", "deployment_key": "nk",
+                                      "spec": {"steps": 1, "step_ms": 0}}, token=OP)
+        g2 = call(cp, "POST", "/v1/claim", {"runner": "r0", "observed_ms": 0}, token=toks[0])[2]["grant"]
+        if not g2 or g2["claim"]["fence"] <= g["claim"]["fence"]:
+            failures.append(f"{lab.name}: the fence counter did not survive the restart: {g2}")
+    finally:
+        stop_all()
+    return failures
+
+
 # ====================================================================== main
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", nargs="?", default="all",
-                    choices=["all", "conformance", "capabilities", "runners", "behaviour", "bugs"])
+                    choices=["all", "conformance", "capabilities", "runners", "behaviour", "bugs",
+                             "robustness"])
     ap.add_argument("--ref", default=os.environ.get("FENCELAB_REF", "/work/bin/fencelab-ref"),
                     help="the reference fencelab binary")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, stores)")
@@ -1090,6 +1170,10 @@ def main(argv=None) -> int:
             failures += check_runner_pair(py, py, work)
             failures += compare_logs(os.path.join(work, "runners-ref-on-py", "ref-r1.jsonl"),
                                      os.path.join(work, "runners-py-on-ref", "py-r1.jsonl"))
+        if args.what in ("all", "robustness"):
+            print("== robustness: races, a half-closed request, SIGKILL and restart")
+            for lab in (Lab("ref", args.ref), Lab("py", None)):
+                failures += run_robustness(lab, work)
         if args.what in ("all", "bugs"):
             print("== planted bugs: the Python lab's bugs against the reference's bugs of the same name")
             failures += run_bugs(args.ref, work)
