@@ -1128,6 +1128,47 @@ def run_robustness(lab: Lab, work: str) -> list[str]:
     return failures
 
 
+# ====================================================================== replicas
+
+
+def run_replicas(work: str) -> list[str]:
+    """Two Python control planes on one SQLite file; runners given both, their own first.
+    One replica is SIGKILLed mid-run: the runners fail over and every job still succeeds."""
+    failures = []
+    d = os.path.join(work, "replicas")
+    os.makedirs(d, exist_ok=True)
+    py = Lab("py", None)
+    try:
+        p1, cp1 = py.control_plane(d, lease_ms=1500)
+        _, cp2 = py.control_plane(d, lease_ms=1500)  # the same --db: <work>/py-cp.sqlite
+        _, tg = py.target(d)
+        call(cp1, "POST", "/v1/projects", {"id": "demo"}, token=OP)
+        runners = []
+        for i, urls in ((1, f"http://{cp1},http://{cp2}"), (2, f"http://{cp2},http://{cp1}")):
+            tok = call(cp2, "POST", "/v1/runners", {"id": f"r{i}", "project": "demo"}, token=OP)[2]["token"]
+            runners.append(py.runner(d, f"r{i}", tok, cp1, tg,
+                                     extra=["--control-url", urls, "--request-timeout-ms", "500"]))
+        for i in range(8):
+            call(cp1 if i % 2 else cp2, "POST", "/v1/jobs",
+                 {"project": "demo", "deployment_key": f"k{i % 3}", "spec": {"steps": 4, "step_ms": 150}},
+                 token=OP)
+        time.sleep(1.5)
+        os.killpg(p1.p.pid, signal.SIGKILL)
+        ok = wait_until(lambda: all(v["state"] in ("succeeded", "failed", "uncertain")
+                                    for v in call(cp2, "GET", "/v1/jobs", token=OP)[2]), 40, 0.2)
+        states = [v["state"] for v in call(cp2, "GET", "/v1/jobs", token=OP)[2]]
+        print(f"  two replicas, one killed at 1.5 s: job states {states}")
+        if not ok or states.count("succeeded") != 8:
+            failures.append(f"replicas: not every job succeeded after a replica was killed: {states}")
+        ledger = call(cp2, "GET", "/v1/ledger?limit=10000", token=OP)[2]
+        seqs = [e["seq"] for e in ledger]
+        if seqs != list(range(1, len(seqs) + 1)):
+            failures.append("replicas: the shared ledger has gaps or repeats")
+    finally:
+        stop_all()
+    return failures
+
+
 # ====================================================================== main
 
 
@@ -1135,7 +1176,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", nargs="?", default="all",
                     choices=["all", "conformance", "capabilities", "runners", "behaviour", "bugs",
-                             "robustness"])
+                             "robustness", "replicas"])
     ap.add_argument("--ref", default=os.environ.get("FENCELAB_REF", "/work/bin/fencelab-ref"),
                     help="the reference fencelab binary")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, stores)")
@@ -1174,6 +1215,9 @@ def main(argv=None) -> int:
             print("== robustness: races, a half-closed request, SIGKILL and restart")
             for lab in (Lab("ref", args.ref), Lab("py", None)):
                 failures += run_robustness(lab, work)
+        if args.what in ("all", "replicas"):
+            print("== replicas: two Python control planes on one store, one killed")
+            failures += run_replicas(work)
         if args.what in ("all", "bugs"):
             print("== planted bugs: the Python lab's bugs against the reference's bugs of the same name")
             failures += run_bugs(args.ref, work)

@@ -184,6 +184,21 @@ class Runner:
         self.log = RunnerLog(args.log, args.id)
         self.timeout_s = args.request_timeout_ms / 1000
         self.stopping = threading.Event()
+        # Control-plane replicas, its own first; after a request that got no answer the
+        # next request goes to the next replica (round robin).
+        self.control_urls = args.control_urls
+        self.replica = 0
+        self.replica_lock = threading.Lock()
+
+    def post_control(self, path: str, body: dict) -> Answer:
+        with self.replica_lock:
+            index = self.replica
+        ans = post(self.control_urls[index], path, body, self.token, self.timeout_s)
+        if not ans.answered and len(self.control_urls) > 1:
+            with self.replica_lock:
+                if self.replica == index:
+                    self.replica = (index + 1) % len(self.control_urls)
+        return ans
 
     # -- one logged call to the control plane ---------------------------------------------------
 
@@ -194,7 +209,7 @@ class Runner:
         if "outcome" in body:
             fields["outcome"] = body["outcome"]
         self.log.write("request", f, **fields)
-        ans = post(self.args.control_url, path, body, self.token, self.timeout_s)
+        ans = self.post_control(path, body)
         if not ans.answered:
             self.log.write("info", f, reason=ans.error, **fields)
             return ans
@@ -349,7 +364,7 @@ class Runner:
 
 def register(args) -> str:
     """Register with a project's registration token; the answer holds the runner token."""
-    ans = post(args.control_url, "/v1/runners", {"id": args.id}, args.registration_token,
+    ans = post(args.control_urls[0], "/v1/runners", {"id": args.id}, args.registration_token,
                args.request_timeout_ms / 1000)
     if ans.answered and ans.status == 201:
         return ans.body["token"]
@@ -371,7 +386,8 @@ def non_negative(text: str) -> int:
 def main(argv=None) -> int:
     ap = ArgParser(description="The Python lab's runner (docs/protocol.md).")
     ap.add_argument("--id", required=True)
-    ap.add_argument("--control-url", default="http://127.0.0.1:7400")
+    ap.add_argument("--control-url", default="http://127.0.0.1:7400",
+                    help="the control plane; several replicas comma-separated, its own first")
     ap.add_argument("--target-url", default="http://127.0.0.1:7500")
     ap.add_argument("--token", default=os.environ.get("FENCELAB_RUNNER_TOKEN"),
                     help="this runner's bearer token [env FENCELAB_RUNNER_TOKEN]")
@@ -395,10 +411,13 @@ def main(argv=None) -> int:
         ap.error("--request-timeout-ms must be above 0")
     if args.result_tries_max == 0:
         ap.error("--result-tries-max must be at least 1")
-    for name in ("control_url", "target_url"):
-        url = urllib.parse.urlsplit(getattr(args, name))
-        if url.scheme != "http" or not url.hostname:
-            ap.error(f"--{name.replace('_', '-')} must be an http:// URL")
+    args.control_urls = [u.strip() for u in args.control_url.split(",") if u.strip()]
+    for name, url in [("control-url", u) for u in args.control_urls] + [("target-url", args.target_url)]:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            ap.error(f"--{name} must be an http:// URL, got {url!r}")
+    if not args.control_urls:
+        ap.error("--control-url must name at least one URL")
     if args.registration_token:
         token = register(args)
     elif args.token:
