@@ -906,6 +906,7 @@ def run_behaviour(runner_lab: Lab, server_lab: Lab, work: str) -> dict:
         # mute once the last step's capability is redeemed: the step is then in flight
         wait_until(lambda: sum(1 for e in call(cp, "GET", "/v1/jobs/lost", token=OP)[2]["ledger"]
                                if e["kind"] == "capability") >= 3, 10, every=0.01)
+        time.sleep(0.1)  # let the capability's answer through first
         px.set("mute")
         wait_until(lambda: state("lost") in ("succeeded", "failed"), 5)
         time.sleep(0.3)
