@@ -274,6 +274,10 @@ class JsonHandler(BaseHTTPRequestHandler):
     """Routes requests to ``self.routes`` and answers JSON. Subclasses set ``routes``."""
 
     protocol_version = "HTTP/1.1"
+    # Answers go out in one write with TCP_NODELAY: a header segment and a body segment
+    # under Nagle's algorithm meet the client's delayed ACK and cost ~40 ms per request
+    # on a kept-alive connection.
+    disable_nagle_algorithm = True
     server_version = "fencelab-python"
     sys_version = ""
     timeout = 30  # seconds a connection may sit idle or trickle a request
@@ -374,10 +378,10 @@ class JsonHandler(BaseHTTPRequestHandler):
                 self.send_header(k, v)
             if self.close_connection:
                 self.send_header("Connection", "close")
-            self.end_headers()
+            self._headers_buffer.append(b"\r\n")
             if self.command != "HEAD":
-                self.wfile.write(body)
-            self.wfile.flush()
+                self._headers_buffer.append(body)
+            self.flush_headers()  # status line, headers and body in one write
         except OSError:
             # The client went away; whatever was decided is already committed.
             self.close_connection = True
