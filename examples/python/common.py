@@ -211,8 +211,9 @@ def verify_capability(secret: str, cap: dict) -> bool:
 # --------------------------------------------------------------------------- query strings
 
 
-def parse_query(query: str, allowed: set[str]) -> dict[str, int]:
-    """Non-negative decimal integers only (up to u64), no unknown or repeated parameter."""
+def parse_query(query: str, allowed: dict[str, int]) -> dict[str, int]:
+    """Non-negative decimal integers only, each at most its maximum in ``allowed``
+    (name -> max), no unknown or repeated parameter."""
     out: dict[str, int] = {}
     if not query:
         return out
@@ -230,7 +231,7 @@ def parse_query(query: str, allowed: set[str]) -> dict[str, int]:
         if not digits.isascii() or not digits.isdigit():
             raise ApiError(400, "invalid_query", f"`{name}` must be a non-negative integer")
         number = int(digits)
-        if number > U64_MAX:
+        if number > allowed[name]:
             raise ApiError(400, "invalid_query", f"`{name}` is too large")
         out[name] = number
     return out

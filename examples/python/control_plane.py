@@ -27,7 +27,7 @@ import threading
 
 from common import (
     ArgParser,
-    I64, I64_MAX, STR, U32, U64, ApiError, JsonHandler, Route, check_shape,
+    I64, I64_MAX, STR, U32, U32_MAX, U64, U64_MAX, ApiError, JsonHandler, Route, check_shape,
     bugs_from_env, decode_path_segment, is_id, mono_ns, parse_query, serve, sign_capability, wall_ms,
 )
 
@@ -634,7 +634,7 @@ class ControlHandler(JsonHandler):
         return self.rules.job(self._who(), job_id)
 
     def _ledger(self, params):
-        q = parse_query(self.query, {"after", "limit"})
+        q = parse_query(self.query, {"after": U64_MAX, "limit": U32_MAX})
         who = self._who()
         limit = min(max(q.get("limit", 1000), 1), 10_000)
         return self.rules.ledger(who, q.get("after", 0), limit)

@@ -403,7 +403,7 @@ def control_plane_script(cp: str, lease_ms: int) -> list[tuple[str, object]]:
     obs("root", call(cp, "GET", "/"))
     for q in ["after=-1", "after=abc", "after=", "limit=0", "after=%2B5", "after=+5", "x=1",
               "after=1&after=2", "after=18446744073709551615", "after=18446744073709551616",
-              "limit=99999999999999999999", "after=%35", "after=1.0", "after=0x1", "after=%201",
+              "limit=99999999999999999999", "limit=4294967295", "limit=4294967296", "after=%35", "after=1.0", "after=0x1", "after=%201",
               "after", "&", "after=1&", "limit=-0", "after=-0", "after=0&limit=2"]:
         obs(f"ledger ?{q}", call(cp, "GET", "/v1/ledger?" + q, token=OP), full=True)
     obs("ledger bad query noauth", call(cp, "GET", "/v1/ledger?after=x"))
@@ -553,7 +553,8 @@ def target_script(tg: str, cp: str | None) -> list[tuple[str, object]]:
     took = time.monotonic() - t0
     out.append(("duration 300 took >= 0.3s", took >= 0.29))
     for q in ["", "after=1", "after=1&limit=2", "limit=0", "after=999", "after=-1", "x=1", "after=1&after=1",
-              "limit=100001", "after=18446744073709551616"]:
+              "limit=100001", "after=18446744073709551616", "limit=4294967296",
+              "limit=18446744073709551615"]:
         obs(f"steps ?{q}", call(tg, "GET", "/v1/steps?" + q if q else "/v1/steps"), full=True)
     obs("deployment huge", call(tg, "GET", "/v1/deployments/huge"), full=True)
     obs("delete steps", call(tg, "DELETE", "/v1/steps"))

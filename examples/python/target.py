@@ -21,7 +21,7 @@ import time
 
 from common import (
     ArgParser,
-    I64, STR, U32, U64, ApiError, JsonHandler, Route, bugs_from_env, check_shape,
+    I64, STR, U32, U64, U64_MAX, ApiError, JsonHandler, Route, bugs_from_env, check_shape,
     decode_path_segment,
     mono_ns, parse_query, serve, verify_capability, wall_ms,
 )
@@ -136,7 +136,7 @@ class TargetHandler(JsonHandler):
         return status, body
 
     def _get_steps(self, params):
-        q = parse_query(self.query, {"after", "limit"})
+        q = parse_query(self.query, {"after": U64_MAX, "limit": U64_MAX})
         limit = min(max(q.get("limit", 10_000), 1), 100_000)
         return 200, self.target.steps(q.get("after", 0), limit)
 
