@@ -254,6 +254,26 @@ pub fn read_result(folder: &Path) -> Result<SuiteResult, String> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn every_shipped_suite_reads_and_fits_its_budget() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../suites");
+        let mut read = 0;
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let suite = super::read(&entry.path()).unwrap_or_else(|error| panic!("{error}"));
+            // An entry is budgeted at twice its time limit (start, recovery and checking).
+            let planned_s: u64 = plan(&suite, None).iter().map(|(_, run, _)| 2 * run.time_limit).sum();
+            let wall_s = planned_s / suite.parallel.max(1) as u64;
+            assert!(
+                wall_s <= suite.time_budget_s,
+                "{}: {wall_s} s planned, {} s budget",
+                suite.name,
+                suite.time_budget_s
+            );
+            read += 1;
+        }
+        assert!(read >= 1);
+    }
+
     const SUITE: &str = r#"
 name = "small"
 time_budget_s = 600

@@ -7,6 +7,7 @@ mod matrix;
 mod replicas;
 mod run;
 mod scenario;
+mod second;
 mod shrink;
 mod suite;
 mod system;

@@ -1,0 +1,103 @@
+//! The second implementation (`examples/python/`: standard-library Python written from the
+//! contract documents alone) under fencelab: it conforms, it is valid under every fault
+//! kind, and each of its planted-bug variants is caught — by conform and by chaos runs.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::run::run;
+
+pub fn python_system() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/python/system.toml")
+}
+
+/// Skips (or, under `FENCELAB_REQUIRE_ALL=1`, fails) when `python3` is not on the PATH.
+fn python_missing() -> bool {
+    let found = std::process::Command::new("python3").arg("--version").output().is_ok_and(|out| out.status.success());
+    if !found {
+        eprintln!("SKIPPED: python3 is not installed");
+        let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
+        assert!(!require_all, "python3 is missing and FENCELAB_REQUIRE_ALL=1");
+    }
+    !found
+}
+
+fn words(args: &[&str]) -> Vec<std::ffi::OsString> {
+    args.iter().map(std::ffi::OsString::from).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_implementation_is_valid_under_every_fault_kind() {
+    if python_missing() {
+        return;
+    }
+    let system = python_system();
+    let system = system.to_str().unwrap();
+    let finished = run(&["--system", system, "--seed", "3", "--time-limit", "30", "--nemesis", "all"]).await;
+    assert_eq!(finished.code, Some(0), "{}\n{}", finished.stdout, finished.stderr);
+    let schedule = std::fs::read_to_string(finished.folder().join("schedule.json")).unwrap();
+    for kind in workloads::faults::FaultKind::ALL {
+        assert!(schedule.contains(&format!("\"{}\"", kind.name())), "{} was scheduled: {schedule}", kind.name());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_implementation_conforms_and_its_bug_fails_conform() {
+    if python_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let system = python_system();
+    let conform = |out: &str, variant: Option<&str>| {
+        let mut args = vec!["conform", "--system", system.to_str().unwrap(), "--lease-ms", "1500"];
+        args.extend(variant.map(|variant| ["--variant", variant]).into_iter().flatten());
+        let out = dir.path().join(out);
+        let mut args = words(&args);
+        args.extend([std::ffi::OsString::from("--out"), out.into_os_string()]);
+        async move {
+            let refs: Vec<&std::ffi::OsStr> = args.iter().map(|arg| arg.as_os_str()).collect();
+            super::fencelab_output(&refs, Duration::from_secs(180)).await
+        }
+    };
+    let ((correct, said), (buggy, buggy_said)) =
+        tokio::join!(conform("correct", None), conform("buggy", Some("accept-stale-result")));
+    assert_eq!(correct, Some(0), "{said}");
+    assert_eq!(buggy, Some(1), "{buggy_said}");
+    let failed: Vec<&str> = buggy_said.lines().filter(|line| line.starts_with("FAIL")).collect();
+    assert!(failed.iter().any(|line| line.contains("rule/stale-completion")), "{failed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_python_bug_variant_is_caught_under_its_faults() {
+    if python_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("matrix");
+    let system = python_system();
+    let args = words(&[
+        "matrix",
+        "--system",
+        system.to_str().unwrap(),
+        "--seeds",
+        "1",
+        "--first-seed",
+        "2",
+        "--correct-seeds",
+        "0",
+        "--time-limit",
+        "25",
+        "--parallel",
+        "3",
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    let refs: Vec<&std::ffi::OsStr> = args.iter().map(|arg| arg.as_os_str()).collect();
+    let (code, said) = super::fencelab_output(&refs, Duration::from_secs(400)).await;
+    assert_eq!(code, Some(0), "every variant caught:\n{said}");
+    for variant in ["accept-stale-result", "trust-runner-clock", "target-ignores-fence"] {
+        let row =
+            said.lines().find(|line| line.starts_with(variant)).unwrap_or_else(|| panic!("no row {variant}: {said}"));
+        assert!(row.contains("1/1"), "{row}");
+    }
+}
