@@ -325,6 +325,7 @@ pub const PLACEHOLDERS: &[(&str, &[Role], &str)] = &[
     ("renewal_margin_ms", &[Role::Runner], "how long before its lease's end the runner stops acting"),
     ("request_timeout_ms", &[Role::Runner], "how long a request may wait for its answer"),
     ("poll_ms", &[Role::Runner], "how often an idle runner claims"),
+    ("result_tries_max", &[Role::Runner], "how many tries to deliver a result (8: they outlast a cut of 3 leases)"),
 ];
 
 /// The embedded lab's system file.

@@ -52,6 +52,11 @@ pub struct Launch {
     pub poll_ms: u64,
 }
 
+/// Tries a runner makes to deliver a result (`{result_tries_max}`): with its back-off they
+/// outlast the longest link cut of the schedule (3 leases), so a late result is sent late
+/// rather than never.
+pub const RESULT_TRIES_MAX: u32 = 8;
+
 /// Starts of a server on a port picked for it, when the port was taken before it bound it.
 const PORT_TRIES_MAX: u32 = 3;
 
@@ -149,6 +154,7 @@ impl Launch {
                 values.insert("renewal_margin_ms", self.renewal_margin_ms.to_string());
                 values.insert("request_timeout_ms", self.request_timeout_ms.to_string());
                 values.insert("poll_ms", self.poll_ms.to_string());
+                values.insert("result_tries_max", RESULT_TRIES_MAX.to_string());
             }
         }
         values
