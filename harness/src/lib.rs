@@ -5,6 +5,7 @@ pub mod check;
 pub mod cli;
 pub mod diff;
 pub mod exit;
+pub mod image;
 pub mod matrix;
 pub mod replay;
 pub mod run;

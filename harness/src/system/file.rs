@@ -106,12 +106,17 @@ pub enum ClockMethod {
     OffsetFile,
 }
 
-/// One role's process.
+/// One role's process, or its container.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RoleSpec {
-    /// Program and arguments; each word may hold placeholders (`{listen}`, …).
+    /// Program and arguments; each word may hold placeholders (`{listen}`, …). With an
+    /// `image`: the container's command (the image's entrypoint stays; may be empty).
     pub command: Spanned<Vec<String>>,
+    /// A container image (`NAME[:TAG]`, present locally) to run the role from, through
+    /// testcontainers on the host network; none: a process.
+    #[serde(default)]
+    pub image: Option<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Servers only: how readiness is judged (default `listening`).
@@ -373,8 +378,18 @@ impl SystemFile {
         for (role, spec) in &roles {
             let line = Some(line_of(text, spec.command.span().start));
             let words = spec.command.get_ref();
-            if words.is_empty() || words[0].is_empty() {
-                return Err(error(line, format!("role `{role}`: `command` must name a program")));
+            match &spec.image {
+                None if words.is_empty() || words[0].is_empty() => {
+                    return Err(error(line, format!("role `{role}`: `command` must name a program")));
+                }
+                Some(image) if crate::system::container::ImageName::parse(image).is_err() => {
+                    let why = crate::system::container::ImageName::parse(image).unwrap_err();
+                    return Err(error(line, format!("role `{role}`: {why}")));
+                }
+                Some(_) if spec.cwd.is_some() => {
+                    return Err(error(line, format!("role `{role}`: `cwd` is for processes; an image has its own")));
+                }
+                _ => {}
             }
             for word in words.iter().chain(spec.env.values()) {
                 check_placeholders(word, *role).map_err(|message| error(line, format!("role `{role}`: {message}")))?;
@@ -456,6 +471,16 @@ impl SystemFile {
     /// The line of `role`'s command, for messages about it.
     pub fn line_of_role(&self, role: Role) -> Option<usize> {
         self.roles.get(&role).map(|spec| line_of(&self.text, spec.command.span().start))
+    }
+
+    /// The image `role` runs from, if it runs as a container.
+    pub fn image(&self, role: Role) -> Option<&str> {
+        self.roles.get(&role).and_then(|spec| spec.image.as_deref())
+    }
+
+    /// Whether any role runs as a container.
+    pub fn uses_containers(&self) -> bool {
+        Role::ALL.into_iter().any(|role| self.image(role).is_some())
     }
 
     /// `file:line` naming a role's command, for messages.
