@@ -90,10 +90,14 @@ pub async fn docker() -> Result<bollard::Docker, StartError> {
     }
 }
 
-/// Why containers cannot be started here, if they cannot (for tests that skip).
+/// Why containers cannot be started here, if they cannot (for tests that skip; callable
+/// from inside a runtime: it asks from a thread of its own).
 pub fn unavailable() -> Option<String> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
-    runtime.block_on(docker()).err().map(|error| error.to_string())
+    let ask = std::thread::spawn(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+        runtime.block_on(docker()).map(drop).map_err(|error| error.to_string())
+    });
+    ask.join().unwrap_or_else(|_| Err("the Docker check panicked".to_string())).err()
 }
 
 /// Fails, naming the image, when it is not present locally (no registry is asked).
