@@ -485,3 +485,20 @@ pub async fn start_toxiproxy(image: &str, dir: &Path) -> Result<(super::Proc, St
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_names_read_as_name_and_tag() {
+        let read = |text: &str| ImageName::parse(text).map(|image| (image.name, image.tag));
+        assert_eq!(read("fencelab-lab:local"), Ok(("fencelab-lab".into(), "local".into())));
+        assert_eq!(read("ghcr.io/shopify/toxiproxy"), Ok(("ghcr.io/shopify/toxiproxy".into(), "latest".into())));
+        assert_eq!(read("localhost:5000/lab:2.1"), Ok(("localhost:5000/lab".into(), "2.1".into())));
+        assert_eq!(read("localhost:5000/lab"), Ok(("localhost:5000/lab".into(), "latest".into())));
+        for bad in ["", "lab:", "a b", "lab@sha256:00"] {
+            assert!(ImageName::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

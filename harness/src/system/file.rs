@@ -629,6 +629,38 @@ command = ["rn", "--id={runner_id}"]
     }
 
     #[test]
+    fn the_container_lab_is_the_lab_from_an_image() {
+        let text = include_str!("../../../systems/lab-containers.toml");
+        let file = SystemFile::parse(Path::new("/x/lab-containers.toml"), text).unwrap();
+        let lab = SystemFile::lab();
+        for role in Role::ALL {
+            assert_eq!(file.image(role), Some("fencelab-lab:local"), "{role}");
+            let words = lab.roles[&role].command.get_ref();
+            assert_eq!(
+                file.roles[&role].command.get_ref()[..],
+                words[1..],
+                "{role}: the lab's words after `{{fencelab}}`"
+            );
+        }
+        assert!(file.uses_containers() && !lab.uses_containers());
+        assert_eq!(file.variants.keys().collect::<Vec<_>>(), lab.variants.keys().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_image_role_is_checked() {
+        let image = MINIMAL.replace("[target]\n", "[target]\nimage = \"tg:1\"\n");
+        assert_eq!(parse(&image).unwrap().image(Role::Target), Some("tg:1"));
+        let empty = image.replace("command = [\"tg\", \"--listen={listen}\"]", "command = []");
+        assert!(parse(&empty).is_ok(), "an image may keep its own command");
+        let bad = MINIMAL.replace("[target]\n", "[target]\nimage = \"tg:\"\n");
+        let error = parse(&bad).unwrap_err();
+        assert_eq!(error.line, Some(12));
+        assert!(error.to_string().contains("role `target`"), "{error}");
+        let cwd = image.replace("image = \"tg:1\"\n", "image = \"tg:1\"\ncwd = \"x\"\n");
+        assert!(parse(&cwd).unwrap_err().to_string().contains("`cwd`"));
+    }
+
+    #[test]
     fn a_minimal_file_reads() {
         let file = parse(MINIMAL).unwrap();
         assert_eq!(file.project, "fencelab");

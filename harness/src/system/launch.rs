@@ -162,6 +162,9 @@ impl Drop for Proc {
     }
 }
 
+/// A role's expanded words and environment.
+type WordsEnv = (Vec<String>, Vec<(String, String)>);
+
 /// A started server.
 pub struct Server {
     pub proc: Proc,
@@ -222,7 +225,7 @@ impl Launch {
         role: Role,
         extra_values: &[(&'static str, String)],
         extra_words: &[String],
-    ) -> Result<(Vec<String>, Vec<(String, String)>), StartError> {
+    ) -> Result<WordsEnv, StartError> {
         let file = &self.file;
         let spec = &file.roles[&role];
         let where_ = file.locate(role);
@@ -290,7 +293,7 @@ impl Launch {
         &self,
         role: Role,
         name: &str,
-        (words, env): (Vec<String>, Vec<(String, String)>),
+        (words, env): WordsEnv,
         files: Vec<(PathBuf, String)>,
         log: &Path,
     ) -> Result<Proc, StartError> {
