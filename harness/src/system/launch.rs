@@ -277,7 +277,11 @@ impl Launch {
             .map_err(|error| StartError::Failed(format!("{where_}: {error}")))?;
         command.stderr(Stdio::from(stderr));
         let cwd = match &spec.cwd {
-            Some(cwd) => file.dir().join(expand(cwd, &self.values(role)).map_err(StartError::Named)?),
+            Some(cwd) => {
+                let cwd =
+                    expand(cwd, &self.values(role)).map_err(|error| StartError::Named(format!("{where_}: {error}")))?;
+                file.dir().join(cwd)
+            }
             None => file.dir(),
         };
         command.current_dir(cwd);
