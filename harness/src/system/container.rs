@@ -415,12 +415,14 @@ pub async fn can_preload(image: &str) -> Result<(), String> {
     let body = bollard::models::ContainerCreateBody {
         image: Some(image.to_string()),
         labels: Some(own_labels().into_iter().collect()),
+        // Never started: any command will do for an image that has none.
+        cmd: Some(vec!["/fencelab-never-run".to_string()]),
         ..Default::default()
     };
     let created = tokio::time::timeout(DOCKER_WAIT_MAX, client.create_container(None, body))
         .await
-        .map_err(|_| "the Docker daemon did not create a container in time".to_string())?
-        .map_err(|error| error.to_string())?;
+        .map_err(|_| format!("the Docker daemon did not create a container of `{image}` in time"))?
+        .map_err(|error| format!("cannot look into image `{image}`: {error}"))?;
     let mut found = None;
     for loader in LOADERS {
         let options = bollard::query_parameters::DownloadFromContainerOptionsBuilder::new().path(loader).build();

@@ -271,3 +271,47 @@ async fn a_toxiproxy_image_is_driven_like_a_toxiproxy_url() {
     assert!(cut, "a link fault went through the Toxiproxy container");
     assert_eq!(left_within(&folder, Duration::from_secs(10)).await, 0, "no container is left");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_that_cannot_preload_libfaketime_is_refused_for_clock_skew() {
+    use testcontainers::runners::AsyncBuilder;
+    if skipped() {
+        return;
+    }
+    if harness::run::cluster::libfaketime().is_none() {
+        let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
+        assert!(!require_all, "libfaketime is not installed (Debian: faketime), and FENCELAB_REQUIRE_ALL=1");
+        eprintln!("SKIPPED: libfaketime is not installed");
+        return;
+    }
+    // An image with no dynamic loader (here: nothing but one file). It is only looked at,
+    // never run: the refusal comes before anything starts.
+    let _image = testcontainers::GenericBuildableImage::new("fencelab-no-loader", "test")
+        .with_dockerfile_string("FROM scratch\nCOPY nothing /nothing\n")
+        .with_data(b"nothing".to_vec(), "nothing")
+        .build_image()
+        .await
+        .expect("a local image builds");
+    let dir = tempfile::tempdir().unwrap();
+    let system = system_file(dir.path(), |text| {
+        let runner = text.find("[runner]").unwrap();
+        let (head, tail) = text.split_at(runner);
+        let tail = tail.replacen(LAB_IMAGE, "fencelab-no-loader:test", 1);
+        format!("{head}{tail}").replacen(
+            "runner_clock = [\"libfaketime\", \"offset-file\"]",
+            "runner_clock = [\"libfaketime\"]",
+            1,
+        )
+    });
+    let args = ["--system".to_string(), system.display().to_string(), "--nemesis".into(), "clock-skew".into()];
+    let finished = run(&args).await;
+    assert_eq!(finished.code, Some(254), "{}", finished.stderr);
+    assert!(
+        finished.stderr.contains("no dynamic loader") && finished.stderr.contains("clock-skew"),
+        "{}",
+        finished.stderr
+    );
+    for folder in folders(finished.store.path()) {
+        assert_eq!(containers_of(&folder).await, 0, "nothing was started");
+    }
+}
