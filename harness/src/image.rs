@@ -49,19 +49,38 @@ fn stamp(binary: &Path) -> Result<String, String> {
     Ok(format!("{}-{}", meta.len(), modified.map_or(0, |time| time.as_nanos())))
 }
 
+/// The id of `image`, if it is present locally.
+async fn id_of(client: &testcontainers::bollard::Docker, image: &str) -> Option<String> {
+    client.inspect_image(image).await.ok()?.id
+}
+
+/// Removes the image `old` that tag `image` named before it was built again (unless a
+/// container still uses it), so that rebuilds leave no untagged images behind.
+async fn drop_replaced(client: &testcontainers::bollard::Docker, image: &str, old: Option<String>) {
+    let Some(old) = old else { return };
+    if id_of(client, image).await.as_ref() != Some(&old) {
+        let _ = client
+            .remove_image(&old, None::<testcontainers::bollard::query_parameters::RemoveImageOptions>, None)
+            .await;
+    }
+}
+
 /// The `fencelab.binary` label of `image`, if it is present locally.
 async fn label_of(client: &testcontainers::bollard::Docker, image: &str) -> Option<String> {
     let info = client.inspect_image(image).await.ok()?;
     info.config?.labels?.get("fencelab.binary").cloned()
 }
 
-/// Builds both images unless up to date; what it did, one line each.
+/// Builds both images unless up to date; what it did, one line each. The images the tags
+/// named before are removed (when nothing else uses them).
 pub async fn build(binary: &Path, tag: &str, toxiproxy_tag: &str, force: bool) -> Result<Vec<String>, String> {
     let client = docker().await.map_err(|error| error.to_string())?;
     crate::system::container::sweep_dead(&client).await;
     let stamp = stamp(binary)?;
     let lab = ImageName::parse(tag).map_err(|why| format!("--tag: {why}"))?;
     let toxiproxy = ImageName::parse(toxiproxy_tag).map_err(|why| format!("--toxiproxy-tag: {why}"))?;
+    let options = || BuildImageOptions::new().with_build_arg("FENCELAB_BINARY", stamp.clone());
+    let (old_lab, old_toxiproxy) = (id_of(&client, &lab.full()).await, id_of(&client, &toxiproxy.full()).await);
     let mut said = Vec::new();
     if force || label_of(&client, &lab.full()).await.as_deref() != Some(stamp.as_str()) {
         let mut image = GenericBuildableImage::new(lab.name.clone(), lab.tag.clone())
@@ -72,8 +91,7 @@ pub async fn build(binary: &Path, tag: &str, toxiproxy_tag: &str, force: bool) -
             image = image.with_file(&library, inside);
         }
         image = image.with_data(Vec::new(), "rootfs/tmp/.keep");
-        let options = BuildImageOptions::new().with_build_arg("FENCELAB_BINARY", stamp.clone());
-        build_one(image, options, &lab.full()).await?;
+        build_one(image, options(), &lab.full()).await?;
         said.push(format!("built {} from {}", lab.full(), binary.display()));
     } else {
         said.push(format!("{} is up to date with {}", lab.full(), binary.display()));
@@ -86,12 +104,14 @@ pub async fn build(binary: &Path, tag: &str, toxiproxy_tag: &str, force: bool) -
         );
         let image = GenericBuildableImage::new(toxiproxy.name.clone(), toxiproxy.tag.clone())
             .with_dockerfile_string(dockerfile);
-        let options = BuildImageOptions::new().with_build_arg("FENCELAB_BINARY", stamp.clone());
-        build_one(image, options, &toxiproxy.full()).await?;
+        build_one(image, options(), &toxiproxy.full()).await?;
         said.push(format!("built {} (entrypoint `fencelab toxiproxy`)", toxiproxy.full()));
     } else {
         said.push(format!("{} is up to date", toxiproxy.full()));
     }
+    // The old Toxiproxy image sits on the old lab image: it goes first.
+    drop_replaced(&client, &toxiproxy.full(), old_toxiproxy).await;
+    drop_replaced(&client, &lab.full(), old_lab).await;
     Ok(said)
 }
 
