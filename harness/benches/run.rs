@@ -4,6 +4,11 @@
 //! 2. the harness's own CPU share during a 20-second run with every fault, beside the CPU
 //!    of the lab processes it drives.
 //!
+//! Each for the lab as processes and, when a Docker daemon answers, as containers
+//! (`systems/lab-containers.toml` on `fencelab-lab:local`, built first from this binary),
+//! in the same run on the same machine; for containers, the Docker daemon's own CPU
+//! (dockerd, containerd, its shims) is shown beside.
+//!
 //! Run: `cargo bench -p harness --bench run`.
 
 use std::path::Path;
@@ -15,7 +20,7 @@ use harness::run::config::{validate, RunArgs};
 const STARTS: usize = 10;
 const RUN_SECONDS: u64 = 20;
 
-fn args(store: &Path) -> RunArgs {
+fn args(store: &Path, system: Option<&Path>) -> RunArgs {
     use clap::Parser;
     #[derive(Parser)]
     struct Wrapper {
@@ -23,18 +28,26 @@ fn args(store: &Path) -> RunArgs {
         run: RunArgs,
     }
     let store = store.to_string_lossy().into_owned();
-    Wrapper::parse_from(["bench", "--store", &store, "--seed", "1"]).run
+    let mut words = vec!["bench".to_string(), "--store".into(), store, "--seed".into(), "1".into()];
+    if let Some(system) = system {
+        words.extend(["--system".to_string(), system.display().to_string()]);
+    }
+    Wrapper::parse_from(words).run
 }
 
-async fn startup(store: &Path) {
-    let config = validate(&args(store), 1).expect("valid flags");
+async fn startup(store: &Path, system: Option<&Path>) {
+    let config = validate(&args(store, system), 1).expect("valid flags");
     let mut times_ms = Vec::new();
+    let kind = if system.is_some() { "containers" } else { "processes" };
     for index in 0..STARTS {
         let started = Instant::now();
-        let mut cluster =
-            Cluster::start(&config, &store.join(format!("start-{index}")), Path::new(env!("CARGO_BIN_EXE_fencelab")))
-                .await
-                .expect("cluster starts");
+        let mut cluster = Cluster::start(
+            &config,
+            &store.join(format!("{kind}-start-{index}")),
+            Path::new(env!("CARGO_BIN_EXE_fencelab")),
+        )
+        .await
+        .expect("cluster starts");
         times_ms.push(started.elapsed().as_secs_f64() * 1_000.0);
         cluster.stop().await;
     }
@@ -42,7 +55,7 @@ async fn startup(store: &Path) {
     println!("{:>24} {:>8} {:>8} {:>8}", "start to healthy (ms)", "min", "p50", "max");
     println!(
         "{:>24} {:>8.1} {:>8.1} {:>8.1}",
-        "3 runners, 6 proxies",
+        if system.is_some() { "containers: 3 runners" } else { "processes: 3 runners" },
         times_ms[0],
         times_ms[STARTS / 2],
         times_ms[STARTS - 1]
@@ -73,10 +86,28 @@ fn lab_cpu_seconds(store: &Path, seen: &mut std::collections::HashMap<u32, f64>)
     }
 }
 
-fn cpu_share(store: &Path) {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fencelab"))
-        .args(["run", "--nemesis", "all", "--seed", "1", "--time-limit", &RUN_SECONDS.to_string(), "--store"])
-        .arg(store)
+/// CPU seconds of the Docker daemon's processes (dockerd, containerd, its shims) now.
+fn docker_cpu_seconds() -> f64 {
+    let mut total = 0.0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if ["dockerd", "containerd"].iter().any(|name| comm.trim().starts_with(name)) {
+            total += cpu_seconds(pid).unwrap_or(0.0);
+        }
+    }
+    total
+}
+
+fn cpu_share(store: &Path, system: Option<&Path>) {
+    let docker_before = docker_cpu_seconds();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
+    command.args(["run", "--nemesis", "all", "--seed", "1", "--time-limit", &RUN_SECONDS.to_string(), "--store"]);
+    command.arg(store);
+    if let Some(system) = system {
+        command.arg("--system").arg(system);
+    }
+    let mut child = command
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -90,10 +121,9 @@ fn cpu_share(store: &Path) {
     }
     let wall_s = started.elapsed().as_secs_f64();
     let lab_s: f64 = lab.values().sum();
-    println!(
-        "{:>24} {:>10} {:>12} {:>14} {:>16}",
-        "20 s run, all faults", "wall (s)", "harness (s)", "lab procs (s)", "harness share"
-    );
+    let docker_s = docker_cpu_seconds() - docker_before;
+    let label = if system.is_some() { "containers, 20 s run" } else { "processes, 20 s run" };
+    println!("{:>24} {:>10} {:>12} {:>14} {:>16}", label, "wall (s)", "harness (s)", "lab procs (s)", "harness share");
     println!(
         "{:>24} {:>10.1} {:>12.2} {:>14.2} {:>15.1}%",
         "",
@@ -103,11 +133,34 @@ fn cpu_share(store: &Path) {
         100.0 * harness_s / (harness_s + lab_s).max(f64::EPSILON)
     );
     println!("{:>24} harness CPU per wall second: {:.1}% of one core", "", 100.0 * harness_s / wall_s);
+    if system.is_some() {
+        println!("{:>24} Docker daemon (dockerd, containerd, shims): {docker_s:.2} s", "");
+    }
 }
 
 #[tokio::main]
 async fn main() {
     let store = tempfile::tempdir().expect("temp dir");
-    startup(store.path()).await;
-    cpu_share(&store.path().join("cpu"));
+    startup(store.path(), None).await;
+    let containers = match harness::system::container::unavailable() {
+        Some(why) => {
+            println!("containers: not measured ({why})");
+            None
+        }
+        None => {
+            let built = std::process::Command::new(env!("CARGO_BIN_EXE_fencelab"))
+                .args(["image", "build"])
+                .status()
+                .expect("fencelab image build runs");
+            assert!(built.success(), "fencelab image build");
+            Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../systems/lab-containers.toml"))
+        }
+    };
+    if let Some(system) = &containers {
+        startup(store.path(), Some(system)).await;
+    }
+    cpu_share(&store.path().join("cpu"), None);
+    if let Some(system) = &containers {
+        cpu_share(&store.path().join("cpu-containers"), Some(system));
+    }
 }

@@ -30,6 +30,12 @@ enum Command {
         /// Where the REST API listens.
         #[arg(long, default_value = "127.0.0.1:8474")]
         listen: SocketAddr,
+        /// The host to listen on, as Toxiproxy's `-host` (replaces --listen's).
+        #[arg(long)]
+        host: Option<std::net::IpAddr>,
+        /// The port to listen on, as Toxiproxy's `-port` (replaces --listen's).
+        #[arg(long)]
+        port: Option<u16>,
         /// Seed of every random choice the toxics make (jitter, slicing, toxicity).
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -111,6 +117,11 @@ enum Command {
     /// Check a system against the contract before chaos: deterministic single-step cases
     /// over HTTP, one line each, conform.json and junit.xml (`docs/conform.md`).
     Conform(crate::conform::ConformArgs),
+    /// The lab as container images, built locally from this binary (no registry).
+    Image {
+        #[command(subcommand)]
+        command: ImageCommand,
+    },
     /// Scripted incidents against the real lab (`docs/scenarios.md`).
     Scenario {
         #[command(subcommand)]
@@ -128,6 +139,23 @@ struct HistoryArgs {
     /// Read at most the last N earlier nights (1..=365).
     #[arg(long = "history-limit", default_value_t = 14)]
     limit: usize,
+}
+
+#[derive(Subcommand)]
+enum ImageCommand {
+    /// Build the lab's image (`images/lab/Dockerfile`: this binary and the libraries it
+    /// loads, FROM scratch) and its Toxiproxy image; skipped when up to date.
+    Build {
+        /// The lab's image (entrypoint `fencelab`).
+        #[arg(long, default_value = crate::image::LAB_TAG)]
+        tag: String,
+        /// The Toxiproxy image (entrypoint `fencelab toxiproxy`).
+        #[arg(long, default_value = crate::image::TOXIPROXY_TAG)]
+        toxiproxy_tag: String,
+        /// Build even when the images are up to date.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -158,7 +186,8 @@ pub fn main() -> ExitCode {
             let program = std::ffi::OsString::from("fencelab lab");
             lab::cli::main_from(std::iter::once(program).chain(args))
         }
-        Command::Toxiproxy { listen, seed } => {
+        Command::Toxiproxy { listen, host, port, seed } => {
+            let listen = SocketAddr::new(host.unwrap_or(listen.ip()), port.unwrap_or(listen.port()));
             let runtime = match runtime("toxiproxy") {
                 Ok(runtime) => runtime,
                 Err(code) => return code,
@@ -208,6 +237,9 @@ pub fn main() -> ExitCode {
         }
         Command::Diff { run_a, run_b } => diff_command(&run_a, &run_b),
         Command::Conform(args) => crate::conform::main(&args),
+        Command::Image { command: ImageCommand::Build { tag, toxiproxy_tag, force } } => {
+            crate::image::main(&tag, &toxiproxy_tag, force)
+        }
         Command::Bugs => {
             print!("{}", lab::bugs::listing());
             ExitCode::SUCCESS

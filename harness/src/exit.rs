@@ -54,10 +54,15 @@ impl From<Exit> for ExitCode {
     }
 }
 
-/// Makes any panic print its message and location and exit 255 at once.
+/// Makes any panic print its message and location, remove this process's containers (by
+/// label, bounded), and exit 255.
 pub fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
         eprintln!("fencelab: internal error: {info}");
+        let removed = crate::system::container::remove_own_blocking();
+        if removed > 0 {
+            eprintln!("fencelab: removed this run's {removed} container(s)");
+        }
         std::process::exit(i32::from(Exit::Internal.code()));
     }));
 }

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod conform;
 pub mod diff;
 pub mod exit;
+pub mod image;
 pub mod matrix;
 pub mod replay;
 pub mod run;

@@ -35,10 +35,7 @@ pub struct RunnerSlot {
 impl RunnerSlot {
     /// Whether its process is gone or stopped (SIGSTOP), that is executes nothing now.
     pub fn is_stopped(&self) -> bool {
-        let Some(process) = &self.process else { return true };
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", process.pid())).unwrap_or_default();
-        let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
-        matches!(state, None | Some('T') | Some('t') | Some('Z') | Some('X'))
+        self.process.as_ref().is_none_or(Proc::is_stopped)
     }
 }
 
@@ -46,6 +43,8 @@ pub struct Cluster {
     pub system: RunningSystem,
     pub proxy_server: Option<proxy::ServerHandle>,
     pub proxy: proxy::Client,
+    /// The Toxiproxy container of a `--toxiproxy-image` run.
+    proxy_container: Option<Proc>,
     pub runners: Vec<RunnerSlot>,
     pub clock: ClockControl,
     /// What the system is and what of the run it could not take.
@@ -87,7 +86,7 @@ pub fn launch_of(config: &RunConfig, dir: &Path, program: &Path) -> Result<Launc
         file,
         variants,
         program: program.to_path_buf(),
-        dir: dir.to_path_buf(),
+        dir: std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()),
         lease_ms: config.lease_ms,
         target_mode: config.target_mode.name().to_string(),
         db: config.db,
@@ -124,21 +123,26 @@ impl Cluster {
     /// file: the lab's processes are `fencelab lab ...`).
     pub async fn start(config: &RunConfig, dir: &Path, program: &Path) -> anyhow::Result<Cluster> {
         let mut launch = launch_of(config, dir, program)?;
+        if launch.file.uses_containers() || config.toxiproxy_image.is_some() {
+            crate::system::container::sweep_dead(&crate::system::container::docker().await?).await;
+        }
         let database = start_database(config, &mut launch).await?;
-        let clock = launch.file.clock_control();
+        let (clock, clock_passed_over) = launch.file.check_clock(launch.file.clock_control(), &config.nemesis).await?;
         let info = SystemInfo {
             name: launch.file.name.clone(),
             file: config.system.clone(),
             variants: launch.variants.clone(),
             absent: launch.file.provides.absent(),
             faults_not_run: launch.file.faults_not_run(&config.nemesis, &clock),
+            clock_passed_over,
         };
         let system = async { RunningSystem::start(launch).await.map_err(anyhow::Error::from) };
-        let (system, (proxy_server, proxy)) = tokio::try_join!(system, start_proxy(config))?;
+        let (system, (proxy_server, proxy, proxy_container)) = tokio::try_join!(system, start_proxy(config, dir))?;
         let mut cluster = Cluster {
             system,
             proxy_server,
             proxy,
+            proxy_container,
             runners: vec![],
             clock,
             info,
@@ -265,7 +269,9 @@ impl Cluster {
     /// Moves runner `index`'s clock to `offset_ms` from true time.
     pub fn set_clock(&self, index: usize, offset_ms: i64) -> std::io::Result<()> {
         let text = match self.clock {
-            ClockControl::Libfaketime { .. } => format!("{:+}", offset_ms as f64 / 1_000.0),
+            ClockControl::Libfaketime { .. } | ClockControl::LibfaketimeMounted { .. } => {
+                format!("{:+}", offset_ms as f64 / 1_000.0)
+            }
             ClockControl::RunnerOffset => offset_ms.to_string(),
             ClockControl::Fixed => return Err(std::io::Error::other("this system's runner clocks cannot be moved")),
         };
@@ -296,17 +302,27 @@ impl Cluster {
         if let Some(server) = self.proxy_server.take() {
             server.shutdown().await;
         }
+        if let Some(mut container) = self.proxy_container.take() {
+            container.stop(Duration::from_secs(2)).await;
+        }
     }
 }
 
-async fn start_proxy(config: &RunConfig) -> anyhow::Result<(Option<proxy::ServerHandle>, proxy::Client)> {
+type Proxies = (Option<proxy::ServerHandle>, proxy::Client, Option<Proc>);
+
+async fn start_proxy(config: &RunConfig, dir: &Path) -> anyhow::Result<Proxies> {
     if let Some(url) = &config.toxiproxy_url {
         let client = proxy::Client::new(url)?;
         client.version().await.map_err(|error| anyhow::anyhow!("--toxiproxy-url {url} is not reachable: {error}"))?;
         client.reset().await?;
-        return Ok((None, client));
+        return Ok((None, client, None));
+    }
+    if let Some(image) = &config.toxiproxy_image {
+        let (container, url) = crate::system::container::start_toxiproxy(image, dir).await?;
+        let client = proxy::Client::new(&url)?;
+        return Ok((None, client, Some(container)));
     }
     let server = proxy::start("127.0.0.1:0".parse()?, config.seed).await?;
     let client = proxy::Client::new(&server.url())?;
-    Ok((Some(server), client))
+    Ok((Some(server), client, None))
 }

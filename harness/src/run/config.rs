@@ -65,6 +65,10 @@ pub struct RunArgs {
     /// Drive a real Toxiproxy at this URL instead of starting the embedded one.
     #[arg(long)]
     pub toxiproxy_url: Option<String>,
+    /// Run a Toxiproxy server from this image (present locally) through testcontainers and
+    /// drive it as with `--toxiproxy-url`.
+    #[arg(long, conflicts_with = "toxiproxy_url")]
+    pub toxiproxy_image: Option<String>,
     /// Where run folders go.
     #[arg(long, default_value_os_t = defaults().store)]
     pub store: PathBuf,
@@ -139,6 +143,7 @@ impl From<&RunConfig> for RunArgs {
             reconcile_after_ms: Some(config.reconcile_after_ms),
             recovery_limit_s: config.recovery_limit_ms / 1_000,
             toxiproxy_url: config.toxiproxy_url.clone(),
+            toxiproxy_image: config.toxiproxy_image.clone(),
             store: config.store.clone(),
             schedule: None,
             db: config.db,
@@ -182,6 +187,9 @@ pub struct RunConfig {
     pub step_ms_min: u64,
     pub step_ms_max: u64,
     pub toxiproxy_url: Option<String>,
+    /// A Toxiproxy image run through testcontainers (`--toxiproxy-image`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toxiproxy_image: Option<String>,
     pub store: PathBuf,
     /// A given fault schedule, replacing the generated one.
     pub schedule: Option<Vec<workloads::faults::Fault>>,
@@ -234,6 +242,7 @@ impl Default for RunConfig {
             step_ms_min: 100,
             step_ms_max: 300,
             toxiproxy_url: None,
+            toxiproxy_image: None,
             store: PathBuf::from("store"),
             schedule: None,
             db: Db::Sqlite,
@@ -328,6 +337,9 @@ pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> 
         Some(path) => Some(read_schedule(path)?),
         None => None,
     };
+    if let Some(image) = &args.toxiproxy_image {
+        crate::system::container::ImageName::parse(image).map_err(|why| format!("--toxiproxy-image: {why}"))?;
+    }
     if args.database_url.is_some() && args.db != Db::Postgres {
         return Err("--database-url needs --db postgres".into());
     }
@@ -373,6 +385,7 @@ pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> 
         step_ms_min: args.step_ms_min,
         step_ms_max: args.step_ms_max,
         toxiproxy_url: args.toxiproxy_url.clone(),
+        toxiproxy_image: args.toxiproxy_image.clone(),
         store: args.store.clone(),
         schedule,
         db: args.db,
@@ -438,6 +451,9 @@ impl RunConfig {
         }
         if let Some(url) = &self.toxiproxy_url {
             args.extend(["--toxiproxy-url".to_string(), url.clone()]);
+        }
+        if let Some(image) = &self.toxiproxy_image {
+            args.extend(["--toxiproxy-image".to_string(), image.clone()]);
         }
         if self.db != Db::Sqlite {
             args.extend(["--db".to_string(), self.db.name().to_string()]);

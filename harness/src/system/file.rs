@@ -106,12 +106,17 @@ pub enum ClockMethod {
     OffsetFile,
 }
 
-/// One role's process.
+/// One role's process, or its container.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RoleSpec {
-    /// Program and arguments; each word may hold placeholders (`{listen}`, …).
+    /// Program and arguments; each word may hold placeholders (`{listen}`, …). With an
+    /// `image`: the container's command (the image's entrypoint stays; may be empty).
     pub command: Spanned<Vec<String>>,
+    /// A container image (`NAME[:TAG]`, present locally) to run the role from, through
+    /// testcontainers on the host network; none: a process.
+    #[serde(default)]
+    pub image: Option<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Servers only: how readiness is judged (default `listening`).
@@ -380,8 +385,18 @@ impl SystemFile {
         for (role, spec) in &roles {
             let line = Some(line_of(text, spec.command.span().start));
             let words = spec.command.get_ref();
-            if words.is_empty() || words[0].is_empty() {
-                return Err(error(line, format!("role `{role}`: `command` must name a program")));
+            match &spec.image {
+                None if words.is_empty() || words[0].is_empty() => {
+                    return Err(error(line, format!("role `{role}`: `command` must name a program")));
+                }
+                Some(image) if crate::system::container::ImageName::parse(image).is_err() => {
+                    let why = crate::system::container::ImageName::parse(image).unwrap_err();
+                    return Err(error(line, format!("role `{role}`: {why}")));
+                }
+                Some(_) if spec.cwd.is_some() => {
+                    return Err(error(line, format!("role `{role}`: `cwd` is for processes; an image has its own")));
+                }
+                _ => {}
             }
             for word in words.iter().chain(spec.env.values()) {
                 check_placeholders(word, *role).map_err(|message| error(line, format!("role `{role}`: {message}")))?;
@@ -463,6 +478,16 @@ impl SystemFile {
     /// The line of `role`'s command, for messages about it.
     pub fn line_of_role(&self, role: Role) -> Option<usize> {
         self.roles.get(&role).map(|spec| line_of(&self.text, spec.command.span().start))
+    }
+
+    /// The image `role` runs from, if it runs as a container.
+    pub fn image(&self, role: Role) -> Option<&str> {
+        self.roles.get(&role).and_then(|spec| spec.image.as_deref())
+    }
+
+    /// Whether any role runs as a container.
+    pub fn uses_containers(&self) -> bool {
+        Role::ALL.into_iter().any(|role| self.image(role).is_some())
     }
 
     /// `file:line` naming a role's command, for messages.
@@ -608,6 +633,38 @@ command = ["rn", "--id={runner_id}"]
             assert!(variant.nemesis.is_some(), "{bug}: the faults that expose it");
         }
         assert_eq!(lab.variants.len(), lab::bugs::Bug::ALL.len());
+    }
+
+    #[test]
+    fn the_container_lab_is_the_lab_from_an_image() {
+        let text = include_str!("../../../systems/lab-containers.toml");
+        let file = SystemFile::parse(Path::new("/x/lab-containers.toml"), text).unwrap();
+        let lab = SystemFile::lab();
+        for role in Role::ALL {
+            assert_eq!(file.image(role), Some("fencelab-lab:local"), "{role}");
+            let words = lab.roles[&role].command.get_ref();
+            assert_eq!(
+                file.roles[&role].command.get_ref()[..],
+                words[1..],
+                "{role}: the lab's words after `{{fencelab}}`"
+            );
+        }
+        assert!(file.uses_containers() && !lab.uses_containers());
+        assert_eq!(file.variants.keys().collect::<Vec<_>>(), lab.variants.keys().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_image_role_is_checked() {
+        let image = MINIMAL.replace("[target]\n", "[target]\nimage = \"tg:1\"\n");
+        assert_eq!(parse(&image).unwrap().image(Role::Target), Some("tg:1"));
+        let empty = image.replace("command = [\"tg\", \"--listen={listen}\"]", "command = []");
+        assert!(parse(&empty).is_ok(), "an image may keep its own command");
+        let bad = MINIMAL.replace("[target]\n", "[target]\nimage = \"tg:\"\n");
+        let error = parse(&bad).unwrap_err();
+        assert_eq!(error.line, Some(12));
+        assert!(error.to_string().contains("role `target`"), "{error}");
+        let cwd = image.replace("image = \"tg:1\"\n", "image = \"tg:1\"\ncwd = \"x\"\n");
+        assert!(parse(&cwd).unwrap_err().to_string().contains("`cwd`"));
     }
 
     #[test]

@@ -60,56 +60,120 @@ pub const RESULT_TRIES_MAX: u32 = 8;
 /// Starts of a server on a port picked for it, when the port was taken before it bound it.
 const PORT_TRIES_MAX: u32 = 3;
 
-/// A process the harness started; its whole process group is SIGKILLed when dropped.
+/// A process the harness started — its whole process group is SIGKILLed when dropped — or
+/// a container (`image`), removed when dropped.
 pub struct Proc {
-    pub child: Child,
+    body: Body,
     pub name: String,
 }
 
+enum Body {
+    Child(Child),
+    Container(Box<super::container::Container>),
+}
+
 impl Proc {
-    pub fn pid(&self) -> i32 {
-        self.child.id().map_or(0, |pid| pid as i32)
+    pub fn new(child: Child, name: String) -> Proc {
+        Proc { body: Body::Child(child), name }
     }
 
-    /// Sends a signal to the process (not its group).
+    pub(super) fn container(container: super::container::Container, name: String) -> Proc {
+        Proc { body: Body::Container(Box::new(container)), name }
+    }
+
+    /// Its pid (a container's first process, as the host sees it).
+    pub fn pid(&self) -> i32 {
+        match &self.body {
+            Body::Child(child) => child.id().map_or(0, |pid| pid as i32),
+            Body::Container(container) => container.pid,
+        }
+    }
+
+    /// Sends a signal to the process (not its group); a container is paused (SIGSTOP) and
+    /// resumed (SIGCONT) through the cgroup freezer.
     pub fn signal(&self, signal: i32) -> bool {
+        if let Body::Container(container) = &self.body {
+            return container.signal(signal);
+        }
         let pid = self.pid();
         // SAFETY: kill(2) with a pid we started; a stale pid only yields an error.
         pid > 0 && unsafe { libc::kill(pid, signal) } == 0
     }
 
+    /// Whether it executes nothing now: gone, stopped (SIGSTOP) or paused.
+    pub fn is_stopped(&self) -> bool {
+        if let Body::Container(container) = &self.body {
+            return container.is_stopped();
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
+        let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+        matches!(state, None | Some('T') | Some('t') | Some('Z') | Some('X'))
+    }
+
     fn kill_group(&self) {
         let pid = self.pid();
-        if pid > 0 {
+        if pid > 0 && matches!(self.body, Body::Child(_)) {
             // SAFETY: the child leads its own group (setpgid in pre_exec).
             unsafe { libc::kill(-pid, libc::SIGKILL) };
         }
     }
 
-    /// SIGKILLs its group and reaps it.
+    /// SIGKILLs its group and reaps it (a container: killed and removed).
     pub async fn kill(&mut self) {
         self.kill_group();
-        let _ = self.child.kill().await;
+        match &mut self.body {
+            Body::Child(child) => {
+                let _ = child.kill().await;
+            }
+            Body::Container(container) => container.kill().await,
+        }
     }
 
-    /// SIGCONT and SIGTERM, then SIGKILL of its group if it has not exited within `grace`.
+    /// SIGCONT and SIGTERM, then SIGKILL of its group if it has not exited within `grace`
+    /// (a container: resumed, stopped, removed).
     pub async fn stop(&mut self, grace: Duration) {
-        self.signal(libc::SIGCONT);
-        self.signal(libc::SIGTERM);
-        if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
+        let child = match &mut self.body {
+            Body::Child(child) => child,
+            Body::Container(container) => return container.stop(grace).await,
+        };
+        let pid = child.id().map_or(0, |pid| pid as i32);
+        if pid > 0 {
+            // SAFETY: kill(2) with a pid we started.
+            unsafe {
+                libc::kill(pid, libc::SIGCONT);
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        if tokio::time::timeout(grace, child.wait()).await.is_err() {
             self.kill().await;
         }
         self.kill_group();
+    }
+
+    /// Why it is no longer running, if it is not.
+    pub(super) async fn exited(&mut self) -> Option<String> {
+        match &mut self.body {
+            Body::Child(child) => match child.try_wait() {
+                Ok(Some(status)) => Some(exited(Ok(status))),
+                _ => None,
+            },
+            Body::Container(container) => container.exited().await,
+        }
     }
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            self.kill_group();
+        if let Body::Child(child) = &mut self.body {
+            if matches!(child.try_wait(), Ok(None)) {
+                self.kill_group();
+            }
         }
     }
 }
+
+/// A role's expanded words and environment.
+type WordsEnv = (Vec<String>, Vec<(String, String)>);
 
 /// A started server.
 pub struct Server {
@@ -165,16 +229,14 @@ impl Launch {
         self.dir.join(role.name())
     }
 
-    /// The command for `role`: its words, the store's words (control plane), each
-    /// variant's words, expanded with `values`; its environment; stdout and stderr to
-    /// `log`.
-    fn command(
+    /// The words and environment for `role`: its command, the store's words (control
+    /// plane), each variant's words, `extra_words`, expanded with `values`.
+    fn words_env(
         &self,
         role: Role,
         extra_values: &[(&'static str, String)],
         extra_words: &[String],
-        log: &Path,
-    ) -> Result<(Command, String), StartError> {
+    ) -> Result<WordsEnv, StartError> {
         let file = &self.file;
         let spec = &file.roles[&role];
         let where_ = file.locate(role);
@@ -196,8 +258,27 @@ impl Launch {
         let expand_all =
             |word: &String| expand(word, &values).map_err(|error| StartError::Named(format!("{where_}: {error}")));
         let words = words.iter().map(expand_all).collect::<Result<Vec<String>, StartError>>()?;
+        let env = env
+            .iter()
+            .map(|(key, value)| Ok((key.clone(), expand_all(value)?)))
+            .collect::<Result<Vec<(String, String)>, StartError>>()?;
         std::fs::create_dir_all(self.data_dir(role))
             .map_err(|error| StartError::Failed(format!("{where_}: cannot create its data folder: {error}")))?;
+        Ok((words, env))
+    }
+
+    /// The command for `role` (see [`Launch::words_env`]); stderr to `log`.
+    fn command(
+        &self,
+        role: Role,
+        extra_values: &[(&'static str, String)],
+        extra_words: &[String],
+        log: &Path,
+    ) -> Result<(Command, String), StartError> {
+        let file = &self.file;
+        let spec = &file.roles[&role];
+        let where_ = file.locate(role);
+        let (words, env) = self.words_env(role, extra_values, extra_words)?;
         let stderr = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -207,14 +288,49 @@ impl Launch {
             .map_err(|error| StartError::Failed(format!("{where_}: {error}")))?;
         command.stderr(Stdio::from(stderr));
         let cwd = match &spec.cwd {
-            Some(cwd) => file.dir().join(expand_all(cwd)?),
+            Some(cwd) => {
+                let cwd =
+                    expand(cwd, &self.values(role)).map_err(|error| StartError::Named(format!("{where_}: {error}")))?;
+                file.dir().join(cwd)
+            }
             None => file.dir(),
         };
         command.current_dir(cwd);
         for (key, value) in &env {
-            command.env(key, expand_all(value)?);
+            command.env(key, value);
         }
         Ok((command, words.join(" ")))
+    }
+
+    /// Starts `role` as a container of its image: the run's folder (and the system file's,
+    /// read-only) mounted at the same paths, output appended to `log`.
+    async fn start_container(
+        &self,
+        role: Role,
+        name: &str,
+        (words, env): WordsEnv,
+        files: Vec<(PathBuf, String)>,
+        log: &Path,
+    ) -> Result<Proc, StartError> {
+        let where_ = self.file.locate(role);
+        let image = self.file.image(role).expect("a role with an image");
+        let image = super::container::ImageName::parse(image).map_err(StartError::Named)?;
+        let mut mounts = vec![(self.dir.clone(), false)];
+        if !self.dir.starts_with(self.file.dir()) {
+            mounts.push((self.file.dir(), true));
+        }
+        let spec = super::container::Spec {
+            image,
+            command: words,
+            env,
+            mounts,
+            files,
+            run: self.dir.parent().unwrap_or(&self.dir).to_path_buf(),
+            role: name.to_string(),
+            log: log.to_path_buf(),
+        };
+        let container = super::container::Container::start(spec, &where_).await?;
+        Ok(Proc::container(container, name.to_string()))
     }
 
     /// Starts a server for `role` (replica `replica`, 0-based, of the control plane) on
@@ -248,6 +364,17 @@ impl Launch {
             0 => self.dir.join(format!("{}.log", role_log_name(role))),
             _ => self.dir.join(format!("{}-{}.log", role_log_name(role), replica + 1)),
         };
+        if self.file.image(role).is_some() {
+            let words_env = self.words_env(role, &values, &[])?;
+            let words = words_env.0.join(" ");
+            let proc = self.start_container(role, role.name(), words_env, vec![], &log).await?;
+            // A container's stdout goes to its log: `listening` is judged by a TCP probe.
+            let ready = match spec.ready.clone().unwrap_or(Ready::Listening) {
+                Ready::Listening => Ready::Tcp,
+                ready => ready,
+            };
+            return self.wait_ready(role, proc, port, ready, &words, &log).await;
+        }
         let (mut command, words) = self.command(role, &values, &[], &log)?;
         let ready = spec.ready.clone().unwrap_or(Ready::Listening);
         if ready != Ready::Listening {
@@ -259,7 +386,22 @@ impl Launch {
             command.stdout(Stdio::from(stdout));
         }
         let child = command.spawn().map_err(|error| spawn_error(&where_, &words, error))?;
-        let mut proc = Proc { child, name: role.name().to_string() };
+        let proc = Proc::new(child, role.name().to_string());
+        self.wait_ready(role, proc, port, ready, &words, &log).await
+    }
+
+    /// Waits, bounded by the role's `ready_ms`, until `proc` is ready; kills it if it is not.
+    async fn wait_ready(
+        &self,
+        role: Role,
+        mut proc: Proc,
+        port: u16,
+        ready: Ready,
+        words: &str,
+        log: &Path,
+    ) -> Result<Server, StartError> {
+        let where_ = self.file.locate(role);
+        let spec = &self.file.roles[&role];
         let wait = Duration::from_millis(spec.ready_ms.unwrap_or(READY_MS_DEFAULT));
         let path = spec.ready_path.clone().unwrap_or_else(|| "/v1/health".to_string());
         let probe = async {
@@ -277,7 +419,7 @@ impl Launch {
             Ok(Ok(addr)) => addr,
             Ok(Err(why)) => {
                 proc.kill().await;
-                return Err(StartError::Failed(format!("{where_}: {why}{}", log_tail(&log))));
+                return Err(StartError::Failed(format!("{where_}: {why}{}", log_tail(log))));
             }
             Err(_) => {
                 proc.kill().await;
@@ -289,7 +431,7 @@ impl Launch {
                 return Err(StartError::Failed(format!(
                     "{where_}: `{words}` did not {how} within {} ms{}",
                     wait.as_millis(),
-                    log_tail(&log)
+                    log_tail(log)
                 )));
             }
         };
@@ -307,15 +449,7 @@ impl Launch {
         clock: &ClockControl,
         clock_file: &Path,
     ) -> Result<(Command, String), StartError> {
-        let values = [
-            ("runner_id", id.to_string()),
-            ("runner_token", token.to_string()),
-            ("control_url", links.0.split(',').next().unwrap_or_default().to_string()),
-            ("control_urls", links.0.to_string()),
-            ("target_url", links.1.to_string()),
-            ("runner_log", log.display().to_string()),
-            ("clock_file", clock_file.display().to_string()),
-        ];
+        let values = self.runner_values(id, token, links, log, clock_file);
         let extra = if *clock == ClockControl::RunnerOffset { self.file.runner_clock_args.clone() } else { vec![] };
         let stderr_log = self.dir.join(format!("runner-{id}.log"));
         let (mut command, words) = self.command(Role::Runner, &values, &extra, &stderr_log)?;
@@ -329,7 +463,8 @@ impl Launch {
         Ok((command, words))
     }
 
-    /// Starts runner `id`.
+    /// Starts runner `id` (a container when the runner has an image: from synchronous code,
+    /// so it waits for the daemon inside the harness's multi-thread runtime).
     pub fn start_runner(
         &self,
         id: &str,
@@ -339,9 +474,62 @@ impl Launch {
         clock: &ClockControl,
         clock_file: &Path,
     ) -> Result<Proc, StartError> {
+        if self.file.image(Role::Runner).is_some() {
+            let start = self.start_runner_container(id, token, links, log, clock, clock_file);
+            return super::container::block_on(start).unwrap_or_else(|| {
+                Err(StartError::Failed("a runner's container is started only inside a multi-thread runtime".into()))
+            });
+        }
         let (mut command, words) = self.runner_command(id, token, links, log, clock, clock_file)?;
         let child = command.spawn().map_err(|error| spawn_error(&self.file.locate(Role::Runner), &words, error))?;
-        Ok(Proc { child, name: format!("runner {id}") })
+        Ok(Proc::new(child, format!("runner {id}")))
+    }
+
+    /// Runner `id` as a container of the runner's image; with libfaketime, the host's
+    /// library mounted at [`super::container::FAKETIME_MOUNT`] and preloaded.
+    async fn start_runner_container(
+        &self,
+        id: &str,
+        token: &str,
+        links: (&str, &str),
+        log: &Path,
+        clock: &ClockControl,
+        clock_file: &Path,
+    ) -> Result<Proc, StartError> {
+        let values = self.runner_values(id, token, links, log, clock_file);
+        let extra = if *clock == ClockControl::RunnerOffset { self.file.runner_clock_args.clone() } else { vec![] };
+        let (words, mut env) = self.words_env(Role::Runner, &values, &extra)?;
+        let mut files = vec![];
+        if let ClockControl::LibfaketimeMounted { library, mounted_at } = clock {
+            files.push((library.clone(), mounted_at.clone()));
+            env.extend([
+                ("LD_PRELOAD".to_string(), mounted_at.clone()),
+                ("FAKETIME_TIMESTAMP_FILE".to_string(), clock_file.display().to_string()),
+                ("FAKETIME_NO_CACHE".to_string(), "1".to_string()),
+                ("FAKETIME_DONT_FAKE_MONOTONIC".to_string(), "1".to_string()),
+            ]);
+        }
+        let stderr_log = self.dir.join(format!("runner-{id}.log"));
+        self.start_container(Role::Runner, &format!("runner {id}"), (words, env), files, &stderr_log).await
+    }
+
+    fn runner_values(
+        &self,
+        id: &str,
+        token: &str,
+        links: (&str, &str),
+        log: &Path,
+        clock_file: &Path,
+    ) -> [(&'static str, String); 7] {
+        [
+            ("runner_id", id.to_string()),
+            ("runner_token", token.to_string()),
+            ("control_url", links.0.split(',').next().unwrap_or_default().to_string()),
+            ("control_urls", links.0.to_string()),
+            ("target_url", links.1.to_string()),
+            ("runner_log", log.display().to_string()),
+            ("clock_file", clock_file.display().to_string()),
+        ]
     }
 }
 
@@ -351,6 +539,9 @@ impl Launch {
 pub enum ClockControl {
     /// libfaketime preloaded, reading its offset from a file (FAKETIME_TIMESTAMP_FILE).
     Libfaketime { library: PathBuf },
+    /// A runner's container: the host's libfaketime mounted read-only at `mounted_at`,
+    /// preloaded, reading the same offset file (mounted with the run's folder).
+    LibfaketimeMounted { library: PathBuf, mounted_at: String },
     /// The runner's own offset file (the system file's `runner_clock_args`).
     RunnerOffset,
     /// Runner clocks cannot be moved: the system provides no way, or this host has no
@@ -375,7 +566,7 @@ fn spawn_error(where_: &str, words: &str, error: std::io::Error) -> StartError {
 }
 
 /// The last lines of a role's log, for an error message.
-fn log_tail(log: &Path) -> String {
+pub(super) fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().rev().take(5).collect();
     if lines.is_empty() {
@@ -387,15 +578,16 @@ fn log_tail(log: &Path) -> String {
 
 /// Reads the first stdout line: `{"listening": "HOST:PORT"}`; then keeps draining stdout.
 async fn listening(proc: &mut Proc) -> Result<SocketAddr, String> {
-    let stdout = proc.child.stdout.take().ok_or("its stdout is not piped")?;
+    let Body::Child(child) = &mut proc.body else { return Err("a container's stdout is its log".into()) };
+    let stdout = child.stdout.take().ok_or("its stdout is not piped")?;
     let mut lines = BufReader::new(stdout).lines();
     let line = tokio::select! {
         line = lines.next_line() => line.map_err(|error| error.to_string())?,
-        status = proc.child.wait() => return Err(exited(status)),
+        status = child.wait() => return Err(exited(status)),
     };
     let Some(said) = line else {
         // Its stdout closed: most likely it is exiting; say how, if it does so soon.
-        return match tokio::time::timeout(Duration::from_secs(1), proc.child.wait()).await {
+        return match tokio::time::timeout(Duration::from_secs(1), child.wait()).await {
             Ok(status) => Err(exited(status)),
             Err(_) => Err("it closed its stdout before announcing an address".to_string()),
         };
@@ -423,8 +615,10 @@ where
     Fut: std::future::Future<Output = bool>,
 {
     loop {
-        if let Ok(Some(status)) = proc.child.try_wait() {
-            return Err(exited(Ok(status)));
+        if let Some(why) = proc.exited().await {
+            // A container's last words reach its log through the daemon: let them land.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            return Err(why);
         }
         if probe().await {
             return Ok(());
@@ -439,7 +633,7 @@ async fn tcp_ready(port: u16) -> bool {
 }
 
 /// A bare HTTP/1.1 GET; true on a 2xx status line.
-async fn http_ready(port: u16, path: &str) -> bool {
+pub(super) async fn http_ready(port: u16, path: &str) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;

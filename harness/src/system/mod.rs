@@ -1,6 +1,7 @@
 //! The system under test, as its system file describes it (`docs/system.md`): the lab
 //! (`systems/lab.toml`, the default) or any implementation of the contract.
 
+pub mod container;
 pub mod file;
 pub mod launch;
 
@@ -54,6 +55,10 @@ pub struct SystemInfo {
     /// Faults asked for and not run, each with the part it needs.
     #[serde(default)]
     pub faults_not_run: Vec<NotRun>,
+    /// Why a clock method the file prefers was not used (an image that cannot preload
+    /// libfaketime), if one was passed over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_passed_over: Option<String>,
 }
 
 impl SystemFile {
@@ -71,6 +76,10 @@ impl SystemFile {
             match method {
                 file::ClockMethod::Libfaketime => {
                     if let Some(library) = crate::run::cluster::libfaketime() {
+                        if self.image(Role::Runner).is_some() {
+                            let mounted_at = container::FAKETIME_MOUNT.to_string();
+                            return ClockControl::LibfaketimeMounted { library, mounted_at };
+                        }
                         return ClockControl::Libfaketime { library };
                     }
                 }
@@ -78,6 +87,30 @@ impl SystemFile {
             }
         }
         ClockControl::Fixed
+    }
+
+    /// For a runner's container with libfaketime: checks that its image can preload it;
+    /// when it cannot, the file's next method (and why, for `config.json`), or a refusal
+    /// when the run asks for clock skew and no other method is left.
+    pub async fn check_clock(
+        &self,
+        clock: ClockControl,
+        kinds: &[workloads::faults::FaultKind],
+    ) -> Result<(ClockControl, Option<String>), StartError> {
+        let ClockControl::LibfaketimeMounted { .. } = clock else { return Ok((clock, None)) };
+        let image = self.image(Role::Runner).unwrap_or_default();
+        let Err(why) = container::can_preload(image).await else { return Ok((clock, None)) };
+        if self.provides.runner_clock.contains(&file::ClockMethod::OffsetFile) {
+            return Ok((ClockControl::RunnerOffset, Some(format!("libfaketime: {why}; the offset file is used"))));
+        }
+        if kinds.contains(&workloads::faults::FaultKind::ClockSkew) {
+            return Err(StartError::Named(format!(
+                "{}: clock-skew needs libfaketime and {why}; list `offset-file` in `provides.runner_clock` \
+                 or leave clock-skew out of --nemesis",
+                self.locate(Role::Runner)
+            )));
+        }
+        Ok((ClockControl::Fixed, Some(format!("libfaketime: {why}"))))
     }
 
     /// The faults of `kinds` this system cannot take (and `clock` cannot do clock skew).
