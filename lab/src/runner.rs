@@ -44,7 +44,8 @@ pub struct RunnerConfig {
     pub log: Option<PathBuf>,
 }
 
-/// The runner's JSONL log. The time is taken under the lock, so lines are in time order.
+/// The runner's JSONL log: [`history::log_line`]s, appended to the file (a restarted runner
+/// continues it). The time is taken under the lock, so lines are in time order.
 #[derive(Clone)]
 pub struct RunnerLog {
     process: Process,
@@ -65,8 +66,10 @@ impl RunnerLog {
         let mut file = file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut event = Event::new(protocol::monotonic_ns(), self.process.clone(), kind, f);
         fill(&mut event);
-        let line = serde_json::to_string(&event).expect("an event serialises");
-        if let Err(error) = writeln!(file, "{line}").and_then(|_| file.flush()) {
+        let written = history::log_line(&event)
+            .map_err(std::io::Error::other)
+            .and_then(|line| writeln!(file, "{line}").and_then(|_| file.flush()));
+        if let Err(error) = written {
             eprintln!("{}: cannot write the log: {error}", self.process);
         }
     }
