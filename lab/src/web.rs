@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::de::DeserializeOwned;
 
+use protocol::body::BodyError;
 use protocol::ErrorBody;
 
 /// Largest request body either server reads (64 KiB).
@@ -46,15 +47,13 @@ pub async fn read_json<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> 
     let bytes = axum::body::to_bytes(body, BODY_LIMIT_BYTES).await.map_err(|_| {
         ApiError::new(413, "body_too_large", format!("the body exceeds {BODY_LIMIT_BYTES} bytes or could not be read"))
     })?;
-    let request = serde_json::from_slice(&bytes).map_err(|error| {
-        let code = if error.is_syntax() || error.is_eof() { "malformed_json" } else { "invalid_body" };
-        ApiError::new(400, code, format!("request body: {error}"))
-    })?;
-    // serde also reads a struct from a JSON array of its fields in order; every body is an object.
-    if bytes.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'{') {
-        return Err(ApiError::new(400, "invalid_body", "request body: must be a JSON object"));
-    }
-    Ok(request)
+    protocol::body::parse(&bytes).map_err(|error| {
+        let code = match error {
+            BodyError::Malformed(_) => "malformed_json",
+            BodyError::Invalid(_) => "invalid_body",
+        };
+        ApiError::new(400, code, error.to_string())
+    })
 }
 
 /// The bearer token of a request, or a 401.

@@ -120,6 +120,19 @@ fn claim_body(claim: &ClaimRef) -> Value {
     json!({"job": claim.job, "attempt": claim.attempt, "runner": claim.runner, "fence": claim.fence, "observed_ms": 0})
 }
 
+/// A claim report as a JSON array of its fields in order, then `more`.
+fn claim_array(claim: &ClaimRef, more: &[Value]) -> Value {
+    let mut fields = vec![json!(claim.job), json!(claim.attempt), json!(claim.runner), json!(claim.fence), json!(0)];
+    fields.extend(more.iter().cloned());
+    Value::Array(fields)
+}
+
+/// A capability as a JSON array of its fields in order.
+fn capability_array(capability: &Capability) -> Value {
+    let c = capability;
+    json!([c.deployment_key, c.job, c.attempt, c.runner, c.fence, c.expires_ms, c.signature])
+}
+
 /// `body` with `field` set to `value`.
 fn with(mut body: Value, field: &str, value: Value) -> Value {
     body[field] = value;
@@ -159,6 +172,13 @@ fn rows(fx: &Fixture) -> Vec<Row> {
         control("JSON array of the fields instead of an object (claim)", "POST", "/v1/claim", r1(), J(json!(["r1", 0])), JSON, 400, "invalid_body"),
         control("JSON array of objects instead of an object", "POST", "/v1/jobs", op(), J(json!([job])), JSON, 400, "invalid_body"),
         control("JSON string instead of an object", "POST", "/v1/projects", op(), J(json!("p9")), JSON, 400, "invalid_body"),
+        control("JSON array of the spec's fields", "POST", "/v1/jobs", op(), J(with(job.clone(), "spec", json!([1, 1]))), JSON, 400, "invalid_body"),
+        control("JSON array of a heartbeat's fields", "POST", "/v1/heartbeat", r1(), J(claim_array(&fx.running, &[])), JSON, 400, "invalid_body"),
+        control("JSON array of a capability request's fields", "POST", "/v1/capability", r1(), J(claim_array(&fx.running, &[])), JSON, 400, "invalid_body"),
+        control("JSON array of a result's fields", "POST", "/v1/result", r1(), J(claim_array(&fx.running, &[json!("succeeded")])), JSON, 400, "invalid_body"),
+        control("a type error before a syntax error", "POST", "/v1/jobs", op(), raw(r#"{"project": 5, "id": "j9""#), JSON, 400, "malformed_json"),
+        control("a JSON number with a plus sign", "POST", "/v1/heartbeat", r1(), raw(&heartbeat.to_string().replace(&format!(":{}", fx.running.fence), &format!(":+{}", fx.running.fence))), JSON, 400, "malformed_json"),
+        control("a JSON number with a leading zero", "POST", "/v1/heartbeat", r1(), raw(&heartbeat.to_string().replace(&format!(":{}", fx.running.fence), &format!(":0{}", fx.running.fence))), JSON, 400, "malformed_json"),
         control("unknown field", "POST", "/v1/projects", op(), J(json!({"id": "p9", "colour": "red"})), JSON, 400, "invalid_body"),
         control("unknown field in a flattened claim", "POST", "/v1/heartbeat", r1(), J(with(heartbeat.clone(), "extra", json!(1))), JSON, 400, "invalid_body"),
         control("unknown field in the spec", "POST", "/v1/jobs", op(), J(with(job.clone(), "spec", json!({"steps": 1, "step_ms": 1, "retries": 2}))), JSON, 400, "invalid_body"),
@@ -253,6 +273,7 @@ fn rows(fx: &Fixture) -> Vec<Row> {
         target("target: missing capability", "POST", "/v1/steps", J(without(step.clone(), "capability")), JSON, 400, "invalid_body"),
         target("target: unknown field in the capability", "POST", "/v1/steps", J(with(step.clone(), "capability", with(json!(fx.capability), "scope", json!("all")))), JSON, 400, "invalid_body"),
         target("target: JSON array instead of an object", "POST", "/v1/steps", J(json!([fx.capability, 0, 3, 0])), JSON, 400, "invalid_body"),
+        target("target: JSON array of the capability's fields", "POST", "/v1/steps", J(with(step.clone(), "capability", capability_array(&fx.capability))), JSON, 400, "invalid_body"),
         target("target: wrong content type", "POST", "/v1/steps", J(step.clone()), Some("text/plain"), 415, "unsupported_media_type"),
         target("target: oversized body", "POST", "/v1/steps", Payload::Raw(oversized.into_bytes()), JSON, 413, "body_too_large"),
         target("target: unknown route", "GET", "/v1/nope", Empty, None, 404, "no_route"),
