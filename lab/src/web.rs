@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::de::DeserializeOwned;
 
+use crate::ingress::{Ingress, HEADERS_MAX, HEAD_BYTES_MAX, REFUSED_MALFORMED, REFUSED_TOO_LARGE};
 use protocol::body::BodyError;
 use protocol::ErrorBody;
 
@@ -68,15 +69,25 @@ pub fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
         .ok_or_else(|| ApiError::new(401, "unauthorized", "send `Authorization: Bearer <token>`"))
 }
 
-pub async fn no_route() -> ApiError {
-    ApiError::new(404, "no_route", "no such endpoint; see docs/protocol.md")
+/// The fallback of both servers: no such route, or a request [`crate::ingress`] refused.
+pub async fn no_route(uri: axum::http::Uri) -> ApiError {
+    match uri.path() {
+        REFUSED_MALFORMED => ApiError::new(400, "malformed_request", "the request is not an HTTP/1.1 request"),
+        REFUSED_TOO_LARGE => ApiError::new(
+            431,
+            "headers_too_large",
+            format!("the request head exceeds {HEAD_BYTES_MAX} bytes or {HEADERS_MAX} header fields"),
+        ),
+        _ => ApiError::new(404, "no_route", "no such endpoint; see docs/protocol.md"),
+    }
 }
 
 pub async fn wrong_method() -> ApiError {
     ApiError::new(405, "method_not_allowed", "this endpoint does not take that method; see docs/protocol.md")
 }
 
-/// Serves `router` on `listener` until `stop` resolves.
+/// Serves `router` on `listener` until `stop` resolves. Incoming bytes go through
+/// [`Ingress`], so that every request, however malformed, gets the JSON error body.
 ///
 /// HTTP/1 half-closes are honoured: a request whose client already shut its write side (or
 /// gave up and closed) is still handled. A request that the network delivered late, after
@@ -102,7 +113,7 @@ pub async fn serve(
         };
         let service = service.clone();
         tokio::spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(stream);
+            let io = hyper_util::rt::TokioIo::new(Ingress::new(stream));
             let connection = hyper::server::conn::http1::Builder::new().half_close(true).serve_connection(io, service);
             let _ = connection.await;
         });
