@@ -156,7 +156,7 @@ impl Target {
 
     pub fn steps_after(&self, after: u64, limit: usize) -> Vec<StepRecord> {
         let state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        state.log.iter().skip(after as usize).take(limit).cloned().collect()
+        state.log.iter().skip(usize::try_from(after).unwrap_or(usize::MAX)).take(limit).cloned().collect()
     }
 
     pub fn deployment(&self, key: &str) -> Option<Deployment> {
@@ -212,13 +212,13 @@ async fn step(State(target): State<Shared>, headers: HeaderMap, body: Body) -> R
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StepsQuery {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::web::decimal")]
     after: u64,
-    #[serde(default = "default_limit")]
-    limit: usize,
+    #[serde(default = "default_limit", deserialize_with = "crate::web::decimal")]
+    limit: u64,
 }
 
-fn default_limit() -> usize {
+fn default_limit() -> u64 {
     10_000
 }
 
@@ -227,7 +227,7 @@ async fn steps(
     query: Result<Query<StepsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<StepRecord>>, ApiError> {
     let Query(query) = query.map_err(|error| ApiError::new(400, "invalid_query", error.body_text()))?;
-    Ok(Json(target.steps_after(query.after, query.limit.clamp(1, 100_000))))
+    Ok(Json(target.steps_after(query.after, query.limit.clamp(1, 100_000) as usize)))
 }
 
 async fn deployment(

@@ -36,12 +36,28 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Whether a `Content-Type` value names JSON: the media type `application/json`, its type
+/// and subtype in any case (they are case-insensitive), with or without parameters, which
+/// are ignored (a body is always read as UTF-8). Another subtype or a suffix
+/// (`application/problem+json`, `application/jsonp`) is not JSON here.
+pub fn names_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or_default();
+    essence.trim().eq_ignore_ascii_case("application/json")
+}
+
+/// A query parameter that is a decimal integer: digits only (no sign, no space), at most
+/// `u64::MAX`. (`str::parse` would also take a leading `+`.)
+pub fn decimal<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    let text = <std::borrow::Cow<str> as serde::Deserialize>::deserialize(deserializer)?;
+    let digits = !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit());
+    let number = digits.then(|| text.parse::<u64>().ok()).flatten();
+    number.ok_or_else(|| serde::de::Error::custom(format!("`{text}` is not a decimal integer up to {}", u64::MAX)))
+}
+
 /// Reads a JSON body of at most [`BODY_LIMIT_BYTES`] into `T`, naming what was wrong.
 pub async fn read_json<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Result<T, ApiError> {
-    let json = headers
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| value.starts_with("application/json"));
+    let json =
+        headers.get(axum::http::header::CONTENT_TYPE).and_then(|value| value.to_str().ok()).is_some_and(names_json);
     if !json {
         return Err(ApiError::new(415, "unsupported_media_type", "send the body as `Content-Type: application/json`"));
     }
@@ -57,14 +73,14 @@ pub async fn read_json<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> 
     })
 }
 
-/// The bearer token of a request, or a 401.
+/// The bearer token of a request, or a 401. The header is matched exactly as
+/// `Bearer <token>`: the scheme in that case, one space, and the token as it is (no other
+/// spelling of the scheme and no whitespace around the token is taken for it).
 pub fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
     headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim())
+        .and_then(|value| value.strip_prefix("Bearer "))
         .filter(|token| !token.is_empty())
         .ok_or_else(|| ApiError::new(401, "unauthorized", "send `Authorization: Bearer <token>`"))
 }

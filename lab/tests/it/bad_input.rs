@@ -195,6 +195,9 @@ fn rows(fx: &Fixture) -> Vec<Row> {
         control("unknown outcome", "POST", "/v1/result", r1(), J(with(result.clone(), "outcome", json!("maybe"))), JSON, 400, "invalid_body"),
         control("wrong content type", "POST", "/v1/projects", op(), J(json!({"id": "p9"})), Some("text/plain"), 415, "unsupported_media_type"),
         control("no content type", "POST", "/v1/claim", r1(), J(json!({"runner": "r1", "observed_ms": 0})), None, 415, "unsupported_media_type"),
+        control("a JSON suffix is not JSON", "POST", "/v1/jobs", op(), J(job.clone()), Some("application/problem+json"), 415, "unsupported_media_type"),
+        control("a longer subtype is not JSON", "POST", "/v1/jobs", op(), J(job.clone()), Some("application/jsonp"), 415, "unsupported_media_type"),
+        control("text/json is not JSON", "POST", "/v1/claim", r1(), J(json!({"runner": "r1", "observed_ms": 0})), Some("text/json"), 415, "unsupported_media_type"),
         control("oversized body (> 64 KiB)", "POST", "/v1/projects", op(), Payload::Raw(oversized.clone().into_bytes()), JSON, 413, "body_too_large"),
         // Who is asking.
         control("missing Authorization", "POST", "/v1/jobs", None, J(job.clone()), JSON, 401, "unauthorized"),
@@ -202,6 +205,9 @@ fn rows(fx: &Fixture) -> Vec<Row> {
         control("missing Authorization on the ledger", "GET", "/v1/ledger", None, Empty, None, 401, "unauthorized"),
         control("non-Bearer scheme", "POST", "/v1/jobs", Some(format!("Basic {}", fx.operator)), J(job.clone()), JSON, 401, "unauthorized"),
         control("empty bearer", "POST", "/v1/jobs", Some("Bearer ".into()), J(job.clone()), JSON, 401, "unauthorized"),
+        control("lower-case bearer scheme", "POST", "/v1/jobs", Some(format!("bearer {}", fx.operator)), J(job.clone()), JSON, 401, "unauthorized"),
+        control("two spaces after the scheme", "POST", "/v1/jobs", Some(format!("Bearer  {}", fx.operator)), J(job.clone()), JSON, 401, "unauthorized"),
+        control("a tab after the scheme", "POST", "/v1/claim", Some(format!("Bearer\t{}", fx.r1)), J(json!({"runner": "r1", "observed_ms": 0})), JSON, 401, "unauthorized"),
         control("unknown token", "POST", "/v1/jobs", bearer("not-a-token"), J(job.clone()), JSON, 401, "unauthorized"),
         control("unknown token is refused before a malformed body is read", "POST", "/v1/jobs", bearer("not-a-token"), raw("{"), JSON, 401, "unauthorized"),
         control("runner token submits a job", "POST", "/v1/jobs", r1(), J(job.clone()), JSON, 403, "forbidden"),
@@ -264,6 +270,10 @@ fn rows(fx: &Fixture) -> Vec<Row> {
         control("ledger with a non-number after", "GET", "/v1/ledger?after=abc", op(), Empty, None, 400, "invalid_query"),
         control("ledger with a negative limit", "GET", "/v1/ledger?limit=-1", op(), Empty, None, 400, "invalid_query"),
         control("ledger with an unknown parameter", "GET", "/v1/ledger?job=j1", op(), Empty, None, 400, "invalid_query"),
+        control("ledger with a plus sign", "GET", "/v1/ledger?after=%2B1", op(), Empty, None, 400, "invalid_query"),
+        control("ledger with an empty limit", "GET", "/v1/ledger?limit=", op(), Empty, None, 400, "invalid_query"),
+        control("ledger with after beyond u64::MAX", "GET", "/v1/ledger?after=18446744073709551616", op(), Empty, None, 400, "invalid_query"),
+        control("ledger with after twice", "GET", "/v1/ledger?after=1&after=2", op(), Empty, None, 400, "invalid_query"),
         // The target.
         target("target: malformed step", "POST", "/v1/steps", raw(r#"{"capability": "#), JSON, 400, "malformed_json"),
         target("target: step index equal to steps", "POST", "/v1/steps", J(with(step.clone(), "step", json!(3))), JSON, 400, "invalid_field"),
@@ -281,6 +291,8 @@ fn rows(fx: &Fixture) -> Vec<Row> {
         target("target: unknown deployment", "GET", "/v1/deployments/nope", Empty, None, 404, "unknown_deployment"),
         target("target: deployment key in the path that is not UTF-8", "GET", "/v1/deployments/%FF", Empty, None, 400, "invalid_path"),
         target("target: step log with a non-number after", "GET", "/v1/steps?after=abc", Empty, None, 400, "invalid_query"),
+        target("target: step log with a negative limit", "GET", "/v1/steps?limit=-1", Empty, None, 400, "invalid_query"),
+        target("target: step log with a plus sign", "GET", "/v1/steps?after=%2B1", Empty, None, 400, "invalid_query"),
     ]
 }
 
