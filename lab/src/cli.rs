@@ -208,6 +208,9 @@ async fn control_plane(args: ControlPlaneArgs) -> anyhow::Result<ExitCode> {
 
 async fn target(args: TargetArgs) -> anyhow::Result<ExitCode> {
     let bugs = bugs_for(Home::Target, args.bugs)?;
+    if args.secret.is_empty() {
+        anyhow::bail!("--secret must not be empty");
+    }
     let log_file = match &args.step_log {
         Some(path) => Some(std::fs::OpenOptions::new().create(true).append(true).open(path)?),
         None => None,

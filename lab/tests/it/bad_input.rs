@@ -231,6 +231,14 @@ fn rows(fx: &Fixture) -> Vec<Row> {
         control("runner of another project redeems for a demo job", "POST", "/v1/capability", o1(), J(with(heartbeat.clone(), "runner", json!("o1"))), JSON, 404, "unknown_job"),
         control("runner of another project reports a demo job", "POST", "/v1/result", o1(), J(with(result.clone(), "runner", json!("o1"))), JSON, 404, "unknown_job"),
         control("heartbeat for a job that does not exist", "POST", "/v1/heartbeat", r1(), J(with(heartbeat.clone(), "job", json!("nope"))), JSON, 404, "unknown_job"),
+        // Two rules broken at once: the first check in the documented order answers.
+        control("unknown token and the wrong content type", "POST", "/v1/heartbeat", bearer("not-a-token"), J(heartbeat.clone()), Some("text/plain"), 401, "unauthorized"),
+        control("wrong content type and malformed JSON", "POST", "/v1/heartbeat", r1(), raw("{"), Some("text/plain"), 415, "unsupported_media_type"),
+        control("oversized and malformed", "POST", "/v1/heartbeat", r1(), Payload::Raw(format!("{{{oversized}").into_bytes()), JSON, 413, "body_too_large"),
+        control("operator token and a fence beyond i64::MAX", "POST", "/v1/capability", op(), J(with(heartbeat.clone(), "fence", json!(u64::MAX))), JSON, 403, "forbidden"),
+        control("another runner named and a fence beyond i64::MAX", "POST", "/v1/heartbeat", r1(), J(with(with(heartbeat.clone(), "runner", json!("r2")), "fence", json!(u64::MAX))), JSON, 403, "runner_mismatch"),
+        control("a fence beyond i64::MAX for a job that does not exist", "POST", "/v1/result", r1(), J(with(with(result.clone(), "job", json!("nope")), "fence", json!(u64::MAX))), JSON, 400, "invalid_field"),
+        control("another runner named for another project's job", "POST", "/v1/heartbeat", o1(), J(heartbeat.clone()), JSON, 403, "runner_mismatch"),
         // Registration and submission.
         control("runner in an unknown project", "POST", "/v1/runners", op(), J(json!({"project": "nope", "id": "r9"})), JSON, 404, "unknown_project"),
         control("operator registers without a project", "POST", "/v1/runners", op(), J(json!({"id": "r9"})), JSON, 400, "missing_field"),
@@ -284,6 +292,7 @@ fn rows(fx: &Fixture) -> Vec<Row> {
         target("target: unknown field in the capability", "POST", "/v1/steps", J(with(step.clone(), "capability", with(json!(fx.capability), "scope", json!("all")))), JSON, 400, "invalid_body"),
         target("target: JSON array instead of an object", "POST", "/v1/steps", J(json!([fx.capability, 0, 3, 0])), JSON, 400, "invalid_body"),
         target("target: JSON array of the capability's fields", "POST", "/v1/steps", J(with(step.clone(), "capability", capability_array(&fx.capability))), JSON, 400, "invalid_body"),
+        target("target: capability fence beyond i64::MAX", "POST", "/v1/steps", J(with(step.clone(), "capability", with(json!(fx.capability), "fence", json!(1u64 << 63)))), JSON, 400, "invalid_field"),
         target("target: wrong content type", "POST", "/v1/steps", J(step.clone()), Some("text/plain"), 415, "unsupported_media_type"),
         target("target: oversized body", "POST", "/v1/steps", Payload::Raw(oversized.into_bytes()), JSON, 413, "body_too_large"),
         target("target: unknown route", "GET", "/v1/nope", Empty, None, 404, "no_route"),
