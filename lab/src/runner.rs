@@ -289,10 +289,8 @@ impl Runner {
                 Err(why) => return (Outcome::Failed, Some(format!("self-fenced before step {step}: {why}"))),
             };
             let request = StepRequest { capability, step, steps: grant.spec.steps, duration_ms: grant.spec.step_ms };
-            let deadline = authority.deadline();
-            let answer = tokio::select! {
-                answer = self.step(&grant.claim, &request) => answer,
-                _ = tokio::time::sleep_until(deadline) => return (Outcome::Failed, Some(format!("self-fenced during step {step}: renewal deadline passed"))),
+            let Some(answer) = within(authority.deadline(), self.step(&grant.claim, &request)).await else {
+                return (Outcome::Failed, Some(format!("self-fenced during step {step}: renewal deadline passed")));
             };
             match answer {
                 Ok(response) if response.record.applied => {}
@@ -375,9 +373,48 @@ impl Runner {
     }
 }
 
+/// `work`'s output if it comes before `deadline`; `None` once the deadline has come. When
+/// both are due at once the deadline wins: an answer at or after the deadline comes too
+/// late, and a step whose deadline has already passed is never sent.
+async fn within<T>(deadline: Instant, work: impl std::future::Future<Output = T>) -> Option<T> {
+    if Instant::now() >= deadline {
+        return None;
+    }
+    let output = tokio::select! {
+        biased;
+        _ = tokio::time::sleep_until(deadline) => return None,
+        output = work => output,
+    };
+    (Instant::now() < deadline).then_some(output)
+}
+
 fn answer_type<T>(answer: &Result<T, ClientError>) -> EventType {
     match answer {
         Err(error) if error.is_transport() => EventType::Info,
         _ => EventType::Response,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_renewal_deadline_wins_over_an_answer_due_at_the_same_time() {
+        let sent = std::sync::atomic::AtomicBool::new(false);
+        let step = async {
+            sent.store(true, std::sync::atomic::Ordering::Relaxed);
+            7
+        };
+        assert_eq!(within(Instant::now(), step).await, None, "an answer due at the deadline");
+        assert!(!sent.load(std::sync::atomic::Ordering::Relaxed), "a step sent at its deadline");
+        // An answer that arrives after the deadline, before the timer has been seen to fire.
+        let late = async {
+            std::thread::sleep(Duration::from_millis(20));
+            7
+        };
+        assert_eq!(within(Instant::now() + Duration::from_millis(5), late).await, None, "an answer after the deadline");
+        let later = Instant::now() + Duration::from_secs(60);
+        assert_eq!(within(later, std::future::ready(7)).await, Some(7));
     }
 }
