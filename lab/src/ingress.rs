@@ -225,16 +225,16 @@ impl Framer {
 fn framing(request: &httparse::Request) -> Option<Framing> {
     let http_11 = request.version == Some(1);
     let mut opaque = request.method == Some("CONNECT");
-    let (mut chunked, mut encoded, mut length) = (false, false, None);
+    let (mut chunked, mut transfer_encoded, mut length) = (false, false, None);
     for field in request.headers.iter() {
         if field.name.eq_ignore_ascii_case("transfer-encoding") {
             if !http_11 {
                 return None;
             }
-            encoded = true;
+            transfer_encoded = true;
             let last = field.value.rsplit(|&byte| byte == b',').next().unwrap_or_default();
             chunked = last.trim_ascii().eq_ignore_ascii_case(b"chunked");
-        } else if field.name.eq_ignore_ascii_case("content-length") && !encoded {
+        } else if field.name.eq_ignore_ascii_case("content-length") && !transfer_encoded {
             let value = digits(field.value)?;
             if length.is_some_and(|earlier| earlier != value) {
                 return None;
@@ -244,7 +244,7 @@ fn framing(request: &httparse::Request) -> Option<Framing> {
             opaque = true;
         }
     }
-    match (encoded, chunked) {
+    match (transfer_encoded, chunked) {
         (true, false) => None,
         _ if opaque => Some(Framing::Opaque),
         (true, true) => Some(Framing::Chunked),
