@@ -289,7 +289,7 @@ impl Runner {
                 Err(why) => return (Outcome::Failed, Some(format!("self-fenced before step {step}: {why}"))),
             };
             let request = StepRequest { capability, step, steps: grant.spec.steps, duration_ms: grant.spec.step_ms };
-            let Some(answer) = within(authority.deadline(), self.step(&grant.claim, &request)).await else {
+            let Some(answer) = within(|| authority.deadline(), self.step(&grant.claim, &request)).await else {
                 return (Outcome::Failed, Some(format!("self-fenced during step {step}: renewal deadline passed")));
             };
             match answer {
@@ -373,19 +373,24 @@ impl Runner {
     }
 }
 
-/// `work`'s output if it comes before `deadline`; `None` once the deadline has come. When
-/// both are due at once the deadline wins: an answer at or after the deadline comes too
-/// late, and a step whose deadline has already passed is never sent.
-async fn within<T>(deadline: Instant, work: impl std::future::Future<Output = T>) -> Option<T> {
-    if Instant::now() >= deadline {
-        return None;
+/// `work`'s output if it comes before the renewal deadline; `None` once the deadline has
+/// come. `deadline` is read again whenever the one waited for comes, so a renewal accepted
+/// while `work` runs extends the wait. When both are due at once the deadline wins: an
+/// answer at or after the deadline comes too late, and a step whose deadline has already
+/// passed is never sent.
+async fn within<T>(deadline: impl Fn() -> Instant, work: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::pin!(work);
+    loop {
+        let until = deadline();
+        if Instant::now() >= until {
+            return None;
+        }
+        tokio::select! {
+            biased;
+            _ = tokio::time::sleep_until(until) => {}
+            output = &mut work => return (Instant::now() < deadline()).then_some(output),
+        }
     }
-    let output = tokio::select! {
-        biased;
-        _ = tokio::time::sleep_until(deadline) => return None,
-        output = work => output,
-    };
-    (Instant::now() < deadline).then_some(output)
 }
 
 fn answer_type<T>(answer: &Result<T, ClientError>) -> EventType {
@@ -406,15 +411,38 @@ mod tests {
             sent.store(true, std::sync::atomic::Ordering::Relaxed);
             7
         };
-        assert_eq!(within(Instant::now(), step).await, None, "an answer due at the deadline");
+        let now = Instant::now();
+        assert_eq!(within(|| now, step).await, None, "an answer due at the deadline");
         assert!(!sent.load(std::sync::atomic::Ordering::Relaxed), "a step sent at its deadline");
         // An answer that arrives after the deadline, before the timer has been seen to fire.
         let late = async {
             std::thread::sleep(Duration::from_millis(20));
             7
         };
-        assert_eq!(within(Instant::now() + Duration::from_millis(5), late).await, None, "an answer after the deadline");
+        let soon = Instant::now() + Duration::from_millis(5);
+        assert_eq!(within(|| soon, late).await, None, "an answer after the deadline");
         let later = Instant::now() + Duration::from_secs(60);
-        assert_eq!(within(later, std::future::ready(7)).await, Some(7));
+        assert_eq!(within(|| later, std::future::ready(7)).await, Some(7));
+    }
+
+    #[tokio::test]
+    async fn a_renewal_while_a_step_runs_extends_the_wait_for_its_answer() {
+        let deadline = Mutex::new(Instant::now() + Duration::from_millis(200));
+        let step = async {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            7
+        };
+        let renew = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            *deadline.lock().unwrap() = Instant::now() + Duration::from_secs(60);
+        };
+        let (answer, ()) = tokio::join!(within(|| *deadline.lock().unwrap(), step), renew);
+        assert_eq!(answer, Some(7), "the step's answer came before the renewed deadline");
+        let expired = async {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            7
+        };
+        let fixed = Instant::now() + Duration::from_millis(200);
+        assert_eq!(within(|| fixed, expired).await, None, "no renewal: the deadline ends the wait");
     }
 }
