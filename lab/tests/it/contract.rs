@@ -425,7 +425,7 @@ async fn servers_announce_their_address_and_every_process_stops_on_sigterm() {
 /// Runs `fencelab-lab ARGS` to its end without the lab's environment variables; its exit code.
 async fn exit_code(args: &[&str]) -> Option<i32> {
     let mut command = tokio::process::Command::new(program());
-    command.args(args).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    command.args(args).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).kill_on_drop(true);
     for variable in ["FENCELAB_OPERATOR_TOKEN", "FENCELAB_CAPABILITY_SECRET", "FENCELAB_RUNNER_TOKEN"] {
         command.env_remove(variable);
     }
