@@ -42,7 +42,8 @@ pub enum Decision {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Event {
-    /// Position in the history, from 0, contiguous.
+    /// Position in the history, from 0, contiguous. A runner's log has none (it defaults
+    /// to 0 there); the merge numbers the history.
     #[serde(default)]
     pub index: u64,
     /// Monotonic nanoseconds since the run started (the one clock of the history).

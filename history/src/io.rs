@@ -60,6 +60,15 @@ impl<W: Write> Writer<W> {
     }
 }
 
+/// The line a runner's log holds for `event`: the event as JSON without `index`. A log is
+/// not numbered (the merge numbers the history); its vocabulary is checked as a history's.
+pub fn log_line(event: &Event) -> Result<String, String> {
+    event.check_vocabulary()?;
+    let mut value = serde_json::to_value(event).expect("an Event always serialises");
+    value.as_object_mut().expect("an Event serialises as an object").remove("index");
+    Ok(value.to_string())
+}
+
 /// Reads a whole history and checks it: every line an event in the known vocabulary,
 /// indices contiguous from 0, times never going backwards. A torn last line (a killed
 /// writer) or a word the vocabulary does not hold is an error that names the line.
@@ -135,6 +144,17 @@ mod tests {
         let unknown =
             "{\"index\":0,\"time_ns\":0,\"process\":\"client\",\"type\":\"ok\",\"f\":\"submit\",\"extra\":1}\n";
         assert!(read(unknown.as_bytes()).unwrap_err().to_string().contains("extra"));
+    }
+
+    #[test]
+    fn a_log_line_carries_no_index_and_reads_back_as_the_event() {
+        let event = sample(7);
+        let line = log_line(&event).unwrap();
+        assert!(!line.contains("\"index\""), "{line}");
+        assert_eq!(serde_json::from_str::<Event>(&line).unwrap(), event);
+        let mut unknown = sample(7);
+        unknown.reason = Some("late".into());
+        assert!(log_line(&unknown).unwrap_err().contains("unknown reason `late`"));
     }
 
     #[test]

@@ -26,5 +26,5 @@ mod io;
 mod vocab;
 
 pub use event::{Decision, Event, EventType};
-pub use io::{read, Error, Writer};
+pub use io::{log_line, read, Error, Writer};
 pub use vocab::{ClosedBy, Op, OutcomeWord, Process, Reason, RecordedAs, Role};

@@ -211,6 +211,9 @@ async fn control_plane(args: ControlPlaneArgs) -> anyhow::Result<ExitCode> {
 
 async fn target(args: TargetArgs) -> anyhow::Result<ExitCode> {
     let bugs = bugs_for(Home::Target, args.bugs)?;
+    if args.secret.is_empty() {
+        anyhow::bail!("--secret must not be empty");
+    }
     let log_file = match &args.step_log {
         Some(path) => Some(std::fs::OpenOptions::new().create(true).append(true).open(path)?),
         None => None,
@@ -256,4 +259,57 @@ async fn runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
         _ = crate::web::termination() => {}
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Command {
+        Cli::try_parse_from(std::iter::once("fencelab-lab").chain(args.iter().copied()))
+            .expect("the command parses")
+            .command
+    }
+
+    /// The defaults `docs/protocol.md` lists under "Command lines" and the runner's flags.
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let Command::ControlPlane(control) = parse(&["control-plane", "--operator-token=op", "--secret=s"]) else {
+            panic!("not a control plane")
+        };
+        assert_eq!(control.listen.to_string(), "127.0.0.1:7400");
+        assert_eq!(
+            (control.db.to_str(), control.database_url, control.schema.as_str()),
+            (Some("fencelab-control.sqlite"), None, "fencelab")
+        );
+        assert_eq!(
+            (
+                control.pool_size,
+                control.lease_ms,
+                control.capability_ttl_ms,
+                control.sweep_ms,
+                control.ack_commit_delay_ms
+            ),
+            (8, 2_000, 30_000, 50, 1_000)
+        );
+        assert!(control.bugs.is_empty());
+
+        let Command::Target(target) = parse(&["target", "--secret=s"]) else { panic!("not a target") };
+        assert_eq!(
+            (target.listen.to_string(), target.mode, target.step_log),
+            ("127.0.0.1:7500".into(), Mode::Fenced, None)
+        );
+
+        let Command::Runner(runner) = parse(&["runner", "--id=r1", "--token=t"]) else { panic!("not a runner") };
+        assert_eq!(
+            (runner.control_url.as_str(), runner.target_url.as_str()),
+            ("http://127.0.0.1:7400", "http://127.0.0.1:7500")
+        );
+        assert_eq!(
+            (runner.heartbeat_interval_ms, runner.renewal_margin_ms, runner.poll_ms, runner.request_timeout_ms),
+            (250, 200, 100, 1_000)
+        );
+        assert_eq!((runner.result_tries_max, runner.clock_offset_ms, runner.jobs_max), (5, 0, None));
+        assert_eq!((runner.clock_offset_file, runner.log, runner.registration_token), (None, None, None));
+    }
 }

@@ -14,6 +14,7 @@ pub mod cli;
 
 pub mod control;
 pub mod demo;
+pub mod ingress;
 pub mod launch;
 pub mod pg;
 

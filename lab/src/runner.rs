@@ -44,7 +44,8 @@ pub struct RunnerConfig {
     pub log: Option<PathBuf>,
 }
 
-/// The runner's JSONL log. The time is taken under the lock, so lines are in time order.
+/// The runner's JSONL log: [`history::log_line`]s, appended to the file (a restarted runner
+/// continues it). The time is taken under the lock, so lines are in time order.
 #[derive(Clone)]
 pub struct RunnerLog {
     process: Process,
@@ -65,8 +66,10 @@ impl RunnerLog {
         let mut file = file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut event = Event::new(protocol::monotonic_ns(), self.process.clone(), kind, f);
         fill(&mut event);
-        let line = serde_json::to_string(&event).expect("an event serialises");
-        if let Err(error) = writeln!(file, "{line}").and_then(|_| file.flush()) {
+        let written = history::log_line(&event)
+            .map_err(std::io::Error::other)
+            .and_then(|line| writeln!(file, "{line}").and_then(|_| file.flush()));
+        if let Err(error) = written {
             eprintln!("{}: cannot write the log: {error}", self.process);
         }
     }
@@ -317,10 +320,8 @@ impl Runner {
                 Err(why) => return (Outcome::Failed, Some(format!("self-fenced before step {step}: {why}"))),
             };
             let request = StepRequest { capability, step, steps: grant.spec.steps, duration_ms: grant.spec.step_ms };
-            let deadline = authority.deadline();
-            let answer = tokio::select! {
-                answer = self.step(&grant.claim, &request) => answer,
-                _ = tokio::time::sleep_until(deadline) => return (Outcome::Failed, Some(format!("self-fenced during step {step}: renewal deadline passed"))),
+            let Some(answer) = within(|| authority.deadline(), self.step(&grant.claim, &request)).await else {
+                return (Outcome::Failed, Some(format!("self-fenced during step {step}: renewal deadline passed")));
             };
             match answer {
                 Ok(response) if response.record.applied => {}
@@ -406,9 +407,76 @@ impl Runner {
     }
 }
 
+/// `work`'s output if it comes before the renewal deadline; `None` once the deadline has
+/// come. `deadline` is read again whenever the one waited for comes, so a renewal accepted
+/// while `work` runs extends the wait. When both are due at once the deadline wins: an
+/// answer at or after the deadline comes too late, and a step whose deadline has already
+/// passed is never sent.
+async fn within<T>(deadline: impl Fn() -> Instant, work: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::pin!(work);
+    loop {
+        let until = deadline();
+        if Instant::now() >= until {
+            return None;
+        }
+        tokio::select! {
+            biased;
+            _ = tokio::time::sleep_until(until) => {}
+            output = &mut work => return (Instant::now() < deadline()).then_some(output),
+        }
+    }
+}
+
 fn answer_type<T>(answer: &Result<T, ClientError>) -> EventType {
     match answer {
         Err(error) if error.is_transport() => EventType::Info,
         _ => EventType::Response,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_renewal_deadline_wins_over_an_answer_due_at_the_same_time() {
+        let sent = std::sync::atomic::AtomicBool::new(false);
+        let step = async {
+            sent.store(true, std::sync::atomic::Ordering::Relaxed);
+            7
+        };
+        let now = Instant::now();
+        assert_eq!(within(|| now, step).await, None, "an answer due at the deadline");
+        assert!(!sent.load(std::sync::atomic::Ordering::Relaxed), "a step sent at its deadline");
+        // An answer that arrives after the deadline, before the timer has been seen to fire.
+        let late = async {
+            std::thread::sleep(Duration::from_millis(20));
+            7
+        };
+        let soon = Instant::now() + Duration::from_millis(5);
+        assert_eq!(within(|| soon, late).await, None, "an answer after the deadline");
+        let later = Instant::now() + Duration::from_secs(60);
+        assert_eq!(within(|| later, std::future::ready(7)).await, Some(7));
+    }
+
+    #[tokio::test]
+    async fn a_renewal_while_a_step_runs_extends_the_wait_for_its_answer() {
+        let deadline = Mutex::new(Instant::now() + Duration::from_millis(200));
+        let step = async {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            7
+        };
+        let renew = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            *deadline.lock().unwrap() = Instant::now() + Duration::from_secs(60);
+        };
+        let (answer, ()) = tokio::join!(within(|| *deadline.lock().unwrap(), step), renew);
+        assert_eq!(answer, Some(7), "the step's answer came before the renewed deadline");
+        let expired = async {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            7
+        };
+        let fixed = Instant::now() + Duration::from_millis(200);
+        assert_eq!(within(|| fixed, expired).await, None, "no renewal: the deadline ends the wait");
     }
 }

@@ -118,21 +118,22 @@ impl Target {
         Judgement { applied: true, reason: None }
     }
 
-    /// Judges, applies and records one step atomically; returns its record.
+    /// Judges, applies and records one step atomically; returns its record. A refused step
+    /// changes no deployment: a key that only refused steps named stays unknown.
     pub fn step(&self, request: &StepRequest, now_ms: i64, mono_ns: u64) -> StepRecord {
         let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let capability = &request.capability;
         let key = capability.deployment_key.clone();
-        let deployment = state
-            .deployments
-            .entry(key.clone())
-            .or_insert_with(|| Deployment { key: key.clone(), ..Deployment::default() });
-        let judgement = self.judge(request, deployment, now_ms);
-        let highest_fence_before = deployment.highest_fence;
+        let unknown = Deployment { key: key.clone(), ..Deployment::default() };
+        let before = state.deployments.get(&key).unwrap_or(&unknown);
+        let judgement = self.judge(request, before, now_ms);
+        let (highest_fence_before, mut revision) = (before.highest_fence, before.revision);
         if judgement.applied {
+            let deployment = state.deployments.entry(key.clone()).or_insert(unknown);
             deployment.revision += 1;
             deployment.highest_fence = deployment.highest_fence.max(capability.fence);
             deployment.applied.insert((capability.job.clone(), request.step));
+            revision = deployment.revision;
         }
         let record = StepRecord {
             seq: state.log.len() as u64,
@@ -145,7 +146,7 @@ impl Target {
             steps: request.steps,
             applied: judgement.applied,
             reason: judgement.reason,
-            revision: state.deployments[&capability.deployment_key].revision,
+            revision,
             highest_fence_before,
             received_ms: now_ms,
             mono_ns,
@@ -156,7 +157,7 @@ impl Target {
 
     pub fn steps_after(&self, after: u64, limit: usize) -> Vec<StepRecord> {
         let state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        state.log.iter().skip(after as usize).take(limit).cloned().collect()
+        state.log.iter().skip(usize::try_from(after).unwrap_or(usize::MAX)).take(limit).cloned().collect()
     }
 
     pub fn deployment(&self, key: &str) -> Option<Deployment> {
@@ -200,6 +201,9 @@ async fn step(State(target): State<Shared>, headers: HeaderMap, body: Body) -> R
             format!("need `step` < `steps` and `duration_ms` at most {STEP_DURATION_MS_MAX}"),
         ));
     }
+    if request.capability.fence > i64::MAX as u64 {
+        return Err(ApiError::new(400, "invalid_field", format!("`capability.fence` must be at most {}", i64::MAX)));
+    }
     let now = crate::control::Now::read();
     let record = target.step(&request, now.ms, now.mono_ns);
     if !record.applied {
@@ -212,13 +216,13 @@ async fn step(State(target): State<Shared>, headers: HeaderMap, body: Body) -> R
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StepsQuery {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::web::decimal")]
     after: u64,
-    #[serde(default = "default_limit")]
-    limit: usize,
+    #[serde(default = "default_limit", deserialize_with = "crate::web::decimal")]
+    limit: u64,
 }
 
-fn default_limit() -> usize {
+fn default_limit() -> u64 {
     10_000
 }
 
@@ -227,7 +231,7 @@ async fn steps(
     query: Result<Query<StepsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<StepRecord>>, ApiError> {
     let Query(query) = query.map_err(|error| ApiError::new(400, "invalid_query", error.body_text()))?;
-    Ok(Json(target.steps_after(query.after, query.limit.clamp(1, 100_000))))
+    Ok(Json(target.steps_after(query.after, query.limit.clamp(1, 100_000) as usize)))
 }
 
 async fn deployment(

@@ -5,7 +5,8 @@
 //! fails to parse instead of being read as something else.
 //!
 //! Every body that comes in from the network denies unknown fields, so that a typo is a
-//! clear 400 instead of a silently ignored field.
+//! clear 400 instead of a silently ignored field, and reads a nested struct only from a
+//! JSON object ([`crate::body::object`]).
 
 use history::{ClosedBy, Op, Reason, RecordedAs};
 use serde::{Deserialize, Serialize};
@@ -67,6 +68,7 @@ pub struct SubmitJob {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     pub deployment_key: String,
+    #[serde(deserialize_with = "crate::body::object")]
     pub spec: JobSpec,
 }
 
@@ -296,6 +298,7 @@ pub struct ErrorBody {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StepRequest {
+    #[serde(deserialize_with = "crate::body::object")]
     pub capability: Capability,
     /// 0-based index of the step within the deployment.
     pub step: u32,

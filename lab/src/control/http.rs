@@ -169,13 +169,13 @@ async fn reconcile(State(app): State<Shared>, headers: HeaderMap, body: Body) ->
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LedgerQuery {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::web::decimal")]
     after: u64,
-    #[serde(default = "default_limit")]
-    limit: u32,
+    #[serde(default = "default_limit", deserialize_with = "crate::web::decimal")]
+    limit: u64,
 }
 
-fn default_limit() -> u32 {
+fn default_limit() -> u64 {
     1_000
 }
 
@@ -186,7 +186,8 @@ async fn ledger(
 ) -> Result<Json<Vec<LedgerEntry>>, ApiError> {
     let Query(query) = query.map_err(|error| ApiError::new(400, "invalid_query", error.body_text()))?;
     let principal = principal(&app, &headers).await?;
-    Ok(Json(blocking(&app, move |rules| rules.ledger(&principal, query.after, query.limit)).await?))
+    let limit = u32::try_from(query.limit).unwrap_or(u32::MAX);
+    Ok(Json(blocking(&app, move |rules| rules.ledger(&principal, query.after, limit)).await?))
 }
 
 /// Expires lapsed leases every `sweep` so that reads see uncertainty without waiting for a request.

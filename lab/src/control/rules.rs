@@ -75,6 +75,16 @@ fn operator_only(principal: &Principal) -> RuleResult<()> {
     }
 }
 
+/// The runner a report is made by (see [`acting_runner`]), for a claim whose fence is in
+/// range: the checks of a report that come before its transaction, in this order.
+fn reporting_runner<'p>(principal: &'p Principal, claim: &ClaimRef) -> RuleResult<&'p str> {
+    let (_, project) = acting_runner(principal, &claim.runner)?;
+    if claim.fence > i64::MAX as u64 {
+        return refuse(400, "invalid_field", format!("`fence` must be at most {}", i64::MAX));
+    }
+    Ok(project)
+}
+
 /// The runner a runner-only call is made by, checked against the runner the body names.
 fn acting_runner<'p>(principal: &'p Principal, named: &str) -> RuleResult<(&'p str, &'p str)> {
     match principal {
@@ -459,9 +469,6 @@ impl<S: Store> Rules<S> {
 
     /// The job a report names, which must belong to the reporting runner's project.
     fn reported_job(&self, tx: &mut dyn Tx, report: &Report) -> RuleResult<JobRow> {
-        if report.claim.fence > i64::MAX as u64 {
-            return refuse(400, "invalid_field", format!("`fence` must be at most {}", i64::MAX));
-        }
         match tx.job(&report.claim.job)? {
             Some(job) if job.project == report.project || self.bugs.has(Bug::UnscopedFence) => Ok(job),
             _ => refuse(
@@ -473,7 +480,7 @@ impl<S: Store> Rules<S> {
     }
 
     pub fn heartbeat(&self, principal: &Principal, request: &HeartbeatRequest, now: Now) -> RuleResult<Ruling> {
-        let (_, project) = acting_runner(principal, &request.claim.runner)?;
+        let project = reporting_runner(principal, &request.claim)?;
         let report = Report { kind: Op::Heartbeat, claim: &request.claim, project, observed_ms: request.observed_ms };
         self.store.transact(|tx| {
             self.expire_in(tx, now)?;
@@ -534,7 +541,7 @@ impl<S: Store> Rules<S> {
     }
 
     pub fn capability(&self, principal: &Principal, request: &CapabilityRequest, now: Now) -> RuleResult<Ruling> {
-        let (_, project) = acting_runner(principal, &request.claim.runner)?;
+        let project = reporting_runner(principal, &request.claim)?;
         let report = Report { kind: Op::Capability, claim: &request.claim, project, observed_ms: request.observed_ms };
         self.store.transact(|tx| {
             self.expire_in(tx, now)?;
@@ -572,13 +579,13 @@ impl<S: Store> Rules<S> {
 /// Results, reconciliation and reads.
 impl<S: Store> Rules<S> {
     pub fn result(&self, principal: &Principal, request: &ResultRequest, now: Now) -> RuleResult<Ruling> {
-        let (_, project) = acting_runner(principal, &request.claim.runner)?;
+        let project = reporting_runner(principal, &request.claim)?;
         self.store.transact(|tx| self.result_in(tx, project, request, now))
     }
 
     /// Decides a result without committing it: what `ack-before-commit` answers with.
     pub fn result_uncommitted(&self, principal: &Principal, request: &ResultRequest, now: Now) -> RuleResult<Ruling> {
-        let (_, project) = acting_runner(principal, &request.claim.runner)?;
+        let project = reporting_runner(principal, &request.claim)?;
         self.store.dry_run(|tx| self.result_in(tx, project, request, now))
     }
 

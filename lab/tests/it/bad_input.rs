@@ -120,6 +120,19 @@ fn claim_body(claim: &ClaimRef) -> Value {
     json!({"job": claim.job, "attempt": claim.attempt, "runner": claim.runner, "fence": claim.fence, "observed_ms": 0})
 }
 
+/// A claim report as a JSON array of its fields in order, then `more`.
+fn claim_array(claim: &ClaimRef, more: &[Value]) -> Value {
+    let mut fields = vec![json!(claim.job), json!(claim.attempt), json!(claim.runner), json!(claim.fence), json!(0)];
+    fields.extend(more.iter().cloned());
+    Value::Array(fields)
+}
+
+/// A capability as a JSON array of its fields in order.
+fn capability_array(capability: &Capability) -> Value {
+    let c = capability;
+    json!([c.deployment_key, c.job, c.attempt, c.runner, c.fence, c.expires_ms, c.signature])
+}
+
 /// `body` with `field` set to `value`.
 fn with(mut body: Value, field: &str, value: Value) -> Value {
     body[field] = value;
@@ -159,6 +172,13 @@ fn rows(fx: &Fixture) -> Vec<Row> {
         control("JSON array of the fields instead of an object (claim)", "POST", "/v1/claim", r1(), J(json!(["r1", 0])), JSON, 400, "invalid_body"),
         control("JSON array of objects instead of an object", "POST", "/v1/jobs", op(), J(json!([job])), JSON, 400, "invalid_body"),
         control("JSON string instead of an object", "POST", "/v1/projects", op(), J(json!("p9")), JSON, 400, "invalid_body"),
+        control("JSON array of the spec's fields", "POST", "/v1/jobs", op(), J(with(job.clone(), "spec", json!([1, 1]))), JSON, 400, "invalid_body"),
+        control("JSON array of a heartbeat's fields", "POST", "/v1/heartbeat", r1(), J(claim_array(&fx.running, &[])), JSON, 400, "invalid_body"),
+        control("JSON array of a capability request's fields", "POST", "/v1/capability", r1(), J(claim_array(&fx.running, &[])), JSON, 400, "invalid_body"),
+        control("JSON array of a result's fields", "POST", "/v1/result", r1(), J(claim_array(&fx.running, &[json!("succeeded")])), JSON, 400, "invalid_body"),
+        control("a type error before a syntax error", "POST", "/v1/jobs", op(), raw(r#"{"project": 5, "id": "j9""#), JSON, 400, "malformed_json"),
+        control("a JSON number with a plus sign", "POST", "/v1/heartbeat", r1(), raw(&heartbeat.to_string().replace(&format!(":{}", fx.running.fence), &format!(":+{}", fx.running.fence))), JSON, 400, "malformed_json"),
+        control("a JSON number with a leading zero", "POST", "/v1/heartbeat", r1(), raw(&heartbeat.to_string().replace(&format!(":{}", fx.running.fence), &format!(":0{}", fx.running.fence))), JSON, 400, "malformed_json"),
         control("unknown field", "POST", "/v1/projects", op(), J(json!({"id": "p9", "colour": "red"})), JSON, 400, "invalid_body"),
         control("unknown field in a flattened claim", "POST", "/v1/heartbeat", r1(), J(with(heartbeat.clone(), "extra", json!(1))), JSON, 400, "invalid_body"),
         control("unknown field in the spec", "POST", "/v1/jobs", op(), J(with(job.clone(), "spec", json!({"steps": 1, "step_ms": 1, "retries": 2}))), JSON, 400, "invalid_body"),
@@ -175,6 +195,9 @@ fn rows(fx: &Fixture) -> Vec<Row> {
         control("unknown outcome", "POST", "/v1/result", r1(), J(with(result.clone(), "outcome", json!("maybe"))), JSON, 400, "invalid_body"),
         control("wrong content type", "POST", "/v1/projects", op(), J(json!({"id": "p9"})), Some("text/plain"), 415, "unsupported_media_type"),
         control("no content type", "POST", "/v1/claim", r1(), J(json!({"runner": "r1", "observed_ms": 0})), None, 415, "unsupported_media_type"),
+        control("a JSON suffix is not JSON", "POST", "/v1/jobs", op(), J(job.clone()), Some("application/problem+json"), 415, "unsupported_media_type"),
+        control("a longer subtype is not JSON", "POST", "/v1/jobs", op(), J(job.clone()), Some("application/jsonp"), 415, "unsupported_media_type"),
+        control("text/json is not JSON", "POST", "/v1/claim", r1(), J(json!({"runner": "r1", "observed_ms": 0})), Some("text/json"), 415, "unsupported_media_type"),
         control("oversized body (> 64 KiB)", "POST", "/v1/projects", op(), Payload::Raw(oversized.clone().into_bytes()), JSON, 413, "body_too_large"),
         // Who is asking.
         control("missing Authorization", "POST", "/v1/jobs", None, J(job.clone()), JSON, 401, "unauthorized"),
@@ -182,6 +205,9 @@ fn rows(fx: &Fixture) -> Vec<Row> {
         control("missing Authorization on the ledger", "GET", "/v1/ledger", None, Empty, None, 401, "unauthorized"),
         control("non-Bearer scheme", "POST", "/v1/jobs", Some(format!("Basic {}", fx.operator)), J(job.clone()), JSON, 401, "unauthorized"),
         control("empty bearer", "POST", "/v1/jobs", Some("Bearer ".into()), J(job.clone()), JSON, 401, "unauthorized"),
+        control("lower-case bearer scheme", "POST", "/v1/jobs", Some(format!("bearer {}", fx.operator)), J(job.clone()), JSON, 401, "unauthorized"),
+        control("two spaces after the scheme", "POST", "/v1/jobs", Some(format!("Bearer  {}", fx.operator)), J(job.clone()), JSON, 401, "unauthorized"),
+        control("a tab after the scheme", "POST", "/v1/claim", Some(format!("Bearer\t{}", fx.r1)), J(json!({"runner": "r1", "observed_ms": 0})), JSON, 401, "unauthorized"),
         control("unknown token", "POST", "/v1/jobs", bearer("not-a-token"), J(job.clone()), JSON, 401, "unauthorized"),
         control("unknown token is refused before a malformed body is read", "POST", "/v1/jobs", bearer("not-a-token"), raw("{"), JSON, 401, "unauthorized"),
         control("runner token submits a job", "POST", "/v1/jobs", r1(), J(job.clone()), JSON, 403, "forbidden"),
@@ -205,6 +231,14 @@ fn rows(fx: &Fixture) -> Vec<Row> {
         control("runner of another project redeems for a demo job", "POST", "/v1/capability", o1(), J(with(heartbeat.clone(), "runner", json!("o1"))), JSON, 404, "unknown_job"),
         control("runner of another project reports a demo job", "POST", "/v1/result", o1(), J(with(result.clone(), "runner", json!("o1"))), JSON, 404, "unknown_job"),
         control("heartbeat for a job that does not exist", "POST", "/v1/heartbeat", r1(), J(with(heartbeat.clone(), "job", json!("nope"))), JSON, 404, "unknown_job"),
+        // Two rules broken at once: the first check in the documented order answers.
+        control("unknown token and the wrong content type", "POST", "/v1/heartbeat", bearer("not-a-token"), J(heartbeat.clone()), Some("text/plain"), 401, "unauthorized"),
+        control("wrong content type and malformed JSON", "POST", "/v1/heartbeat", r1(), raw("{"), Some("text/plain"), 415, "unsupported_media_type"),
+        control("oversized and malformed", "POST", "/v1/heartbeat", r1(), Payload::Raw(format!("{{{oversized}").into_bytes()), JSON, 413, "body_too_large"),
+        control("operator token and a fence beyond i64::MAX", "POST", "/v1/capability", op(), J(with(heartbeat.clone(), "fence", json!(u64::MAX))), JSON, 403, "forbidden"),
+        control("another runner named and a fence beyond i64::MAX", "POST", "/v1/heartbeat", r1(), J(with(with(heartbeat.clone(), "runner", json!("r2")), "fence", json!(u64::MAX))), JSON, 403, "runner_mismatch"),
+        control("a fence beyond i64::MAX for a job that does not exist", "POST", "/v1/result", r1(), J(with(with(result.clone(), "job", json!("nope")), "fence", json!(u64::MAX))), JSON, 400, "invalid_field"),
+        control("another runner named for another project's job", "POST", "/v1/heartbeat", o1(), J(heartbeat.clone()), JSON, 403, "runner_mismatch"),
         // Registration and submission.
         control("runner in an unknown project", "POST", "/v1/runners", op(), J(json!({"project": "nope", "id": "r9"})), JSON, 404, "unknown_project"),
         control("operator registers without a project", "POST", "/v1/runners", op(), J(json!({"id": "r9"})), JSON, 400, "missing_field"),
@@ -244,6 +278,10 @@ fn rows(fx: &Fixture) -> Vec<Row> {
         control("ledger with a non-number after", "GET", "/v1/ledger?after=abc", op(), Empty, None, 400, "invalid_query"),
         control("ledger with a negative limit", "GET", "/v1/ledger?limit=-1", op(), Empty, None, 400, "invalid_query"),
         control("ledger with an unknown parameter", "GET", "/v1/ledger?job=j1", op(), Empty, None, 400, "invalid_query"),
+        control("ledger with a plus sign", "GET", "/v1/ledger?after=%2B1", op(), Empty, None, 400, "invalid_query"),
+        control("ledger with an empty limit", "GET", "/v1/ledger?limit=", op(), Empty, None, 400, "invalid_query"),
+        control("ledger with after beyond u64::MAX", "GET", "/v1/ledger?after=18446744073709551616", op(), Empty, None, 400, "invalid_query"),
+        control("ledger with after twice", "GET", "/v1/ledger?after=1&after=2", op(), Empty, None, 400, "invalid_query"),
         // The target.
         target("target: malformed step", "POST", "/v1/steps", raw(r#"{"capability": "#), JSON, 400, "malformed_json"),
         target("target: step index equal to steps", "POST", "/v1/steps", J(with(step.clone(), "step", json!(3))), JSON, 400, "invalid_field"),
@@ -253,6 +291,8 @@ fn rows(fx: &Fixture) -> Vec<Row> {
         target("target: missing capability", "POST", "/v1/steps", J(without(step.clone(), "capability")), JSON, 400, "invalid_body"),
         target("target: unknown field in the capability", "POST", "/v1/steps", J(with(step.clone(), "capability", with(json!(fx.capability), "scope", json!("all")))), JSON, 400, "invalid_body"),
         target("target: JSON array instead of an object", "POST", "/v1/steps", J(json!([fx.capability, 0, 3, 0])), JSON, 400, "invalid_body"),
+        target("target: JSON array of the capability's fields", "POST", "/v1/steps", J(with(step.clone(), "capability", capability_array(&fx.capability))), JSON, 400, "invalid_body"),
+        target("target: capability fence beyond i64::MAX", "POST", "/v1/steps", J(with(step.clone(), "capability", with(json!(fx.capability), "fence", json!(1u64 << 63)))), JSON, 400, "invalid_field"),
         target("target: wrong content type", "POST", "/v1/steps", J(step.clone()), Some("text/plain"), 415, "unsupported_media_type"),
         target("target: oversized body", "POST", "/v1/steps", Payload::Raw(oversized.into_bytes()), JSON, 413, "body_too_large"),
         target("target: unknown route", "GET", "/v1/nope", Empty, None, 404, "no_route"),
@@ -260,6 +300,8 @@ fn rows(fx: &Fixture) -> Vec<Row> {
         target("target: unknown deployment", "GET", "/v1/deployments/nope", Empty, None, 404, "unknown_deployment"),
         target("target: deployment key in the path that is not UTF-8", "GET", "/v1/deployments/%FF", Empty, None, 400, "invalid_path"),
         target("target: step log with a non-number after", "GET", "/v1/steps?after=abc", Empty, None, 400, "invalid_query"),
+        target("target: step log with a negative limit", "GET", "/v1/steps?limit=-1", Empty, None, 400, "invalid_query"),
+        target("target: step log with a plus sign", "GET", "/v1/steps?after=%2B1", Empty, None, 400, "invalid_query"),
     ]
 }
 

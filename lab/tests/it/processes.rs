@@ -260,8 +260,9 @@ async fn target_refuses_a_forged_capability() {
     lab.shutdown().await;
 }
 
-/// The answers a runner sees over HTTP: 200 for accepted and duplicate, 409 with the
-/// reason for a refusal or a conflict, and nothing renewed by either.
+/// The answers a runner sees over HTTP: 200 for accepted and duplicate (which carries only
+/// its decision and ledger entry), 409 with the reason for a refusal or a conflict, and
+/// nothing renewed by either.
 #[tokio::test(flavor = "multi_thread")]
 async fn verdicts_over_http_carry_status_and_reason() {
     let dir = tempfile::tempdir().unwrap();
@@ -276,6 +277,8 @@ async fn verdicts_over_http_carry_status_and_reason() {
     let result = |outcome: &str| serde_json::json!({"job": claim.job, "attempt": claim.attempt, "runner": "r1", "fence": claim.fence, "outcome": outcome, "observed_ms": 0});
     let (status, duplicate) = post("/v1/result", result("succeeded")).await;
     assert_eq!((status, duplicate["decision"].as_str()), (200, Some("duplicate")));
+    let fields: Vec<&String> = duplicate.as_object().unwrap().keys().collect();
+    assert_eq!(fields, ["decision", "ledger_seq"], "a duplicate carries no reason and renews no lease: {duplicate}");
     let (status, conflict) = post("/v1/result", result("failed")).await;
     assert_eq!(
         (status, conflict["decision"].as_str(), conflict["reason"].as_str()),
