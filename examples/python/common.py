@@ -227,7 +227,7 @@ def parse_query(query: str, allowed: dict[str, int]) -> dict[str, int]:
             raise ApiError(400, "invalid_query", f"unknown query parameter `{name}`")
         if name in out:
             raise ApiError(400, "invalid_query", f"`{name}` given twice")
-        digits = raw[1:] if raw.startswith("+") else raw
+        digits = raw
         if not digits.isascii() or not digits.isdigit():
             raise ApiError(400, "invalid_query", f"`{name}` must be a non-negative integer")
         number = int(digits)

@@ -634,7 +634,7 @@ class ControlHandler(JsonHandler):
         return self.rules.job(self._who(), job_id)
 
     def _ledger(self, params):
-        q = parse_query(self.query, {"after": U64_MAX, "limit": U32_MAX})
+        q = parse_query(self.query, {"after": U64_MAX, "limit": U64_MAX})
         who = self._who()
         limit = min(max(q.get("limit", 1000), 1), 10_000)
         return self.rules.ledger(who, q.get("after", 0), limit)

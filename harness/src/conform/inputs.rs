@@ -300,7 +300,8 @@ fn rows(fx: &Fixture) -> Vec<Row> {
         control("post-health", "POST", "/v1/health", None, J(json!({})), JSON, 405, "method_not_allowed"),
         control("ledger-after-not-number", "GET", "/v1/ledger?after=abc", op(), Empty, None, 400, "invalid_query"),
         control("ledger-negative-limit", "GET", "/v1/ledger?limit=-1", op(), Empty, None, 400, "invalid_query"),
-        control("ledger-limit-beyond-range", "GET", "/v1/ledger?limit=4294967296", op(), Empty, None, 400, "invalid_query"),
+        control("ledger-limit-beyond-u64", "GET", "/v1/ledger?limit=18446744073709551616", op(), Empty, None, 400, "invalid_query"),
+        control("ledger-limit-plus-sign", "GET", "/v1/ledger?limit=%2B1", op(), Empty, None, 400, "invalid_query"),
         control("ledger-after-beyond-u64", "GET", "/v1/ledger?after=18446744073709551616", op(), Empty, None, 400, "invalid_query"),
         control("ledger-unknown-parameter", "GET", "/v1/ledger?job=in.j1", op(), Empty, None, 400, "invalid_query"),
         // The target.
