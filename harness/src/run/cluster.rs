@@ -216,10 +216,16 @@ impl Cluster {
     pub fn start_runner(&mut self, index: usize, _config: &RunConfig) -> anyhow::Result<()> {
         let slot = &self.runners[index];
         let log = self.system.runner_log(&slot.id);
-        let control = self.control_links[index].join(",");
-        let links = (control.as_str(), self.target_links[index].as_str());
-        let process =
-            self.system.launch.start_runner(&slot.id, &slot.token, links, &log, &self.clock, &slot.clock_file)?;
+        let control_urls = self.control_links[index].join(",");
+        let process = self.system.launch.start_runner(&crate::system::launch::RunnerStart {
+            id: &slot.id,
+            token: &slot.token,
+            control_urls: &control_urls,
+            target_url: &self.target_links[index],
+            log: &log,
+            clock: &self.clock,
+            clock_file: &slot.clock_file,
+        })?;
         self.runners[index].process = Some(process);
         Ok(())
     }

@@ -440,22 +440,15 @@ impl Launch {
 
     /// The command of runner `id`, with its links (the control plane's as a comma-separated
     /// list, its own replica first), token, log and clock words.
-    pub fn runner_command(
-        &self,
-        id: &str,
-        token: &str,
-        links: (&str, &str),
-        log: &Path,
-        clock: &ClockControl,
-        clock_file: &Path,
-    ) -> Result<(Command, String), StartError> {
-        let values = self.runner_values(id, token, links, log, clock_file);
-        let extra = if *clock == ClockControl::RunnerOffset { self.file.runner_clock_args.clone() } else { vec![] };
-        let stderr_log = self.dir.join(format!("runner-{id}.log"));
+    pub fn runner_command(&self, runner: &RunnerStart<'_>) -> Result<(Command, String), StartError> {
+        let values = self.runner_values(runner);
+        let extra =
+            if *runner.clock == ClockControl::RunnerOffset { self.file.runner_clock_args.clone() } else { vec![] };
+        let stderr_log = self.dir.join(format!("runner-{}.log", runner.id));
         let (mut command, words) = self.command(Role::Runner, &values, &extra, &stderr_log)?;
-        if let ClockControl::Libfaketime { library } = clock {
+        if let ClockControl::Libfaketime { library } = runner.clock {
             command.env("LD_PRELOAD", library);
-            command.env("FAKETIME_TIMESTAMP_FILE", clock_file);
+            command.env("FAKETIME_TIMESTAMP_FILE", runner.clock_file);
             command.env("FAKETIME_NO_CACHE", "1");
             command.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
         }
@@ -465,72 +458,62 @@ impl Launch {
 
     /// Starts runner `id` (a container when the runner has an image: from synchronous code,
     /// so it waits for the daemon inside the harness's multi-thread runtime).
-    pub fn start_runner(
-        &self,
-        id: &str,
-        token: &str,
-        links: (&str, &str),
-        log: &Path,
-        clock: &ClockControl,
-        clock_file: &Path,
-    ) -> Result<Proc, StartError> {
+    pub fn start_runner(&self, runner: &RunnerStart<'_>) -> Result<Proc, StartError> {
         if self.file.image(Role::Runner).is_some() {
-            let start = self.start_runner_container(id, token, links, log, clock, clock_file);
+            let start = self.start_runner_container(runner);
             return super::container::block_on(start).unwrap_or_else(|| {
                 Err(StartError::Failed("a runner's container is started only inside a multi-thread runtime".into()))
             });
         }
-        let (mut command, words) = self.runner_command(id, token, links, log, clock, clock_file)?;
+        let (mut command, words) = self.runner_command(runner)?;
         let child = command.spawn().map_err(|error| spawn_error(&self.file.locate(Role::Runner), &words, error))?;
-        Ok(Proc::new(child, format!("runner {id}")))
+        Ok(Proc::new(child, format!("runner {}", runner.id)))
     }
 
     /// Runner `id` as a container of the runner's image; with libfaketime, the host's
     /// library mounted at [`super::container::FAKETIME_MOUNT`] and preloaded.
-    async fn start_runner_container(
-        &self,
-        id: &str,
-        token: &str,
-        links: (&str, &str),
-        log: &Path,
-        clock: &ClockControl,
-        clock_file: &Path,
-    ) -> Result<Proc, StartError> {
-        let values = self.runner_values(id, token, links, log, clock_file);
-        let extra = if *clock == ClockControl::RunnerOffset { self.file.runner_clock_args.clone() } else { vec![] };
+    async fn start_runner_container(&self, runner: &RunnerStart<'_>) -> Result<Proc, StartError> {
+        let values = self.runner_values(runner);
+        let extra =
+            if *runner.clock == ClockControl::RunnerOffset { self.file.runner_clock_args.clone() } else { vec![] };
         let (words, mut env) = self.words_env(Role::Runner, &values, &extra)?;
         let mut files = vec![];
-        if let ClockControl::LibfaketimeMounted { library, mounted_at } = clock {
+        if let ClockControl::LibfaketimeMounted { library, mounted_at } = runner.clock {
             files.push((library.clone(), mounted_at.clone()));
             env.extend([
                 ("LD_PRELOAD".to_string(), mounted_at.clone()),
-                ("FAKETIME_TIMESTAMP_FILE".to_string(), clock_file.display().to_string()),
+                ("FAKETIME_TIMESTAMP_FILE".to_string(), runner.clock_file.display().to_string()),
                 ("FAKETIME_NO_CACHE".to_string(), "1".to_string()),
                 ("FAKETIME_DONT_FAKE_MONOTONIC".to_string(), "1".to_string()),
             ]);
         }
-        let stderr_log = self.dir.join(format!("runner-{id}.log"));
-        self.start_container(Role::Runner, &format!("runner {id}"), (words, env), files, &stderr_log).await
+        let stderr_log = self.dir.join(format!("runner-{}.log", runner.id));
+        self.start_container(Role::Runner, &format!("runner {}", runner.id), (words, env), files, &stderr_log).await
     }
 
-    fn runner_values(
-        &self,
-        id: &str,
-        token: &str,
-        links: (&str, &str),
-        log: &Path,
-        clock_file: &Path,
-    ) -> [(&'static str, String); 7] {
+    fn runner_values(&self, runner: &RunnerStart<'_>) -> [(&'static str, String); 7] {
         [
-            ("runner_id", id.to_string()),
-            ("runner_token", token.to_string()),
-            ("control_url", links.0.split(',').next().unwrap_or_default().to_string()),
-            ("control_urls", links.0.to_string()),
-            ("target_url", links.1.to_string()),
-            ("runner_log", log.display().to_string()),
-            ("clock_file", clock_file.display().to_string()),
+            ("runner_id", runner.id.to_string()),
+            ("runner_token", runner.token.to_string()),
+            ("control_url", runner.control_urls.split(',').next().unwrap_or_default().to_string()),
+            ("control_urls", runner.control_urls.to_string()),
+            ("target_url", runner.target_url.to_string()),
+            ("runner_log", runner.log.display().to_string()),
+            ("clock_file", runner.clock_file.display().to_string()),
         ]
     }
+}
+
+/// What a runner is started with: its identity, its links (the control plane's as a
+/// comma-separated list, its own replica first), its log and how its clock is moved.
+pub struct RunnerStart<'a> {
+    pub id: &'a str,
+    pub token: &'a str,
+    pub control_urls: &'a str,
+    pub target_url: &'a str,
+    pub log: &'a Path,
+    pub clock: &'a ClockControl,
+    pub clock_file: &'a Path,
 }
 
 /// How a runner's clock is moved.
