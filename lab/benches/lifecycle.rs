@@ -79,6 +79,8 @@ async fn rates(database_url: Option<String>, replicas: usize) -> Vec<f64> {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut options = LabOptions::new(Path::new(env!("CARGO_BIN_EXE_fencelab-lab")), dir.path());
     options.lease_ms = 30_000;
+    // Each measurement on PostgreSQL gets a schema of its own on the one cluster.
+    options.schema = database_url.as_ref().map(|_| format!("bench_{replicas}_replicas"));
     options.database_url = database_url;
     let lab = LocalLab::start(options).await.expect("lab starts");
     let mut others = Vec::new();
