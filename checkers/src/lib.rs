@@ -87,7 +87,7 @@ fn all_checks() -> Vec<Box<dyn Check>> {
         Box::<fence_order::FenceOrder>::default(),
         Box::<terminal_stability::TerminalStability>::default(),
         Box::new(explicit_uncertainty::ExplicitUncertainty),
-        Box::new(clock_authority::ClockAuthority),
+        Box::<clock_authority::ClockAuthority>::default(),
         Box::<stale_side_effect::StaleSideEffect>::default(),
         Box::<lost_work::LostWork>::default(),
         Box::<ledger_completeness::LedgerCompleteness>::default(),

@@ -21,6 +21,10 @@ pub enum Bug {
     SelfReconcile,
     ExpireEarly,
     TargetRefusesCurrentFence,
+    ReplicaClock,
+    ClaimWithoutLock,
+    SweeperWithoutLock,
+    RetryLostCommit,
 }
 
 /// Which process a bug lives in.
@@ -31,7 +35,7 @@ pub enum Home {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 13] = [
+    pub const ALL: [Bug; 17] = [
         Bug::AcceptStaleResult,
         Bug::HeartbeatRevivesExpired,
         Bug::RequeueOnExpiry,
@@ -45,6 +49,10 @@ impl Bug {
         Bug::SelfReconcile,
         Bug::ExpireEarly,
         Bug::TargetRefusesCurrentFence,
+        Bug::ReplicaClock,
+        Bug::ClaimWithoutLock,
+        Bug::SweeperWithoutLock,
+        Bug::RetryLostCommit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +70,10 @@ impl Bug {
             Bug::SelfReconcile => "self-reconcile",
             Bug::ExpireEarly => "expire-early",
             Bug::TargetRefusesCurrentFence => "target-refuses-current-fence",
+            Bug::ReplicaClock => "replica-clock",
+            Bug::ClaimWithoutLock => "claim-without-lock",
+            Bug::SweeperWithoutLock => "sweeper-without-lock",
+            Bug::RetryLostCommit => "retry-lost-commit",
         }
     }
 
@@ -90,6 +102,18 @@ impl Bug {
             Bug::ExpireEarly => "the sweeper expires a lease half a lease before it ends on the server's clock",
             Bug::TargetRefusesCurrentFence => {
                 "the fenced target refuses a step whose fence equals the key's highest as stale"
+            }
+            Bug::ReplicaClock => {
+                "leases are judged on the receiving replica's own clock instead of the database's (PostgreSQL)"
+            }
+            Bug::ClaimWithoutLock => {
+                "a claim checks that its job is free and then takes it in two statements, without the rule lock (PostgreSQL)"
+            }
+            Bug::SweeperWithoutLock => {
+                "the sweeper reads lapsed leases and expires them by id, without the rule lock (PostgreSQL)"
+            }
+            Bug::RetryLostCommit => {
+                "a transaction whose COMMIT answer was lost is run again instead of answered as unknown (PostgreSQL)"
             }
         }
     }

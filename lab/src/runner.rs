@@ -147,7 +147,7 @@ impl Runner {
     /// request the runner repeats after one is safe to repeat anywhere (claims and
     /// heartbeats are new requests; a repeated result is a duplicate at worst).
     fn fail_over_after<T>(&self, answer: &Result<T, ClientError>) {
-        if answer.as_ref().is_err_and(ClientError::is_transport) && self.controls.len() > 1 {
+        if answer.as_ref().is_err_and(ClientError::outcome_unknown) && self.controls.len() > 1 {
             self.current.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
@@ -177,7 +177,7 @@ impl Runner {
                     done += 1;
                 }
                 Ok(None) => tokio::time::sleep(Duration::from_millis(self.config.poll_ms)).await,
-                Err(error) if error.is_transport() => {
+                Err(error) if error.outcome_unknown() => {
                     tokio::time::sleep(Duration::from_millis(self.config.poll_ms)).await
                 }
                 Err(error) => return Err(error),
@@ -263,7 +263,7 @@ impl Runner {
             match answer {
                 Ok(verdict) if verdict.decision == Decision::Accepted => authority.renew(sent + lease),
                 Ok(verdict) => authority.lose(format!("heartbeat refused: {}", reason_text(verdict.reason))),
-                Err(error) if error.is_transport() => {}
+                Err(error) if error.outcome_unknown() => {}
                 Err(error) => authority.lose(format!("heartbeat refused: {error}")),
             }
         }
@@ -351,7 +351,7 @@ impl Runner {
                     authority.lose(why.clone());
                     return Err(why);
                 }
-                Err(error) if error.is_transport() => {}
+                Err(error) if error.outcome_unknown() => {}
                 Err(error) => return Err(format!("capability refused: {error}")),
             }
             if let Some(why) = authority.lost() {
@@ -397,7 +397,7 @@ impl Runner {
                 .logged(Op::Result, claim, request.observed_ms, Some(outcome), self.control().result(&request))
                 .await;
             match answer {
-                Err(error) if error.is_transport() => {
+                Err(error) if error.outcome_unknown() => {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
@@ -429,7 +429,7 @@ async fn within<T>(deadline: impl Fn() -> Instant, work: impl std::future::Futur
 
 fn answer_type<T>(answer: &Result<T, ClientError>) -> EventType {
     match answer {
-        Err(error) if error.is_transport() => EventType::Info,
+        Err(error) if error.outcome_unknown() => EventType::Info,
         _ => EventType::Response,
     }
 }

@@ -26,6 +26,17 @@ impl ClientError {
     pub fn is_transport(&self) -> bool {
         matches!(self, ClientError::Transport { .. })
     }
+
+    /// No answer, or an answer that the outcome is unknown (503: the server could not tell
+    /// whether the request took effect, e.g. its database did not answer a COMMIT). Either
+    /// way the request may or may not have taken effect; repeating it is how to learn.
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            ClientError::Transport { .. } => true,
+            ClientError::Refused(body) => body.status == 503,
+            ClientError::Unexpected { status, .. } => *status == 503,
+        }
+    }
 }
 
 #[derive(Clone)]

@@ -85,10 +85,7 @@ pub fn realistic() -> Vec<history::Event> {
     h.step(&j3, 2_060, Accepted, None);
     h.result(&j1, 2_200, 2_600, "succeeded", Accepted, None);
     h.result(&j1, 2_300, 2_700, "succeeded", Duplicate, None); // a retried result
-    h.nemesis_restart();
-    h.result(&j1, 9_000, 9_400, "succeeded", Duplicate, None); // duplicate long after the lease
-    h.result(&j1, 9_100, 9_500, "failed", Conflict, None); // conflicting result, recorded
-                                                           // j2 on prod after j1 released it.
+    // j2 on prod after j1 released it.
     let j2 = claim("j2", "j2-a1", "r2", 3);
     h.ledger_claim(&j2, 2_400, 4_400);
     h.capability(&j2, 2_500, 2_200, Accepted, Some(4_400));
@@ -117,6 +114,9 @@ pub fn realistic() -> Vec<history::Event> {
     h.expire(&j4, 6_650, 6_600, "uncertain");
     h.reconcile(&j4, 6_700, "completed", Some("succeeded"));
     h.result(&j4, 6_800, 6_500, "succeeded", Rejected, Some(Reason::NotCurrent));
+    h.nemesis_restart();
+    h.result(&j1, 9_000, 9_400, "succeeded", Duplicate, None); // duplicate long after the lease
+    h.result(&j1, 9_100, 9_500, "failed", Conflict, None); // conflicting result, recorded
     h.final_state("j1", Some("j1-a1"), "succeeded");
     h.final_state("j2", Some("j2-a1"), "uncertain");
     h.final_state("j3", Some("j3-a2"), "failed");

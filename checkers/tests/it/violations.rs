@@ -199,6 +199,22 @@ fn clock_authority_accepts_on_the_runners_clock() {
 }
 
 #[test]
+fn clock_authority_split_clock_between_replicas() {
+    // A replica whose clock is 30 s behind the others decides the second heartbeat.
+    let (mut h, a1) = start();
+    h.heartbeat(&a1, 1_500, 1_500, Accepted, Some(3_500));
+    h.heartbeat(&a1, 1_600 - 30_000, 1_600, Accepted, Some(3_600 - 30_000));
+    h.heartbeat(&a1, 1_700, 1_700, Accepted, Some(3_700));
+    let anomalies = check(&h.build(), "clock-authority", &["split-clock"]);
+    assert!(anomalies[0].message.contains("29900 ms before entry 3"), "{}", anomalies[0].message);
+    // Decided out of receipt order by less than a lease: one clock.
+    let (mut h, a1) = start();
+    h.heartbeat(&a1, 1_500, 1_500, Accepted, Some(3_500));
+    h.heartbeat(&a1, 1_500 - 1_900, 1_600, Accepted, Some(3_600 - 1_900));
+    check(&h.build(), "clock-authority", &[]);
+}
+
+#[test]
 fn stale_side_effect_on_fenced_and_unfenced_targets() {
     for mode in ["fenced", "unfenced"] {
         let (mut h, a1) = start();

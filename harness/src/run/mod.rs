@@ -175,7 +175,7 @@ pub(crate) async fn submit(shared: &Shared, job: &PlannedJob) -> Result<(), Stri
     let answer = operator.submit(&request).await;
     let kind = match &answer {
         Ok(_) => EventType::Ok,
-        Err(error) if error.is_transport() => EventType::Info,
+        Err(error) if error.outcome_unknown() => EventType::Info,
         Err(_) => EventType::Fail,
     };
     shared.recorder.record(Process::CLIENT, kind, Op::Submit, |event| {

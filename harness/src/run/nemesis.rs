@@ -349,7 +349,7 @@ async fn send_result(
     let answer = client.result(&request).await;
     let kind = match &answer {
         Ok(_) => EventType::Ok,
-        Err(error) if error.is_transport() => EventType::Info,
+        Err(error) if error.outcome_unknown() => EventType::Info,
         Err(_) => EventType::Fail,
     };
     shared.recorder.record(Process::NEMESIS, kind, fault.kind.op(), |event| {

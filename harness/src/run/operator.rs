@@ -105,7 +105,7 @@ pub(crate) async fn send_reconcile(
     let answer = operator.reconcile(request).await;
     let kind = match &answer {
         Ok(_) => EventType::Ok,
-        Err(error) if error.is_transport() => EventType::Info,
+        Err(error) if error.outcome_unknown() => EventType::Info,
         Err(_) => EventType::Fail,
     };
     recorder.record(Process::OPERATOR, kind, Op::Reconcile, |event| {

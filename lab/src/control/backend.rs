@@ -24,6 +24,16 @@ impl Store for Backend {
             Backend::Postgres(store) => store.dry_run(work),
         }
     }
+
+    fn transact_unlocked<T, E: From<StoreError>>(
+        &self,
+        work: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        match self {
+            Backend::Sqlite(store) => store.transact_unlocked(work),
+            Backend::Postgres(store) => store.transact_unlocked(work),
+        }
+    }
 }
 
 impl From<Sqlite> for Backend {

@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::backend::Backend;
 use super::rules::{Now, RuleError, Rules};
-use super::store::Principal;
+use super::store::{Principal, StoreError};
 use crate::bugs::Bug;
 use crate::web::{bearer, read_json, ApiError};
 use protocol::*;
@@ -33,7 +33,19 @@ impl From<RuleError> for ApiError {
             RuleError::Refused { status, code, message } => ApiError::new(status, code, message),
             RuleError::Store(error) => {
                 eprintln!("control-plane: store error: {error}");
-                ApiError::new(500, "internal", "the control plane could not complete the request")
+                match error {
+                    StoreError::CommitUnknown(_) => ApiError::new(
+                        503,
+                        "outcome_unknown",
+                        "the database did not answer the commit: the request may or may not have taken effect",
+                    ),
+                    error if error.is_unavailable() => ApiError::new(
+                        503,
+                        "unavailable",
+                        "the database could not be used; the request did not take effect",
+                    ),
+                    _ => ApiError::new(500, "internal", "the control plane could not complete the request"),
+                }
             }
         }
     }

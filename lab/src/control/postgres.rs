@@ -153,11 +153,12 @@ impl Postgres {
     fn run<T, E: From<StoreError>>(
         &self,
         commit: bool,
+        rule_lock: bool,
         work: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut lease = self.pool.get()?;
         let conn = lease.conn();
-        let mut tx = PgTx { conn, operator_token: &self.operator_token, locked: false, failed: false };
+        let mut tx = PgTx { conn, operator_token: &self.operator_token, rule_lock, locked: false, failed: false, clock: None };
         let value = work(&mut tx);
         let (failed, locked, conn) = (tx.failed, tx.locked, tx.conn);
         if !locked {
@@ -198,11 +199,18 @@ impl Postgres {
 
 impl Store for Postgres {
     fn transact<T, E: From<StoreError>>(&self, work: impl FnOnce(&mut dyn Tx) -> Result<T, E>) -> Result<T, E> {
-        self.run(true, work)
+        self.run(true, true, work)
     }
 
     fn dry_run<T, E: From<StoreError>>(&self, work: impl FnOnce(&mut dyn Tx) -> Result<T, E>) -> Result<T, E> {
-        self.run(false, work)
+        self.run(false, true, work)
+    }
+
+    fn transact_unlocked<T, E: From<StoreError>>(
+        &self,
+        work: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.run(true, false, work)
     }
 }
 
@@ -332,9 +340,15 @@ impl Drop for Lease<'_> {
 struct PgTx<'a> {
     conn: &'a mut Conn,
     operator_token: &'a str,
+    /// Whether the transaction takes the rule lock when it begins (only planted bugs
+    /// run without it).
+    rule_lock: bool,
     /// Whether the transaction has begun, holding the rule lock. Token lookups and ledger
     /// pages that come before run as statements of their own.
     locked: bool,
+    /// The database's clock read when the transaction began (Unix ms), with the host's
+    /// monotonic clock read when that answer came back.
+    clock: Option<(i64, u64)>,
     /// Whether a statement failed (PostgreSQL then refuses the rest of the transaction).
     failed: bool,
 }
@@ -376,17 +390,27 @@ impl PgTx<'_> {
         self.noted(result)
     }
 
-    /// Begins the transaction and takes the rule lock (one round trip), before the
-    /// transaction's first rule read or write.
+    /// Begins the transaction, takes the rule lock and reads the database's clock (one
+    /// round trip), before the transaction's first rule read or write.
     fn serialise(&mut self) -> StoreResult<()> {
         if !self.locked {
             // Marked first: if the lock times out, the begun transaction is rolled back.
             self.locked = true;
-            let result = self
-                .conn
-                .client
-                .batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED; LOCK TABLE rule_lock IN EXCLUSIVE MODE");
-            self.noted(result)?;
+            let lock = if self.rule_lock { "LOCK TABLE rule_lock IN EXCLUSIVE MODE; " } else { "" };
+            let sql = format!(
+                "BEGIN ISOLATION LEVEL READ COMMITTED; {lock}\
+                 SELECT (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT::TEXT"
+            );
+            let result = self.conn.client.simple_query(&sql);
+            let messages = self.noted(result)?;
+            let mono_ns = protocol::monotonic_ns();
+            let text = messages.iter().find_map(|message| match message {
+                postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+                _ => None,
+            });
+            let ms = text.as_deref().and_then(|text| text.parse::<i64>().ok());
+            let ms = ms.ok_or_else(|| corrupt("database clock", text.as_deref().unwrap_or("(none)")))?;
+            self.clock = Some((ms, mono_ns));
         }
         Ok(())
     }
@@ -485,6 +509,11 @@ fn state_list(states: &[impl serde::Serialize]) -> String {
 }
 
 impl Tx for PgTx<'_> {
+    fn clock(&mut self) -> StoreResult<Option<(i64, u64)>> {
+        self.serialise()?;
+        Ok(self.clock)
+    }
+
     fn principal(&mut self, token: &str) -> StoreResult<Option<Principal>> {
         if !token.is_empty() && token == self.operator_token {
             return Ok(Some(Principal::Operator));

@@ -185,6 +185,34 @@ impl<S: Store> Rules<S> {
         Rules { store, policy, bugs, secret: secret.to_vec() }
     }
 
+    /// Runs a rule transaction. `unlocked` runs it without the store's serialisation (only
+    /// planted bugs ask for that). A transaction whose COMMIT went unanswered fails with
+    /// [`StoreError::CommitUnknown`], which the API answers as an unknown outcome; under the
+    /// planted `retry-lost-commit` it is run again instead, and may apply twice.
+    fn transact<T>(&self, unlocked: bool, work: impl Fn(&mut dyn Tx) -> RuleResult<T>) -> RuleResult<T> {
+        let once = || match unlocked {
+            true => self.store.transact_unlocked(&work),
+            false => self.store.transact(&work),
+        };
+        match once() {
+            Err(RuleError::Store(StoreError::CommitUnknown(_))) if self.bugs.has(Bug::RetryLostCommit) => once(),
+            done => done,
+        }
+    }
+
+    /// The instant a transaction's decisions are made at: the store's clock when it has one
+    /// (PostgreSQL's, one authority for every replica), else `received`, the receiving
+    /// process's clock at receipt. Under the planted `replica-clock`, always `received`.
+    fn now_in(&self, tx: &mut dyn Tx, received: Now) -> RuleResult<Now> {
+        if self.bugs.has(Bug::ReplicaClock) {
+            return Ok(received);
+        }
+        Ok(match tx.clock()? {
+            Some((ms, mono_ns)) => Now { ms, mono_ns },
+            None => received,
+        })
+    }
+
     pub fn principal(&self, token: &str) -> RuleResult<Principal> {
         let found = self.store.transact(|tx| tx.principal(token).map_err(RuleError::from))?;
         match found {
@@ -244,7 +272,8 @@ impl<S: Store> Rules<S> {
         if request.spec.steps == 0 || request.spec.steps > 1_000 || request.spec.step_ms > 600_000 {
             return refuse(400, "invalid_field", "`spec.steps` must be 1..=1000 and `spec.step_ms` at most 600000");
         }
-        self.store.transact(|tx| {
+        self.transact(false, |tx| {
+            let now = self.now_in(tx, now)?;
             if !tx.project_exists(&request.project)? {
                 return refuse(404, "unknown_project", format!("project `{}` does not exist", request.project));
             }
@@ -326,7 +355,10 @@ impl<S: Store> Rules<S> {
     /// Marks every running attempt whose lease has passed uncertain, and its job with it
     /// (under `requeue-on-expiry`: failed, and the job back in the queue). Returns how many.
     pub fn expire(&self, now: Now) -> RuleResult<usize> {
-        self.store.transact(|tx| self.expire_in(tx, now))
+        self.transact(self.bugs.has(Bug::SweeperWithoutLock), |tx| {
+            let now = self.now_in(tx, now)?;
+            self.expire_in(tx, now)
+        })
     }
 
     fn expire_in(&self, tx: &mut dyn Tx, now: Now) -> RuleResult<usize> {
@@ -368,7 +400,8 @@ impl<S: Store> Rules<S> {
 
     pub fn claim(&self, principal: &Principal, request: &ClaimRequest, now: Now) -> RuleResult<ClaimResponse> {
         let (runner, project) = acting_runner(principal, &request.runner)?;
-        self.store.transact(|tx| {
+        self.transact(self.bugs.has(Bug::ClaimWithoutLock), |tx| {
+            let now = self.now_in(tx, now)?;
             self.expire_in(tx, now)?;
             let Some(mut job) = claimable_job(tx, project)? else {
                 return Ok(ClaimResponse { grant: None });
@@ -482,7 +515,8 @@ impl<S: Store> Rules<S> {
     pub fn heartbeat(&self, principal: &Principal, request: &HeartbeatRequest, now: Now) -> RuleResult<Ruling> {
         let project = reporting_runner(principal, &request.claim)?;
         let report = Report { kind: Op::Heartbeat, claim: &request.claim, project, observed_ms: request.observed_ms };
-        self.store.transact(|tx| {
+        self.transact(false, |tx| {
+            let now = self.now_in(tx, now)?;
             self.expire_in(tx, now)?;
             let mut job = self.reported_job(tx, &report)?;
             let lease_expires_ms = now.ms + self.policy.lease_ms as i64;
@@ -543,7 +577,8 @@ impl<S: Store> Rules<S> {
     pub fn capability(&self, principal: &Principal, request: &CapabilityRequest, now: Now) -> RuleResult<Ruling> {
         let project = reporting_runner(principal, &request.claim)?;
         let report = Report { kind: Op::Capability, claim: &request.claim, project, observed_ms: request.observed_ms };
-        self.store.transact(|tx| {
+        self.transact(false, |tx| {
+            let now = self.now_in(tx, now)?;
             self.expire_in(tx, now)?;
             let job = self.reported_job(tx, &report)?;
             let attempt = tx.attempt(&request.claim.attempt)?;
@@ -580,7 +615,7 @@ impl<S: Store> Rules<S> {
 impl<S: Store> Rules<S> {
     pub fn result(&self, principal: &Principal, request: &ResultRequest, now: Now) -> RuleResult<Ruling> {
         let project = reporting_runner(principal, &request.claim)?;
-        self.store.transact(|tx| self.result_in(tx, project, request, now))
+        self.transact(false, |tx| self.result_in(tx, project, request, now))
     }
 
     /// Decides a result without committing it: what `ack-before-commit` answers with.
@@ -591,6 +626,7 @@ impl<S: Store> Rules<S> {
 
     fn result_in(&self, tx: &mut dyn Tx, project: &str, request: &ResultRequest, now: Now) -> RuleResult<Ruling> {
         let report = Report { kind: Op::Result, claim: &request.claim, project, observed_ms: request.observed_ms };
+        let now = self.now_in(tx, now)?;
         self.expire_in(tx, now)?;
         let mut job = self.reported_job(tx, &report)?;
         let attempt = tx.attempt(&request.claim.attempt)?;
@@ -672,7 +708,8 @@ impl<S: Store> Rules<S> {
             }
             (_, None) => None,
         };
-        self.store.transact(|tx| {
+        self.transact(false, |tx| {
+            let now = self.now_in(tx, now)?;
             self.expire_in(tx, now)?;
             let Some(mut job) = tx.job(&request.job)? else {
                 return refuse(404, "unknown_job", format!("job `{}` does not exist", request.job));

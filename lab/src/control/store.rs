@@ -24,6 +24,30 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+impl StoreError {
+    /// Whether the database could not be used and the transaction surely did not commit:
+    /// no connection, a connection lost before COMMIT, a lock or statement timeout, the
+    /// server shutting down. The API answers these 503 (a request that may be repeated).
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Unavailable(_) => true,
+            StoreError::Postgres(error) => match error.code() {
+                None => true,
+                Some(code) => {
+                    let code = code.code();
+                    // 08: connection exception; 57: operator intervention (timeouts,
+                    // shutdown); 55P03: lock not available; 53: insufficient resources.
+                    code.starts_with("08") || code.starts_with("57") || code == "55P03" || code.starts_with("53")
+                }
+            },
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(error, _)) => {
+                matches!(error.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+            }
+            _ => false,
+        }
+    }
+}
+
 /// A PostgreSQL error with the server's message and SQLSTATE (the crate's own text is
 /// only "db error").
 fn describe_postgres(error: &postgres::Error) -> String {
@@ -99,6 +123,13 @@ pub enum Principal {
 
 /// One transaction's view of the store.
 pub trait Tx {
+    /// The store's own clock, read once when the transaction began (Unix ms), with the
+    /// host's monotonic ns at that reading: the one clock every replica's lease decisions
+    /// are made on. `None`: the store has none (SQLite), and the receiving process's clock
+    /// is the authority.
+    fn clock(&mut self) -> StoreResult<Option<(i64, u64)>> {
+        Ok(None)
+    }
     fn principal(&mut self, token: &str) -> StoreResult<Option<Principal>>;
     fn insert_project(&mut self, id: &str, registration_token: &str) -> StoreResult<bool>;
     fn project_exists(&mut self, id: &str) -> StoreResult<bool>;
@@ -130,4 +161,13 @@ pub trait Store: Send + Sync + 'static {
     fn transact<T, E: From<StoreError>>(&self, work: impl FnOnce(&mut dyn Tx) -> Result<T, E>) -> Result<T, E>;
     /// Runs the closure and rolls it back whatever it returns: a decision without effect.
     fn dry_run<T, E: From<StoreError>>(&self, work: impl FnOnce(&mut dyn Tx) -> Result<T, E>) -> Result<T, E>;
+    /// As [`Store::transact`], without the store's serialisation of rule transactions (the
+    /// PostgreSQL rule lock). Only planted bugs call it; a store whose every transaction is
+    /// serialised anyway (SQLite's single writer) runs it as `transact`.
+    fn transact_unlocked<T, E: From<StoreError>>(
+        &self,
+        work: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.transact(work)
+    }
 }
