@@ -7,6 +7,11 @@
 //! planted `ack-before-commit` — names a seq the ledger never held, or gave to another
 //! entry). Ledger entries are held by seq until an answer matches them; an answer seen
 //! before its entry waits for it, so the check does not depend on which comes first.
+//!
+//! And each report is applied once: for every attempt, the ledger holds no more heartbeat,
+//! capability or result entries than were sent for it (runners' `request`s, results the
+//! nemesis sent, reports a scenario played). One more means the control plane applied a
+//! request twice — a transaction run again after its COMMIT's answer was lost.
 
 use crate::driver::{Check, Findings, Found};
 use crate::model::{FxMap, Index, Observed, Op, Source};
@@ -35,6 +40,19 @@ pub(crate) struct LedgerCompleteness {
     /// Answers whose entry had not been seen yet, by seq: what they say, event.
     waiting: FxMap<u64, Vec<(Says, u64)>>,
     answers: u64,
+    /// Per (report kind, attempt): reports sent, ledger entries, and the ledger entries'
+    /// history indexes (the first two, then the latest).
+    applied: FxMap<(Op, u32), (u64, u64, Vec<u64>)>,
+    sent: u64,
+}
+
+/// The report kind a sent event stands for (the nemesis's resends are results).
+fn sent_kind(op: Op) -> Op {
+    if op.is_report() {
+        op
+    } else {
+        Op::Result
+    }
 }
 
 impl Check for LedgerCompleteness {
@@ -53,6 +71,20 @@ impl Check for LedgerCompleteness {
     }
 
     fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
+        let played = ev.src == Source::RunnerResponse
+            && ev.raw.value.as_ref().is_some_and(|value| value.get("played") == Some(&serde_json::Value::Bool(true)));
+        if let (true, Some(attempt)) = (ev.src == Source::ReportSent || played, ev.attempt) {
+            self.sent += 1;
+            self.applied.entry((sent_kind(ev.op), attempt)).or_default().0 += 1;
+        }
+        if let (Source::Ledger, Some(attempt), true) = (ev.src, ev.attempt, ev.op.is_report()) {
+            let counts = self.applied.entry((ev.op, attempt)).or_default();
+            counts.1 += 1;
+            if counts.2.len() >= 3 {
+                counts.2.pop();
+            }
+            counts.2.push(ev.index);
+        }
         if !ev.op.is_report() {
             return;
         }
@@ -76,6 +108,22 @@ impl Check for LedgerCompleteness {
     }
 
     fn finish(&mut self, ctx: &Index, out: &mut Findings) {
+        if self.sent > 0 {
+            let mut over: Vec<(&(Op, u32), &(u64, u64, Vec<u64>))> =
+                self.applied.iter().filter(|(_, (sent, ledgered, _))| ledgered > sent).collect();
+            over.sort_unstable_by_key(|(_, (_, _, events))| events.first().copied());
+            for (&(op, attempt), (sent, ledgered, events)) in over {
+                let what = describe(ctx, Says { op, attempt: Some(attempt), decision: None });
+                let what = what.trim_start_matches("`undecided` to ");
+                let message = format!(
+                    "the ledger holds {ledgered} entries for {what}, but {sent} were sent: a request was applied more than once"
+                );
+                let found = Found::new(NAME, "applied-more-than-sent")
+                    .attempt(ctx, attempt)
+                    .job(ctx, ctx.attempt(attempt).claim.map(|claim| claim.job));
+                out.push(found.events(events).says(message));
+            }
+        }
         if ctx.seen.ledger_seqs == 0 {
             return;
         }

@@ -84,6 +84,10 @@ pub enum Source {
     RunnerResponse,
     /// The target's step log (`type = step`).
     Target,
+    /// A report sent to the control plane: a runner's `request` (heartbeat, capability,
+    /// result), or a result the nemesis sent with a runner's token (`invoke` of
+    /// `duplicate-results` or `conflicting-results`).
+    ReportSent,
     /// The client's acknowledged submit (`client`, `ok`, `submit`).
     SubmitOk,
     /// The harness's final state of one job (`harness`, `ok`, `final`).
@@ -202,6 +206,14 @@ fn classify(event: &Event) -> Source {
         EventType::Ledger => Source::Ledger,
         EventType::Step => Source::Target,
         EventType::Response if event.process.is_runner() => Source::RunnerResponse,
+        EventType::Request if event.process.is_runner() && event.f.is_report() => Source::ReportSent,
+        EventType::Invoke
+            if event.process == Process::NEMESIS
+                && matches!(event.f, Op::DuplicateResults | Op::ConflictingResults)
+                && event.attempt.is_some() =>
+        {
+            Source::ReportSent
+        }
         EventType::Ok if event.process == Process::CLIENT && event.f == Op::Submit => Source::SubmitOk,
         EventType::Ok if event.process == Process::HARNESS && event.f == Op::Final => Source::Final,
         EventType::Ok if event.process == Process::HARNESS && event.f == Op::Config => Source::Config,

@@ -42,6 +42,13 @@ pub struct MatrixArgs {
     /// With `--system`: only these variants (repeatable; default: every variant).
     #[arg(long = "variant")]
     pub variants: Vec<String>,
+    /// The control plane's store for every run; a variant that needs another store (its
+    /// `db` in the system file) is left out, and the table says so.
+    #[arg(long, value_enum, default_value_t = crate::run::config::Db::Sqlite)]
+    pub db: crate::run::config::Db,
+    /// Replicas of the control plane in every run.
+    #[arg(long, default_value_t = 1)]
+    pub control_planes: u32,
     /// Where the runs and `matrix.json` go.
     #[arg(long, default_value = "store/matrix")]
     pub store: PathBuf,
@@ -63,7 +70,7 @@ pub async fn run_cell(
     time_limit: u64,
 ) -> Cell {
     let row = Line { name: bug.map(|bug| bug.name().to_string()), bug, nemesis: nemesis.to_string() };
-    run_line(program, store, None, &row, seed, time_limit).await
+    run_line(program, store, None, &row, seed, time_limit, vec![]).await
 }
 
 /// One row of the matrix: a planted bug of the lab, a variant of a system file, or the
@@ -82,6 +89,7 @@ async fn run_line(
     line: &Line,
     seed: u64,
     time_limit: u64,
+    extra: Vec<String>,
 ) -> Cell {
     let variants = match (&line.name, line.bug) {
         (Some(name), None) => vec![name.clone()],
@@ -95,39 +103,59 @@ async fn run_line(
         nemesis: line.nemesis.clone(),
         seed,
         time_limit,
-        extra: vec![],
+        extra,
     };
     run_child(program, store, &spec).await
 }
 
-/// The matrix's rows: every planted bug (or the system file's variants) and the correct system.
-fn lines(args: &MatrixArgs) -> anyhow::Result<Vec<Line>> {
+/// The matrix's rows: every planted bug (or the system file's variants) and the correct
+/// system; and the variants left out because they need another store than `--db`.
+fn lines(args: &MatrixArgs) -> anyhow::Result<(Vec<Line>, Vec<String>)> {
+    let needs_other_db = |file: &crate::system::SystemFile, name: &str| {
+        file.variants.get(name).and_then(|variant| variant.db).filter(|db| *db != args.db)
+    };
+    let mut skipped = vec![];
     let Some(path) = &args.system else {
+        let lab = crate::system::SystemFile::lab();
         let bugs: Vec<Bug> = if args.bugs.is_empty() { Bug::ALL.to_vec() } else { args.bugs.clone() };
         let faults_of = |bug: Bug| args.nemesis.clone().unwrap_or_else(|| exposing_faults(bug));
-        return Ok(bugs
-            .into_iter()
-            .map(|bug| Line { name: Some(bug.name().to_string()), bug: Some(bug), nemesis: faults_of(bug) })
-            .collect());
+        let mut lines = vec![];
+        for bug in bugs {
+            match needs_other_db(&lab, bug.name()) {
+                Some(db) => skipped.push(format!("{bug}: needs --db {db}")),
+                None => {
+                    lines.push(Line { name: Some(bug.name().to_string()), bug: Some(bug), nemesis: faults_of(bug) })
+                }
+            }
+        }
+        return Ok((lines, skipped));
     };
     let file = crate::system::SystemFile::read(path)?;
     file.check_variants(&args.variants)?;
     let names: Vec<String> =
         if args.variants.is_empty() { file.variants.keys().cloned().collect() } else { args.variants.clone() };
-    Ok(names
-        .into_iter()
-        .map(|name| {
-            let declared = file.variants[&name].nemesis.clone();
-            let nemesis = args.nemesis.clone().or(declared).unwrap_or_else(|| "all".to_string());
-            Line { name: Some(name), bug: None, nemesis }
-        })
-        .collect())
+    let mut lines = vec![];
+    for name in names {
+        if let Some(db) = needs_other_db(&file, &name) {
+            skipped.push(format!("{name}: needs --db {db}"));
+            continue;
+        }
+        let declared = file.variants[&name].nemesis.clone();
+        let nemesis = args.nemesis.clone().or(declared).unwrap_or_else(|| "all".to_string());
+        lines.push(Line { name: Some(name), bug: None, nemesis });
+    }
+    Ok((lines, skipped))
 }
 
 /// What a whole matrix found.
 #[derive(Debug, Serialize)]
 pub struct Matrix {
     pub time_limit_s: u64,
+    /// The store and replicas of every run.
+    pub db: crate::run::config::Db,
+    pub control_planes: u32,
+    /// Variants left out, each with why (`name: needs --db postgres`).
+    pub skipped: Vec<String>,
     pub cells: Vec<Cell>,
     pub rows: Vec<Row>,
 }
@@ -180,7 +208,11 @@ fn row(bug: Option<String>, nemesis: &str, cells: &[&Cell]) -> Row {
 /// Runs every cell, `parallel` at a time.
 pub async fn run(args: &MatrixArgs, program: &Path) -> anyhow::Result<Matrix> {
     std::fs::create_dir_all(&args.store)?;
-    let lines = lines(args)?;
+    let (lines, skipped) = lines(args)?;
+    let mut extra = vec!["--db".to_string(), args.db.name().to_string()];
+    if args.control_planes > 1 {
+        extra.extend(["--control-planes".to_string(), args.control_planes.to_string()]);
+    }
     let mut plan: Vec<(Line, u64)> = Vec::new();
     for line in &lines {
         plan.extend((0..args.seeds).map(|i| (line.clone(), args.first_seed + i)));
@@ -194,8 +226,9 @@ pub async fn run(args: &MatrixArgs, program: &Path) -> anyhow::Result<Matrix> {
             cells.push(running.join_next().await.expect("a running cell")?);
         }
         let (program, store, time_limit) = (program.to_path_buf(), args.store.clone(), args.time_limit);
-        let system = args.system.clone();
-        running.spawn(async move { run_line(&program, &store, system.as_deref(), &line, seed, time_limit).await });
+        let (system, extra) = (args.system.clone(), extra.clone());
+        running
+            .spawn(async move { run_line(&program, &store, system.as_deref(), &line, seed, time_limit, extra).await });
     }
     while let Some(cell) = running.join_next().await {
         cells.push(cell?);
@@ -210,7 +243,14 @@ pub async fn run(args: &MatrixArgs, program: &Path) -> anyhow::Result<Matrix> {
     if !correct_cells.is_empty() {
         rows.push(row(None, &correct.nemesis, &correct_cells));
     }
-    let matrix = Matrix { time_limit_s: args.time_limit, cells, rows };
+    let matrix = Matrix {
+        time_limit_s: args.time_limit,
+        db: args.db,
+        control_planes: args.control_planes,
+        skipped,
+        cells,
+        rows,
+    };
     std::fs::write(args.store.join("matrix.json"), serde_json::to_vec_pretty(&matrix)?)?;
     Ok(matrix)
 }
@@ -233,6 +273,9 @@ pub fn table(matrix: &Matrix) -> String {
             row.nemesis,
             checkers.join(", ")
         ));
+    }
+    for skipped in &matrix.skipped {
+        out.push_str(&format!("not run: {skipped}\n"));
     }
     for cell in matrix.cells.iter().filter(|cell| cell.verdict.is_error()) {
         out.push_str(&format!("error in `{}`: {}\n", cell.command, cell.verdict));

@@ -106,6 +106,8 @@ words! {
         Kill = "kill",
         RestartControlPlane = "restart-control-plane",
         KillReplica = "kill-replica",
+        ReplicaClockSkew = "replica-clock-skew",
+        DbLink = "db-link",
     }
 }
 

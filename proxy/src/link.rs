@@ -323,6 +323,24 @@ async fn write_chunks(
     }
 }
 
+/// A PostgreSQL simple-query message whose text is `COMMIT`: `Q`, its length (11), the
+/// text and its NUL.
+const PG_COMMIT: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";
+
+/// Keeps the pieces up to and including the first `COMMIT` message (looked for within
+/// each piece); whether one was found, so the connection closes after it.
+fn cut_after_commit(pieces: &mut Vec<Piece>) -> bool {
+    for index in 0..pieces.len() {
+        let found = pieces[index].data.windows(PG_COMMIT.len()).position(|window| window == PG_COMMIT);
+        if let Some(at) = found {
+            pieces[index].data.truncate(at + PG_COMMIT.len());
+            pieces.truncate(index + 1);
+            return true;
+        }
+    }
+    false
+}
+
 /// Per-connection state of one toxic.
 struct ToxicState {
     /// The toxic's version this state was last started for.
@@ -468,6 +486,7 @@ impl DirState {
                 ToxicKind::LimitData { bytes } => {
                     close_after |= limit(&mut pieces, &mut st.passed_bytes, bytes);
                 }
+                ToxicKind::CommitCut => close_after |= cut_after_commit(&mut pieces),
                 ToxicKind::Bandwidth { rate_kbps } => pieces = pace(pieces, rate_kbps),
                 ToxicKind::Slicer { average_size_bytes, size_variation_bytes, delay_us } => {
                     let sizes = (average_size_bytes, size_variation_bytes);

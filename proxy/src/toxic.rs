@@ -67,6 +67,11 @@ pub enum ToxicKind {
     Slicer { average_size_bytes: u64, size_variation_bytes: u64, delay_us: u64 },
     /// Passes `bytes` bytes, then closes the connection.
     LimitData { bytes: u64 },
+    /// fencelab's own (Toxiproxy has no such toxic): on a PostgreSQL client's stream,
+    /// passes data up to and including the first simple-query `COMMIT` message of a chunk,
+    /// then closes the connection. The server commits; its answer never reaches the
+    /// client, who cannot tell whether the transaction committed.
+    CommitCut,
 }
 
 /// Why a toxic or its attributes were rejected. The messages of the first two
@@ -94,6 +99,7 @@ fn attribute_names(type_name: &str) -> Option<&'static [&'static str]> {
         "reset_peer" => &["timeout"],
         "slicer" => &["average_size", "size_variation", "delay"],
         "limit_data" => &["bytes"],
+        "commit_cut" => &[],
         _ => return None,
     })
 }
@@ -110,6 +116,7 @@ impl ToxicKind {
             ToxicKind::ResetPeer { .. } => "reset_peer",
             ToxicKind::Slicer { .. } => "slicer",
             ToxicKind::LimitData { .. } => "limit_data",
+            ToxicKind::CommitCut => "commit_cut",
         }
     }
 
@@ -128,6 +135,7 @@ impl ToxicKind {
                 ("delay", delay_us),
             ],
             ToxicKind::LimitData { bytes } => vec![("bytes", bytes)],
+            ToxicKind::CommitCut => vec![],
         }
     }
 
@@ -153,6 +161,7 @@ impl ToxicKind {
                 delay_us: get("delay"),
             },
             "limit_data" => ToxicKind::LimitData { bytes: get("bytes") },
+            "commit_cut" => ToxicKind::CommitCut,
             other => return Err(ToxicInputError::UnknownType(other.to_string())),
         };
         Ok(kind)
@@ -321,8 +330,8 @@ impl CreateHead {
 }
 
 /// Every toxic type this server knows.
-const KNOWN_TYPES: [&str; 8] =
-    ["noop", "latency", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer", "limit_data"];
+const KNOWN_TYPES: [&str; 9] =
+    ["noop", "latency", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer", "limit_data", "commit_cut"];
 
 /// A toxicity as JSON, printed as its shortest decimal (0.2, not 0.20000000298…),
 /// as Toxiproxy's float32 encoding prints it.

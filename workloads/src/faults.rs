@@ -18,6 +18,10 @@ pub enum FaultKind {
     RestartControlPlane,
     /// One replica of the control plane killed and started again (runs with replicas only).
     KillReplica,
+    /// One replica's clock moved (libfaketime), on a store with a clock of its own.
+    ReplicaClockSkew,
+    /// The link between one replica and its database slowed, cut, or cut after a COMMIT.
+    DbLink,
 }
 
 impl FaultKind {
@@ -36,6 +40,10 @@ impl FaultKind {
     /// when a run has replicas.
     pub const REPLICAS: [FaultKind; 1] = [FaultKind::KillReplica];
 
+    /// The faults of a control plane on a database server (its replicas' clocks and their
+    /// links to the database); `all` includes them on PostgreSQL.
+    pub const DATABASE: [FaultKind; 2] = [FaultKind::ReplicaClockSkew, FaultKind::DbLink];
+
     /// The operation the nemesis records this fault under.
     pub fn op(self) -> history::Op {
         match self {
@@ -48,6 +56,8 @@ impl FaultKind {
             FaultKind::Kill => history::Op::Kill,
             FaultKind::RestartControlPlane => history::Op::RestartControlPlane,
             FaultKind::KillReplica => history::Op::KillReplica,
+            FaultKind::ReplicaClockSkew => history::Op::ReplicaClockSkew,
+            FaultKind::DbLink => history::Op::DbLink,
         }
     }
 
@@ -63,7 +73,7 @@ impl FaultKind {
         }
         let mut kinds = Vec::new();
         for name in list.split(',').map(str::trim).filter(|name| !name.is_empty()) {
-            let every = FaultKind::ALL.into_iter().chain(FaultKind::REPLICAS);
+            let every = FaultKind::ALL.into_iter().chain(FaultKind::REPLICAS).chain(FaultKind::DATABASE);
             let Some(kind) = every.clone().find(|kind| kind.name() == name) else {
                 let known: Vec<&str> = every.map(|kind| kind.name()).collect();
                 return Err(format!("unknown fault `{name}`; known: all, {}", known.join(", ")));
@@ -113,6 +123,16 @@ pub enum Variant {
     /// SIGKILL replica `replica` (0-based) of the control plane; start it again when the
     /// window ends. Runners fail over to the other replicas.
     KillReplica { replica: u32 },
+    /// Replica `replica`'s clock moved by `offset_ms` for the window.
+    ReplicaSkew { replica: u32, offset_ms: i64 },
+    /// Latency on replica `replica`'s statements to the database (client to server).
+    DbLatency { replica: u32, latency_ms: u64 },
+    /// Replica `replica`'s link to the database cut (its connections closed, new ones
+    /// refused) for the window.
+    DbCut { replica: u32 },
+    /// Each of replica `replica`'s connections to the database closed right after it sends
+    /// a COMMIT, before the answer: the transaction commits and the replica cannot know.
+    CommitCut { replica: u32 },
 }
 
 impl Variant {
@@ -130,6 +150,20 @@ impl Variant {
             Variant::KillRunner => FaultKind::Kill,
             Variant::RestartControl => FaultKind::RestartControlPlane,
             Variant::KillReplica { .. } => FaultKind::KillReplica,
+            Variant::ReplicaSkew { .. } => FaultKind::ReplicaClockSkew,
+            Variant::DbLatency { .. } | Variant::DbCut { .. } | Variant::CommitCut { .. } => FaultKind::DbLink,
+        }
+    }
+
+    /// The replica of the control plane the variant hits, if it hits one.
+    pub fn replica(&self) -> Option<u32> {
+        match *self {
+            Variant::KillReplica { replica }
+            | Variant::ReplicaSkew { replica, .. }
+            | Variant::DbLatency { replica, .. }
+            | Variant::DbCut { replica }
+            | Variant::CommitCut { replica } => Some(replica),
+            _ => None,
         }
     }
 }
@@ -180,6 +214,12 @@ impl FaultKind {
             FaultKind::Kill => &[Variant::KillRunner],
             FaultKind::RestartControlPlane => &[Variant::RestartControl],
             FaultKind::KillReplica => &[Variant::KillReplica { replica: 0 }],
+            FaultKind::ReplicaClockSkew => &[Variant::ReplicaSkew { replica: 0, offset_ms: 0 }],
+            FaultKind::DbLink => &[
+                Variant::DbLatency { replica: 0, latency_ms: 0 },
+                Variant::DbCut { replica: 0 },
+                Variant::CommitCut { replica: 0 },
+            ],
         }
     }
 }
@@ -208,6 +248,10 @@ impl Variant {
             Variant::KillRunner => "kill-runner",
             Variant::RestartControl => "restart-control",
             Variant::KillReplica { .. } => "kill-replica",
+            Variant::ReplicaSkew { .. } => "replica-skew",
+            Variant::DbLatency { .. } => "db-latency",
+            Variant::DbCut { .. } => "db-cut",
+            Variant::CommitCut { .. } => "commit-cut",
         }
     }
 }
@@ -290,6 +334,8 @@ fn realise(
     let owned = options.runners.max(1).saturating_sub(lane).div_ceil(lanes).max(1);
     let runner = Some(lane + lanes * rng.gen_range(0..owned));
     let skew_ms = rng.gen_range(30_000..=180_000i64) * if rng.gen_bool(0.5) { 1 } else { -1 };
+    let replicas = options.replicas.max(1);
+    let replica_of = |rng: &mut _| Rng::gen_range(rng, 0..replicas);
     let (duration_ms, runner, variant) = match variant {
         Variant::Latency { .. } => (3 * lease_ms, runner, Variant::Latency { latency_ms: lease_ms * 3 / 2 }),
         Variant::Pause => (2 * lease_ms, runner, Variant::Pause),
@@ -305,10 +351,17 @@ fn realise(
         Variant::DelayedStep { .. } => (6 * lease_ms, runner, Variant::DelayedStep { latency_ms: 4 * lease_ms }),
         Variant::KillRunner => (2 * lease_ms, runner, Variant::KillRunner),
         Variant::RestartControl => (lease_ms / 2, None, Variant::RestartControl),
-        Variant::KillReplica { .. } => {
-            let replica = rng.gen_range(0..options.replicas.max(1));
-            (2 * lease_ms, None, Variant::KillReplica { replica })
+        Variant::KillReplica { .. } => (2 * lease_ms, None, Variant::KillReplica { replica: replica_of(rng) }),
+        Variant::ReplicaSkew { .. } => {
+            (4 * lease_ms, None, Variant::ReplicaSkew { replica: replica_of(rng), offset_ms: skew_ms })
         }
+        // A statement slowed by a twelfth of a lease: a rule transaction of a few round
+        // trips then lasts about half a lease, and a heartbeat's spans its lease's end.
+        Variant::DbLatency { .. } => {
+            (3 * lease_ms, None, Variant::DbLatency { replica: replica_of(rng), latency_ms: lease_ms / 12 })
+        }
+        Variant::DbCut { .. } => (lease_ms, None, Variant::DbCut { replica: replica_of(rng) }),
+        Variant::CommitCut { .. } => (lease_ms / 2, None, Variant::CommitCut { replica: replica_of(rng) }),
     };
     Fault { at_ms, duration_ms, kind: variant.kind(), runner, variant }
 }

@@ -511,8 +511,7 @@ pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<crate::faul
     if *duration_ms > FAULT_DURATION_MAX_MS {
         return Err(format!("duration_ms = {duration_ms}: must be at most {FAULT_DURATION_MAX_MS}"));
     }
-    let on_control_plane =
-        matches!(kind, crate::faults::FaultKind::RestartControlPlane | crate::faults::FaultKind::KillReplica);
+    let on_control_plane = kind == crate::faults::FaultKind::RestartControlPlane || variant.replica().is_some();
     let runner = match (runner, kind) {
         (Some(_), _) if on_control_plane => return Err(format!("{how} hits the control plane, not a runner")),
         (None, _) if on_control_plane => None,

@@ -85,7 +85,7 @@ pub fn realistic() -> Vec<history::Event> {
     h.step(&j3, 2_060, Accepted, None);
     h.result(&j1, 2_200, 2_600, "succeeded", Accepted, None);
     h.result(&j1, 2_300, 2_700, "succeeded", Duplicate, None); // a retried result
-    // j2 on prod after j1 released it.
+                                                               // j2 on prod after j1 released it.
     let j2 = claim("j2", "j2-a1", "r2", 3);
     h.ledger_claim(&j2, 2_400, 4_400);
     h.capability(&j2, 2_500, 2_200, Accepted, Some(4_400));

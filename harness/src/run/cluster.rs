@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::system::{Launch, Proc, RunningSystem, StartError, SystemFile, SystemInfo};
 
 use super::config::RunConfig;
+use workloads::faults::FaultKind;
 
 pub use crate::system::ClockControl;
 
@@ -98,6 +99,8 @@ pub fn launch_of(config: &RunConfig, dir: &Path, program: &Path) -> Result<Launc
         renewal_margin_ms: config.renewal_margin_ms,
         request_timeout_ms: config.request_timeout_ms,
         poll_ms: 50,
+        database_urls: vec![],
+        replica_clock: None,
     })
 }
 
@@ -118,6 +121,37 @@ pub fn target_link(index: usize) -> String {
     format!("r{}-target", index + 1)
 }
 
+/// The proxy between replica `replica` (0-based) and the database.
+pub fn db_link(replica: usize) -> String {
+    format!("db-{}", replica + 1)
+}
+
+/// `url` (a `postgres://` or `postgresql://` URL) with its host and port replaced by
+/// `addr`; the user, database and parameters kept.
+pub fn database_url_via(url: &str, addr: &str) -> anyhow::Result<String> {
+    let Some((scheme, rest)) = url.split_once("://").filter(|(scheme, _)| matches!(*scheme, "postgres" | "postgresql"))
+    else {
+        anyhow::bail!("a db-link fault needs the database URL in the form postgres://[user@]host[:port]/...")
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let user = authority.rsplit_once('@').map(|(user, _)| format!("{user}@")).unwrap_or_default();
+    Ok(format!("{scheme}://{user}{addr}{tail}"))
+}
+
+/// The database's address (`host:port`) from its URL; the first when it names several.
+fn database_addr(url: &str) -> anyhow::Result<String> {
+    let config = std::str::FromStr::from_str(url)
+        .map_err(|error: postgres::Error| anyhow::anyhow!("database URL: {error}"))
+        .map(|config: postgres::Config| config)?;
+    let host = match config.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(host)) => host.clone(),
+        _ => anyhow::bail!("a db-link fault needs a database reached over TCP"),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    Ok(format!("{host}:{port}"))
+}
+
 impl Cluster {
     /// Starts everything; `program` is the `fencelab` binary (`{fencelab}` in a system
     /// file: the lab's processes are `fencelab lab ...`).
@@ -133,11 +167,26 @@ impl Cluster {
             file: config.system.clone(),
             variants: launch.variants.clone(),
             absent: launch.file.provides.absent(),
-            faults_not_run: launch.file.faults_not_run(&config.nemesis, &clock),
+            faults_not_run: launch.file.faults_not_run(&config.nemesis, &clock, config.db),
             clock_passed_over,
         };
-        let system = async { RunningSystem::start(launch).await.map_err(anyhow::Error::from) };
-        let (system, (proxy_server, proxy, proxy_container)) = tokio::try_join!(system, start_proxy(config, dir))?;
+        let (proxy_server, proxy, proxy_container) = start_proxy(config, dir).await?;
+        let runs = |kind| config.nemesis.contains(&kind) && !info.faults_not_run.iter().any(|not| not.fault == kind);
+        if let (true, Some(url)) = (runs(FaultKind::DbLink), launch.database_url.clone()) {
+            let upstream = database_addr(&url)?;
+            for replica in 0..launch.replicas.max(1) {
+                let name = db_link(replica);
+                if proxy_server.is_none() {
+                    let _ = proxy.delete_proxy(&name).await;
+                }
+                let link = proxy.create_proxy(&name, "127.0.0.1:0", &upstream).await?;
+                launch.database_urls.push(database_url_via(&url, &link.listen_addr()?.to_string())?);
+            }
+        }
+        if runs(FaultKind::ReplicaClockSkew) {
+            launch.replica_clock = libfaketime();
+        }
+        let system = RunningSystem::start(launch).await?;
         let mut cluster = Cluster {
             system,
             proxy_server,
@@ -270,6 +319,12 @@ impl Cluster {
             Some(target) => target.steps(10_000_000).await.map_err(|error| error.to_string()),
             None => Ok(vec![]),
         }
+    }
+
+    /// Moves replica `replica`'s clock to `offset_ms` from true time (libfaketime's file).
+    pub fn set_replica_clock(&self, replica: usize, offset_ms: i64) -> std::io::Result<()> {
+        let file = self.system.launch.replica_clock_file(replica);
+        std::fs::write(file, format!("{:+}", offset_ms as f64 / 1_000.0))
     }
 
     /// Moves runner `index`'s clock to `offset_ms` from true time.

@@ -300,6 +300,9 @@ pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> 
     if args.control_planes > 1 && args.nemesis.trim() == "all" {
         nemesis.extend(FaultKind::REPLICAS);
     }
+    if args.db == Db::Postgres && args.nemesis.trim() == "all" {
+        nemesis.extend(FaultKind::DATABASE);
+    }
     if let Some(kind) = nemesis.iter().find(|kind| args.control_planes < 2 && FaultKind::REPLICAS.contains(kind)) {
         return Err(format!("--nemesis {}: needs --control-planes 2 or more", kind.name()));
     }
@@ -348,15 +351,18 @@ pub fn validate(args: &RunArgs, seed_default: u64) -> Result<RunConfig, String> 
             let file = crate::system::SystemFile::read(path).map_err(|error| format!("--system {error}"))?;
             file.check_variants(&args.variants).map_err(|error| format!("--variant: {error}"))?;
             file.db_args(args.db).map_err(|error| format!("--db: {error}"))?;
+            file.check_variants_db(&args.variants, args.db).map_err(|error| format!("--variant: {error}"))?;
             if !bugs.is_empty() && file.name != "lab" {
                 file.check_variants(&args.bugs).map_err(|error| format!("--bug: {error}"))?;
             }
+            file.check_variants_db(&args.bugs, args.db).map_err(|error| format!("--bug: {error}"))?;
             Some(file.path)
         }
         None => {
-            crate::system::SystemFile::lab()
-                .check_variants(&args.variants)
-                .map_err(|error| format!("--variant: {error}"))?;
+            let lab = crate::system::SystemFile::lab();
+            lab.check_variants(&args.variants).map_err(|error| format!("--variant: {error}"))?;
+            lab.check_variants_db(&args.variants, args.db).map_err(|error| format!("--variant: {error}"))?;
+            lab.check_variants_db(&args.bugs, args.db).map_err(|error| format!("--bug: {error}"))?;
             None
         }
     };

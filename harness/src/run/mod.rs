@@ -76,7 +76,7 @@ pub async fn execute(
     interrupt: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<RunEnd> {
     let system = crate::system::SystemFile::of_config(&config)?;
-    let not_run = system.faults_not_run(&config.nemesis, &system.clock_control());
+    let not_run = system.faults_not_run(&config.nemesis, &system.clock_control(), config.db);
     let schedule = config.fault_schedule_without(&not_run.iter().map(|not| not.fault).collect::<Vec<_>>());
     let jobs = workloads::jobs::plan(config.seed, &config.job_options());
     write_json(&folder.join("schedule.json"), &schedule)?;

@@ -146,6 +146,9 @@ async fn start(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
         Variant::CrossJob => return cross(shared, fault, try_number).await,
         Variant::RestartControl => restart_control(shared).await,
         Variant::KillReplica { replica } => kill_replica(shared, *replica as usize).await,
+        Variant::ReplicaSkew { .. } | Variant::DbLatency { .. } | Variant::DbCut { .. } | Variant::CommitCut { .. } => {
+            on_database(shared, &fault.variant, true).await
+        }
         variant => start_on(&shared.cluster, shared.config.as_ref(), index, variant).await,
     };
     let effective = result.is_ok();
@@ -203,7 +206,11 @@ async fn start_on(
         | Variant::Conflict
         | Variant::CrossJob
         | Variant::RestartControl
-        | Variant::KillReplica { .. } => unreachable!("started elsewhere"),
+        | Variant::KillReplica { .. }
+        | Variant::ReplicaSkew { .. }
+        | Variant::DbLatency { .. }
+        | Variant::DbCut { .. }
+        | Variant::CommitCut { .. } => unreachable!("started elsewhere"),
     };
     outcome.map_err(|error| error.to_string())
 }
@@ -243,6 +250,13 @@ async fn heal(shared: &Shared, fault: &Fault) {
                 let replica = *replica as usize % cluster.system.replicas.len();
                 cluster.system.start_replica(replica).await.map_err(|error| error.to_string())
             }
+            Variant::ReplicaSkew { .. }
+            | Variant::DbLatency { .. }
+            | Variant::DbCut { .. }
+            | Variant::CommitCut { .. } => {
+                drop(cluster);
+                on_database(shared, &fault.variant, false).await
+            }
             Variant::Replay | Variant::Conflict | Variant::CrossJob | Variant::RestartControl => return,
         }
     };
@@ -253,6 +267,33 @@ async fn enable_links(cluster: &Cluster, index: usize) -> Result<(), String> {
     let control = cluster.control_set_enabled(index, true).await;
     let target = cluster.proxy.set_enabled(&target_link(index), true).await.map(drop);
     control.and(target).map_err(|error| error.to_string())
+}
+
+/// Starts (`on`) or heals a fault on one replica's clock or on its link to the database.
+async fn on_database(shared: &Shared, variant: &Variant, on: bool) -> Result<(), String> {
+    let cluster = shared.cluster.lock().await;
+    let replica = variant.replica().unwrap_or(0) as usize % cluster.system.replicas.len().max(1);
+    let link = super::cluster::db_link(replica);
+    let toxic = |kind| Toxic::new(kind).on(Stream::Upstream).named(TOXIC_NAME);
+    let done = match (variant, on) {
+        (Variant::ReplicaSkew { offset_ms, .. }, on) => {
+            let offset_ms = if on { *offset_ms } else { 0 };
+            return cluster.set_replica_clock(replica, offset_ms).map_err(|error| error.to_string());
+        }
+        (Variant::DbLatency { latency_ms, .. }, true) => {
+            let kind = ToxicKind::Latency { latency_ms: *latency_ms, jitter_ms: 0 };
+            cluster.proxy.add_toxic(&link, &toxic(kind)).await.map(drop)
+        }
+        (Variant::CommitCut { .. }, true) => {
+            cluster.proxy.add_toxic(&link, &toxic(ToxicKind::CommitCut)).await.map(drop)
+        }
+        (Variant::DbLatency { .. } | Variant::CommitCut { .. }, false) => {
+            cluster.proxy.remove_toxic(&link, TOXIC_NAME).await.map(drop)
+        }
+        (Variant::DbCut { .. }, on) => cluster.proxy.set_enabled(&link, !on).await.map(drop),
+        _ => unreachable!("a fault on the database or a replica's clock"),
+    };
+    done.map_err(|error| error.to_string())
 }
 
 /// SIGKILLs one replica of the control plane (started again when the fault heals).

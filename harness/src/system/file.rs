@@ -60,6 +60,13 @@ pub enum Feature {
     Restart,
     /// A runner's clock can be moved (libfaketime, or its clock-offset file).
     RunnerClock,
+    /// A control-plane replica's clock can be moved (libfaketime preloaded into its
+    /// process) and the system means to stay correct when it is: its leases are judged on
+    /// one authority's clock, such as its database's.
+    ReplicaClock,
+    /// The control plane reaches its database at `{database_url}`, which the harness can
+    /// point at a proxy of its own (latency, cuts, a cut after COMMIT).
+    DbLink,
 }
 
 impl Feature {
@@ -80,6 +87,8 @@ impl Feature {
             Feature::Reconcile => "reconcile",
             Feature::Restart => "restart",
             Feature::RunnerClock => "runner-clock",
+            Feature::ReplicaClock => "replica-clock",
+            Feature::DbLink => "db-link",
         }
     }
 }
@@ -153,6 +162,10 @@ pub struct Variant {
     /// The faults that expose it (as `--nemesis`), for `fencelab matrix`; default every fault.
     #[serde(default)]
     pub nemesis: Option<String>,
+    /// The store the variant needs (`"postgres"`): a protection only that store's
+    /// concurrency or clock can test. Runs on another store refuse it.
+    #[serde(default)]
+    pub db: Option<Db>,
     #[serde(default)]
     pub control_plane: RoleExtra,
     #[serde(default)]
@@ -188,6 +201,12 @@ pub struct Provides {
     /// How runner clocks can be moved, preferred first; empty: they cannot.
     #[serde(default = "both_clocks")]
     pub runner_clock: Vec<ClockMethod>,
+    /// See [`Feature::ReplicaClock`]; off unless said (also per store, `[db.*] provides`).
+    #[serde(default)]
+    pub replica_clock: bool,
+    /// See [`Feature::DbLink`]; off unless said (also per store, `[db.*] provides`).
+    #[serde(default)]
+    pub db_link: bool,
 }
 
 fn yes() -> bool {
@@ -207,6 +226,8 @@ impl Default for Provides {
             reconcile: true,
             restart: true,
             runner_clock: both_clocks(),
+            replica_clock: false,
+            db_link: false,
         }
     }
 }
@@ -220,10 +241,14 @@ impl Provides {
             Feature::Reconcile => self.reconcile,
             Feature::Restart => self.restart,
             Feature::RunnerClock => !self.runner_clock.is_empty(),
+            Feature::ReplicaClock => self.replica_clock,
+            Feature::DbLink => self.db_link,
         }
     }
 
-    /// The optional parts this system leaves out.
+    /// The optional parts of the contract every system is asked about that this one
+    /// leaves out (the database's parts, [`Feature::ReplicaClock`] and
+    /// [`Feature::DbLink`], matter only to the faults that need them).
     pub fn absent(&self) -> Vec<Feature> {
         Feature::ALL.into_iter().filter(|feature| !self.has(*feature)).collect()
     }
@@ -262,6 +287,9 @@ struct Raw {
 pub struct DbSpec {
     #[serde(default)]
     pub control_plane_args: Vec<String>,
+    /// Optional parts the system has on this store only (`["replica-clock", "db-link"]`).
+    #[serde(default)]
+    pub provides: Vec<Feature>,
 }
 
 fn default_project() -> String {
@@ -513,6 +541,20 @@ impl SystemFile {
     }
 
     /// Checks that every named variant exists.
+    /// Checks that no named variant needs another store than `db`.
+    pub fn check_variants_db(&self, names: &[String], db: Db) -> Result<(), FileError> {
+        for name in names {
+            if let Some(needs) = self.variants.get(name).and_then(|variant| variant.db).filter(|needs| *needs != db) {
+                return Err(FileError {
+                    path: self.path.clone(),
+                    line: None,
+                    message: format!("variant `{name}` needs --db {needs} (this run's store is {db})"),
+                });
+            }
+        }
+        Ok(())
+    }
+
     pub fn check_variants(&self, names: &[String]) -> Result<(), FileError> {
         for name in names {
             if !self.variants.contains_key(name) {

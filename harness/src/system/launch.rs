@@ -50,6 +50,12 @@ pub struct Launch {
     pub renewal_margin_ms: u64,
     pub request_timeout_ms: u64,
     pub poll_ms: u64,
+    /// Per replica, the URL its `{database_url}` names (a proxy of the harness's in front
+    /// of the database); empty: every replica gets `database_url`.
+    pub database_urls: Vec<String>,
+    /// libfaketime, preloaded into every replica so that its clock can be moved through
+    /// its file [`Launch::replica_clock_file`]; `None`: replicas run on the host's clock.
+    pub replica_clock: Option<PathBuf>,
 }
 
 /// Tries a runner makes to deliver a result (`{result_tries_max}`): with its back-off they
@@ -350,16 +356,24 @@ impl Launch {
         }
     }
 
+    /// The libfaketime offset file of replica `replica` (0-based).
+    pub fn replica_clock_file(&self, replica: usize) -> PathBuf {
+        self.dir.join(format!("clock-control-plane-{}", replica + 1))
+    }
+
     async fn start_server_once(&self, role: Role, replica: usize, port: u16) -> Result<Server, StartError> {
         let where_ = self.file.locate(role);
         let spec = &self.file.roles[&role];
         let port = if port == 0 { free_port().map_err(|error| StartError::Failed(error.to_string()))? } else { port };
-        let values = [
+        let mut values = vec![
             ("host", "127.0.0.1".to_string()),
             ("port", port.to_string()),
             ("listen", format!("127.0.0.1:{port}")),
             ("replica", (replica + 1).to_string()),
         ];
+        if let (Role::ControlPlane, Some(url)) = (role, self.database_urls.get(replica)) {
+            values.push(("database_url", url.clone()));
+        }
         let log = match replica {
             0 => self.dir.join(format!("{}.log", role_log_name(role))),
             _ => self.dir.join(format!("{}-{}.log", role_log_name(role), replica + 1)),
@@ -376,6 +390,16 @@ impl Launch {
             return self.wait_ready(role, proc, port, ready, &words, &log).await;
         }
         let (mut command, words) = self.command(role, &values, &[], &log)?;
+        if let (Role::ControlPlane, Some(library)) = (role, &self.replica_clock) {
+            let clock_file = self.replica_clock_file(replica);
+            if !clock_file.exists() {
+                std::fs::write(&clock_file, "+0").map_err(|error| StartError::Failed(error.to_string()))?;
+            }
+            command.env("LD_PRELOAD", library);
+            command.env("FAKETIME_TIMESTAMP_FILE", &clock_file);
+            command.env("FAKETIME_NO_CACHE", "1");
+            command.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        }
         let ready = spec.ready.clone().unwrap_or(Ready::Listening);
         if ready != Ready::Listening {
             let stdout = std::fs::OpenOptions::new()

@@ -27,6 +27,8 @@ pub fn fault_needs(kind: workloads::faults::FaultKind) -> Option<Feature> {
         | FaultKind::Reconnects
         | FaultKind::Kill
         | FaultKind::KillReplica => None,
+        FaultKind::ReplicaClockSkew => Some(Feature::ReplicaClock),
+        FaultKind::DbLink => Some(Feature::DbLink),
     }
 }
 
@@ -113,14 +115,34 @@ impl SystemFile {
         Ok((ClockControl::Fixed, Some(format!("libfaketime: {why}"))))
     }
 
-    /// The faults of `kinds` this system cannot take (and `clock` cannot do clock skew).
-    pub fn faults_not_run(&self, kinds: &[workloads::faults::FaultKind], clock: &ClockControl) -> Vec<NotRun> {
+    /// Whether the system has `feature` on store `db` (said in `[provides]`, or in the
+    /// store's `[db.*] provides`), and the harness can act on it here: a replica's clock
+    /// is moved with libfaketime, preloaded into a process (not a container).
+    pub fn has_on(&self, feature: Feature, db: crate::run::config::Db) -> bool {
+        let said = self.provides.has(feature) || self.db.get(&db).is_some_and(|spec| spec.provides.contains(&feature));
+        match feature {
+            Feature::ReplicaClock => {
+                said && crate::run::cluster::libfaketime().is_some() && self.image(Role::ControlPlane).is_none()
+            }
+            Feature::DbLink => said && db == crate::run::config::Db::Postgres,
+            _ => said,
+        }
+    }
+
+    /// The faults of `kinds` this system cannot take on store `db` (and `clock` cannot do
+    /// clock skew).
+    pub fn faults_not_run(
+        &self,
+        kinds: &[workloads::faults::FaultKind],
+        clock: &ClockControl,
+        db: crate::run::config::Db,
+    ) -> Vec<NotRun> {
         kinds
             .iter()
             .filter_map(|kind| {
                 let needs = fault_needs(*kind)?;
                 let lacking =
-                    !self.provides.has(needs) || (needs == Feature::RunnerClock && *clock == ClockControl::Fixed);
+                    !self.has_on(needs, db) || (needs == Feature::RunnerClock && *clock == ClockControl::Fixed);
                 lacking.then_some(NotRun { fault: *kind, needs })
             })
             .collect()

@@ -72,6 +72,9 @@ pub struct PgOptions {
     /// Longest a transaction may sit idle on the server (`idle_in_transaction_session_timeout`):
     /// a replica that stops talking mid-transaction loses its lock after this.
     pub idle_in_transaction_max: Duration,
+    /// Whether the database's clock is the lease authority (the default). Off, the
+    /// caller's instant is used: for tests of the rules at chosen instants.
+    pub database_clock: bool,
 }
 
 impl PgOptions {
@@ -85,6 +88,7 @@ impl PgOptions {
             lock_wait: Duration::from_secs(5),
             statement_max: Duration::from_secs(10),
             idle_in_transaction_max: Duration::from_secs(10),
+            database_clock: true,
         }
     }
 }
@@ -102,6 +106,7 @@ pub fn valid_schema(name: &str) -> bool {
 pub struct Postgres {
     pool: Pool,
     operator_token: String,
+    database_clock: bool,
 }
 
 impl Postgres {
@@ -127,7 +132,8 @@ impl Postgres {
             idle = options.idle_in_transaction_max.as_millis(),
         );
         let pool = Pool::new(config, setup, options.pool_size.max(1), options.pool_wait);
-        let store = Postgres { pool, operator_token: operator_token.to_string() };
+        let store =
+            Postgres { pool, operator_token: operator_token.to_string(), database_clock: options.database_clock };
         store.create_schema(&options.schema)?;
         Ok(store)
     }
@@ -158,7 +164,15 @@ impl Postgres {
     ) -> Result<T, E> {
         let mut lease = self.pool.get()?;
         let conn = lease.conn();
-        let mut tx = PgTx { conn, operator_token: &self.operator_token, rule_lock, locked: false, failed: false, clock: None };
+        let mut tx = PgTx {
+            conn,
+            operator_token: &self.operator_token,
+            rule_lock,
+            locked: false,
+            failed: false,
+            database_clock: self.database_clock,
+            clock: None,
+        };
         let value = work(&mut tx);
         let (failed, locked, conn) = (tx.failed, tx.locked, tx.conn);
         if !locked {
@@ -346,6 +360,7 @@ struct PgTx<'a> {
     /// Whether the transaction has begun, holding the rule lock. Token lookups and ledger
     /// pages that come before run as statements of their own.
     locked: bool,
+    database_clock: bool,
     /// The database's clock read when the transaction began (Unix ms), with the host's
     /// monotonic clock read when that answer came back.
     clock: Option<(i64, u64)>,
@@ -510,6 +525,9 @@ fn state_list(states: &[impl serde::Serialize]) -> String {
 
 impl Tx for PgTx<'_> {
     fn clock(&mut self) -> StoreResult<Option<(i64, u64)>> {
+        if !self.database_clock {
+            return Ok(None);
+        }
         self.serialise()?;
         Ok(self.clock)
     }
@@ -688,15 +706,18 @@ impl Tx for PgTx<'_> {
         let recorded_as = entry.recorded_as.map(|word| word.as_str());
         let outcome = entry.outcome.map(|word| word.as_str());
         let mono_ns = signed("mono_ns", entry.mono_ns)?;
-        // Under the rule lock the next number is one past the last: gapless, in commit order.
+        // A durable counter, rolled back with its transaction: under the rule lock the next
+        // number is one past the last, gapless and in commit order; without it (a planted
+        // bug) still unique.
+        let seq = signed("seq", self.next_counter("ledger-seq")?)?;
         let sql =
             "INSERT INTO ledger (seq, kind, project, job, attempt, runner, fence, deployment_key, decision, reason,
                    recorded_as, outcome, received_ms, observed_ms, mono_ns, lease_expires_ms)
-                   SELECT COALESCE(MAX(seq), 0) + 1, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15
-                   FROM ledger RETURNING seq";
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING seq";
         let row = self.query_opt(
             sql,
             &[
+                &seq,
                 &entry.kind.as_str(),
                 &entry.project,
                 &entry.job,

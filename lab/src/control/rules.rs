@@ -406,7 +406,9 @@ impl<S: Store> Rules<S> {
             let Some(mut job) = claimable_job(tx, project)? else {
                 return Ok(ClaimResponse { grant: None });
             };
-            let number = tx.attempts_of(&job.id)?.len() + 1;
+            // From a durable counter per job (as many as its attempts): unique even when two
+            // claims of one job race, which only a planted bug lets happen.
+            let number = tx.next_counter(&format!("attempts:{}", job.id))?;
             let attempt = AttemptRow {
                 id: format!("{}-a{number}", job.id),
                 job: job.id.clone(),
