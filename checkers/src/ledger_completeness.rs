@@ -42,9 +42,13 @@ pub(crate) struct LedgerCompleteness {
     answers: u64,
     /// Per (report kind, attempt): reports sent, ledger entries, and the ledger entries'
     /// history indexes (the first two, then the latest).
-    applied: FxMap<(Op, u32), (u64, u64, Vec<u64>)>,
+    applied: FxMap<(Op, u32), Applied>,
     sent: u64,
 }
+
+/// Reports sent for one attempt and kind, its ledger entries, and those entries' history
+/// indexes (the first two, then the latest).
+type Applied = (u64, u64, Vec<u64>);
 
 /// The report kind a sent event stands for (the nemesis's resends are results).
 fn sent_kind(op: Op) -> Op {
@@ -109,7 +113,7 @@ impl Check for LedgerCompleteness {
 
     fn finish(&mut self, ctx: &Index, out: &mut Findings) {
         if self.sent > 0 {
-            let mut over: Vec<(&(Op, u32), &(u64, u64, Vec<u64>))> =
+            let mut over: Vec<(&(Op, u32), &Applied)> =
                 self.applied.iter().filter(|(_, (sent, ledgered, _))| ledgered > sent).collect();
             over.sort_unstable_by_key(|(_, (_, _, events))| events.first().copied());
             for (&(op, attempt), (sent, ledgered, events)) in over {
