@@ -60,7 +60,18 @@ pub fn exposing_faults(bug: Bug) -> String {
     lab.variants.get(bug.name()).and_then(|variant| variant.nemesis.clone()).unwrap_or_else(|| "all".to_string())
 }
 
-/// Runs one matrix cell: `fencelab run` of the bug (or the correct lab) under `nemesis`.
+/// The `fencelab run` flags a planted bug needs beyond its faults: a bug that needs
+/// PostgreSQL (its variant's `db`) runs there with three replicas.
+pub fn store_args(bug: Bug) -> Vec<String> {
+    let lab = crate::system::SystemFile::lab();
+    match lab.variants.get(bug.name()).and_then(|variant| variant.db) {
+        Some(db) => vec!["--db".into(), db.name().into(), "--control-planes".into(), "3".into()],
+        None => vec![],
+    }
+}
+
+/// Runs one matrix cell: `fencelab run` of the bug (or the correct lab) under `nemesis`,
+/// on the store the bug needs ([`store_args`]).
 pub async fn run_cell(
     program: &Path,
     store: &Path,
@@ -70,7 +81,8 @@ pub async fn run_cell(
     time_limit: u64,
 ) -> Cell {
     let row = Line { name: bug.map(|bug| bug.name().to_string()), bug, nemesis: nemesis.to_string() };
-    run_line(program, store, None, &row, seed, time_limit, vec![]).await
+    let extra = bug.map(store_args).unwrap_or_default();
+    run_line(program, store, None, &row, seed, time_limit, extra).await
 }
 
 /// One row of the matrix: a planted bug of the lab, a variant of a system file, or the

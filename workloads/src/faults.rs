@@ -267,6 +267,48 @@ pub fn lanes(runners: u32) -> u32 {
 /// leases. The variants of the chosen kinds are dealt in seeded rounds across the lanes,
 /// earliest lane first, so that every variant appears once before any appears twice.
 pub fn schedule(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
+    let (replica_kinds, runner_kinds): (Vec<FaultKind>, Vec<FaultKind>) =
+        options.kinds.iter().partition(|kind| kind.on_replicas());
+    let mut faults = runner_lanes(seed, &ScheduleOptions { kinds: runner_kinds, ..options.clone() });
+    faults.extend(replica_lane(seed, &ScheduleOptions { kinds: replica_kinds, ..options.clone() }));
+    faults.sort_by_key(|fault| fault.at_ms);
+    faults
+}
+
+impl FaultKind {
+    /// Whether the fault hits one replica of the control plane (or its database link)
+    /// rather than a runner: such faults run in a lane of their own.
+    pub fn on_replicas(self) -> bool {
+        FaultKind::REPLICAS.contains(&self) || FaultKind::DATABASE.contains(&self)
+    }
+}
+
+/// The faults on replicas: one lane of its own beside the runners' lanes, its variants
+/// dealt in seeded rounds like theirs, one to one and a half leases apart.
+fn replica_lane(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
+    let mut rng = crate::rng(seed, "replica-faults");
+    let lease_ms = options.lease_ms.max(1);
+    let mut at_ms = 2 * lease_ms + lease_ms / 10;
+    let mut faults = Vec::new();
+    let mut round: Vec<Variant> = Vec::new();
+    while !options.kinds.is_empty() && faults.len() < FAULTS_MAX {
+        if round.is_empty() {
+            round = options.kinds.iter().flat_map(|kind| kind.variants().iter().cloned()).collect();
+            round.shuffle(&mut rng);
+        }
+        let variant = round.pop().expect("a round is refilled when empty");
+        let fault = realise(&mut rng, &variant, at_ms, 0, 1, options);
+        if fault.at_ms + fault.duration_ms >= options.time_limit_ms {
+            break;
+        }
+        at_ms = fault.at_ms + fault.duration_ms + rng.gen_range(lease_ms..=lease_ms * 3 / 2);
+        faults.push(fault);
+    }
+    faults
+}
+
+/// The faults on runners (and the control plane's restart): see [`schedule`].
+fn runner_lanes(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
     let mut rng = crate::rng(seed, "faults");
     let lease_ms = options.lease_ms.max(1);
     let lanes = lanes(options.runners);
@@ -451,6 +493,29 @@ mod tests {
             for name in &names {
                 assert!(faults.iter().any(|fault| fault.variant.name() == *name), "seed {seed}: no {name}: {faults:?}");
             }
+        }
+    }
+
+    #[test]
+    fn replica_faults_run_in_a_lane_of_their_own_and_a_default_run_has_every_variant() {
+        let kinds: Vec<FaultKind> =
+            FaultKind::ALL.into_iter().chain(FaultKind::REPLICAS).chain(FaultKind::DATABASE).collect();
+        let options = ScheduleOptions { kinds, time_limit_ms: 30_000, runners: 3, lease_ms: 1_000, replicas: 3 };
+        let runner_only = ScheduleOptions { kinds: FaultKind::ALL.to_vec(), ..options.clone() };
+        let names: Vec<&str> = options.kinds.iter().flat_map(|kind| kind.variants()).map(Variant::name).collect();
+        assert_eq!(names.len(), 19);
+        for seed in 0..20 {
+            let faults = schedule(seed, &options);
+            for name in &names {
+                assert!(faults.iter().any(|fault| fault.variant.name() == *name), "seed {seed}: no {name}");
+            }
+            let on_replicas: Vec<&Fault> = faults.iter().filter(|fault| fault.kind.on_replicas()).collect();
+            assert!(on_replicas.iter().all(|fault| fault.runner.is_none() && fault.variant.replica() < Some(3)));
+            for pair in on_replicas.windows(2) {
+                assert!(pair[0].at_ms + pair[0].duration_ms < pair[1].at_ms, "one at a time: {pair:?}");
+            }
+            let on_runners: Vec<Fault> = faults.into_iter().filter(|fault| !fault.kind.on_replicas()).collect();
+            assert_eq!(on_runners, schedule(seed, &runner_only), "the runners' lanes are as without replicas");
         }
     }
 

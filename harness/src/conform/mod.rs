@@ -33,7 +33,7 @@ use report::ConformDoc;
 use session::Session;
 
 use crate::exit::Exit;
-use crate::run::config::RunConfig;
+use crate::run::config::{Db, RunConfig};
 use crate::system::{Launch, Role, RunningSystem, Server, StartError};
 
 /// The shortest and longest lease conform accepts (100 ms, 10 s).
@@ -55,6 +55,13 @@ pub struct ConformArgs {
     /// that the cases that wait for a lease to lapse are quick.
     #[arg(long, default_value_t = 1_000)]
     pub lease_ms: u64,
+    /// The control plane's store: `sqlite` (a file in `--out`) or `postgres` (a throwaway
+    /// cluster, or `--database-url`, with a schema of the session's own).
+    #[arg(long, value_enum, default_value_t = Db::Sqlite)]
+    pub db: Db,
+    /// An existing PostgreSQL server (with `--db postgres`).
+    #[arg(long)]
+    pub database_url: Option<String>,
     /// Where conform.json, junit.xml and the system's files go (default: a new folder
     /// `store/conform/<system>-<time>`).
     #[arg(long)]
@@ -70,6 +77,12 @@ impl ConformArgs {
         }
         for variant in &self.variants {
             words.extend(["--variant".to_string(), variant.clone()]);
+        }
+        if self.db != Db::Sqlite {
+            words.extend(["--db".to_string(), self.db.name().to_string()]);
+        }
+        if let Some(url) = &self.database_url {
+            words.extend(["--database-url".to_string(), url.clone()]);
         }
         words.extend([
             "--lease-ms".to_string(),
@@ -108,10 +121,15 @@ pub fn main(args: &ConformArgs) -> ExitCode {
         Ok(program) => program,
         Err(code) => return code,
     };
+    if args.database_url.is_some() && args.db != Db::Postgres {
+        return bad("--database-url needs --db postgres".into());
+    }
     let config = RunConfig {
         system: args.system.clone(),
         variants: args.variants.clone(),
         lease_ms: args.lease_ms,
+        db: args.db,
+        database_url: args.database_url.clone(),
         ..RunConfig::default()
     };
     let mut launch = match crate::run::cluster::launch_of(&config, Path::new("."), &program) {
@@ -129,6 +147,15 @@ pub fn main(args: &ConformArgs) -> ExitCode {
         Err(code) => return code,
     };
     let command = args.command(&out);
+    // A throwaway cluster lives until the session ends (dropped after it).
+    let _database = match runtime.block_on(crate::run::cluster::start_database(&config, &mut launch)) {
+        Ok(database) => database,
+        Err(error) => {
+            eprintln!("fencelab conform: the database: {error:#}");
+            eprintln!("repeat with: {command}");
+            return Exit::Internal.into();
+        }
+    };
     match runtime.block_on(execute(launch, &out, &command)) {
         Ok(doc) => finish(&doc, &out),
         Err(error) => {

@@ -60,7 +60,10 @@ pub struct Cluster {
 
 /// For a `--db postgres` run: the database the control plane uses — the given server, or
 /// a throwaway cluster started now — and a schema of the run's own.
-async fn start_database(config: &RunConfig, launch: &mut Launch) -> anyhow::Result<Option<lab::pg::TempCluster>> {
+pub(crate) async fn start_database(
+    config: &RunConfig,
+    launch: &mut Launch,
+) -> anyhow::Result<Option<lab::pg::TempCluster>> {
     if config.db == super::config::Db::Sqlite {
         return Ok(None);
     }

@@ -49,3 +49,40 @@ async fn a_replica_fault_needs_replicas() {
     assert_eq!(finished.code, Some(254));
     assert!(finished.stderr.contains("needs --control-planes 2 or more"), "{}", finished.stderr);
 }
+
+/// The correct lab on PostgreSQL with three replicas under every fault — the database's
+/// among them: a replica's clock moved, its link to the database slowed, cut, and cut
+/// right after a COMMIT — is valid, and each of those faults took effect.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_correct_lab_on_postgresql_with_replicas_is_valid_under_every_fault() {
+    if let Some(why) = lab::pg::unavailable() {
+        eprintln!("SKIPPED: {why}");
+        let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
+        assert!(!require_all, "PostgreSQL is not installed (Debian: postgresql), and FENCELAB_REQUIRE_ALL=1");
+        return;
+    }
+    let args = ["--db", "postgres", "--control-planes", "3", "--seed", "21", "--time-limit", "20", "--nemesis", "all"];
+    let finished = run(&args).await;
+    assert_eq!(finished.code, Some(0), "{}\n{}", finished.stdout, finished.stderr);
+    let events = finished.history();
+    let took_effect: std::collections::BTreeSet<String> = events
+        .iter()
+        .filter(|event| matches!(event.f, Op::DbLink | Op::ReplicaClockSkew) && event.kind == EventType::Ok)
+        .filter_map(|event| event.value.as_ref())
+        .filter(|value| value["phase"] == "start" && value["effective"] == true)
+        .filter_map(|value| value["variant"]["how"].as_str().map(str::to_string))
+        .collect();
+    let mut expected = vec!["commit-cut", "db-cut", "db-latency"];
+    if harness::run::cluster::libfaketime().is_some() {
+        expected.push("replica-skew");
+    }
+    for how in expected {
+        assert!(took_effect.contains(how), "{how} took effect: {took_effect:?}");
+    }
+    let logs = std::fs::read_dir(finished.folder().join("lab")).unwrap().flatten();
+    let unknown = logs
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("control"))
+        .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+        .any(|log| log.contains("the outcome of a commit is unknown"));
+    assert!(unknown, "a COMMIT whose answer was cut was answered as an unknown outcome");
+}
