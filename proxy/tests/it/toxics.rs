@@ -280,3 +280,32 @@ async fn noop_passes_data() {
     })
     .await;
 }
+
+/// `commit_cut`: the data up to and including a PostgreSQL `COMMIT` query message reaches
+/// the server, nothing after it does, and the server's answer never reaches the client.
+#[tokio::test]
+async fn commit_cut_passes_the_commit_and_loses_its_answer() {
+    bounded(async {
+        let s = server().await;
+        let (up, mut accepted) = accepting_upstream().await;
+        let listen = make_proxy(&s.url(), "p", up).await;
+        let toxic = add_toxic(&s.url(), "p", r#"{"type":"commit_cut","stream":"upstream"}"#).await;
+        assert_eq!(toxic["attributes"], serde_json::json!({}));
+        let (mut client, mut server) = established(listen, &mut accepted).await;
+        let commit = b"Q\0\0\0\x0bCOMMIT\0";
+        // A statement that only names COMMIT passes whole.
+        let select = b"Q\0\0\0\x14SELECT 'COMMIT'\0";
+        client.write_all(select).await.unwrap();
+        assert_eq!(read_n(&mut server, select.len()).await, select);
+        let mut sent = commit.to_vec();
+        sent.extend_from_slice(b"Q\0\0\0\x0dROLLBACK\0");
+        client.write_all(&sent).await.unwrap();
+        let (got, _) = step("the server side ends after COMMIT", read_to_end(&mut server)).await;
+        assert_eq!(got, commit);
+        let _ = server.write_all(b"C\0\0\0\x0bCOMMIT\0Z\0\0\0\x05I").await;
+        let (answer, _) = step("the client side ends", read_to_end(&mut client)).await;
+        assert!(answer.is_empty(), "the answer to COMMIT was lost: {answer:?}");
+        s.shutdown().await;
+    })
+    .await;
+}
