@@ -152,7 +152,10 @@ impl Postgres {
                 lease.clean = true;
                 Ok(())
             }
-            Err(error) => Err(StoreError::Unavailable(format!("creating schema `{schema}`: {error}"))),
+            Err(error) => Err(StoreError::Unavailable(format!(
+                "creating schema `{schema}`: {}",
+                super::store::describe_postgres(&error)
+            ))),
         }
     }
 
@@ -298,10 +301,10 @@ impl Pool {
     }
 
     fn connect(&self) -> StoreResult<Conn> {
-        let mut client = self
-            .config
-            .connect(NoTls)
-            .map_err(|error| StoreError::Unavailable(format!("cannot connect to the database: {error}")))?;
+        let mut client = self.config.connect(NoTls).map_err(|error| {
+            let why = super::store::describe_postgres(&error);
+            StoreError::Unavailable(format!("cannot connect to the database: {why}"))
+        })?;
         client.batch_execute(&self.setup)?;
         Ok(Conn { client, statements: HashMap::new() })
     }

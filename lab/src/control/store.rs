@@ -50,7 +50,7 @@ impl StoreError {
 
 /// A PostgreSQL error with the server's message and SQLSTATE (the crate's own text is
 /// only "db error").
-fn describe_postgres(error: &postgres::Error) -> String {
+pub(crate) fn describe_postgres(error: &postgres::Error) -> String {
     match error.as_db_error() {
         Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
         None => match std::error::Error::source(error) {

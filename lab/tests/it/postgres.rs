@@ -261,3 +261,65 @@ fn a_cluster_left_by_a_killed_process_is_removed_by_the_next_start() {
     drop(fresh);
     assert!(!fresh_dir.exists(), "a dropped cluster removes its folder");
 }
+
+/// A role that may connect but not create a schema: opening the store is a clear error that
+/// names the schema and the server's reason, and the control plane exits 255 saying it.
+#[test]
+fn a_database_user_without_the_right_to_create_the_schema_is_a_clear_error() {
+    if !postgres_or_skip() {
+        return;
+    }
+    let url = crate::world::cluster_url();
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("the cluster's superuser connects");
+    admin.batch_execute("DROP ROLE IF EXISTS fencelab_limited; CREATE ROLE fencelab_limited LOGIN").unwrap();
+    admin.batch_execute("REVOKE CREATE ON DATABASE postgres FROM PUBLIC").unwrap();
+    let limited = url.replace("postgres://postgres@", "postgres://fencelab_limited@");
+    assert_ne!(limited, url, "the cluster's URL names its user: {url}");
+    let schema = fresh_schema();
+    let error = lab::control::Postgres::open(&lab::control::PgOptions::new(&limited, &schema), "operator")
+        .err()
+        .expect("the schema cannot be created");
+    let text = error.to_string();
+    assert!(text.contains(&format!("creating schema `{schema}`")) && text.contains("permission denied"), "{text}");
+    let code = lab::cli::main_from(
+        ["fencelab-lab", "control-plane", "--listen=127.0.0.1:0", "--operator-token=o", "--secret=s"]
+            .map(std::ffi::OsString::from)
+            .into_iter()
+            .chain([format!("--database-url={limited}"), format!("--schema={schema}")].map(std::ffi::OsString::from)),
+    );
+    assert_eq!(code, std::process::ExitCode::from(255));
+    let exists = admin.query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema]).unwrap();
+    assert!(exists.is_none(), "nothing was created");
+}
+
+/// On PostgreSQL every lease is measured on the database's clock: a replica whose clock is a
+/// minute behind grants the same lease as one whose clock is right. Under the planted
+/// `replica-clock` the replica's own clock decides, and its lease ended a minute ago.
+#[test]
+fn the_database_clock_is_the_lease_authority() {
+    if !postgres_or_skip() {
+        return;
+    }
+    for bugs in [lab::bugs::Bugs::none(), lab::bugs::Bugs::of([lab::bugs::Bug::ReplicaClock])] {
+        let mut options = lab::control::PgOptions::new(&crate::world::cluster_url(), &fresh_schema());
+        options.pool_size = 1;
+        let store = lab::control::Postgres::open(&options, "operator").unwrap();
+        let buggy = bugs.has(lab::bugs::Bug::ReplicaClock);
+        let policy = Policy { lease_ms: 5_000, capability_ttl_ms: 30_000 };
+        let rules = Rules::new(store, policy, bugs, b"s");
+        rules.create_project(&OPERATOR, &CreateProject { id: "p".into() }).unwrap();
+        rules.register_runner(&OPERATOR, &RegisterRunner { project: Some("p".into()), id: "r0".into() }).unwrap();
+        submit(&rules, "j1", "p", "prod");
+        let true_now = Now::read();
+        let behind = Now { ms: true_now.ms - 60_000, mono_ns: true_now.mono_ns };
+        let request = ClaimRequest { runner: "r0".into(), observed_ms: 0 };
+        let runner = Principal::Runner { id: "r0".into(), project: "p".into() };
+        let grant = rules.claim(&runner, &request, behind).unwrap().grant.expect("a grant");
+        let decided_on = if buggy { behind.ms } else { true_now.ms };
+        let off_ms = grant.lease_expires_ms - (decided_on + 5_000);
+        assert!((-1_000..=5_000).contains(&off_ms), "buggy {buggy}: the lease ends {off_ms} ms off");
+        let entry = rules.ledger(&OPERATOR, 0, 100).unwrap().into_iter().find(|e| e.kind == Op::Claim).unwrap();
+        assert_eq!(entry.lease_expires_ms, Some(grant.lease_expires_ms));
+        assert_eq!(entry.received_ms + 5_000, grant.lease_expires_ms, "the entry says the instant it was decided at");
+    }
+}
