@@ -242,12 +242,40 @@ async fn finish(
         cluster.stop_runners().await;
         (cluster.system.operator.clone(), cluster.target_steps(COLLECT_WAIT_MAX).await.unwrap_or_default())
     };
-    let ledger = operator.ledger(10_000_000).await.unwrap_or_default();
+    // What could not be read is said in the history (an `unreadable` event: every verdict
+    // unknown, with the reason), never taken as empty: a database that died mid-run
+    // leaves a control plane answering 503 here.
+    let has_ledger = !shared.cluster.lock().await.info.absent.contains(&crate::system::Feature::Ledger);
+    let mut unread: Vec<String> = Vec::new();
+    let ledger = match operator.ledger(10_000_000).await {
+        Ok(ledger) => ledger,
+        Err(error) => {
+            if has_ledger {
+                unread.push(format!("the control plane's ledger could not be read: {error}"));
+            }
+            vec![]
+        }
+    };
     let mut jobs = Vec::new();
-    for job in operator.jobs().await.unwrap_or_default() {
-        jobs.push(operator.job(&job.id).await.unwrap_or(job));
+    let listed = operator.jobs().await.unwrap_or_else(|error| {
+        unread.push(format!("the control plane's jobs could not be read: {error}"));
+        vec![]
+    });
+    for job in listed {
+        match operator.job(&job.id).await {
+            Ok(view) => jobs.push(view),
+            Err(error) => {
+                unread.push(format!("job `{}` could not be read: {error}", job.id));
+                jobs.push(job);
+            }
+        }
     }
-    let finals = if interrupted { vec![] } else { jobs.iter().map(final_event).collect() };
+    let mut finals: Vec<history::Event> = if interrupted { vec![] } else { jobs.iter().map(final_event).collect() };
+    for why in unread {
+        let mut event = history::Event::new(0, Process::HARNESS, EventType::Info, Op::Unreadable);
+        event.reason = Some(why);
+        finals.push(event);
+    }
     let logs = shared.cluster.lock().await.runner_logs();
     shared.cluster.lock().await.stop().await;
     let events = shared.recorder.finish(&logs, &ledger, &steps, finals)?;

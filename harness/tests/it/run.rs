@@ -477,3 +477,28 @@ async fn a_run_on_postgresql_is_valid_and_leaves_no_cluster_behind() {
         .collect();
     assert!(orphaned.is_empty(), "clusters whose owner is gone are left: {orphaned:?}");
 }
+
+/// The database dies mid-run: the control plane answers 503, nothing settles, and the run
+/// is unknown (exit 2) naming what it could not read — never valid, never an internal error.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_that_dies_mid_run_makes_the_run_unknown_and_says_why() {
+    if let Some(why) = lab::pg::unavailable() {
+        eprintln!("SKIPPED: {why}");
+        let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
+        assert!(!require_all, "PostgreSQL is not installed (Debian: postgresql), and FENCELAB_REQUIRE_ALL=1");
+        return;
+    }
+    let cluster = tokio::task::spawn_blocking(lab::pg::TempCluster::start).await.unwrap().unwrap();
+    let url = cluster.url();
+    let args = ["--db", "postgres", "--database-url", &url, "--time-limit", "8", "--recovery-limit", "5"];
+    let args = [&args[..], &["--seed", "3", "--nemesis", "none"]].concat();
+    let killer = async {
+        tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+        tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
+    };
+    let (finished, ()) = tokio::join!(run(&args), killer);
+    assert_eq!(finished.code, Some(2), "{}\n{}", finished.stdout, finished.stderr);
+    let results = std::fs::read_to_string(finished.folder().join("results.json")).unwrap();
+    assert!(results.contains("the control plane's ledger could not be read"), "{results}");
+    assert!(results.contains("503"), "the control plane said the database was unavailable: {results}");
+}
