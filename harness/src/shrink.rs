@@ -57,6 +57,8 @@ pub struct Header {
     pub settle_within_ms: u64,
     pub target_mode: String,
     pub bugs: Vec<String>,
+    pub db: String,
+    pub control_planes: u32,
 }
 
 /// One candidate: runners, jobs and faults, and which runner is to claim which job.
@@ -196,6 +198,8 @@ pub fn scenario_text(header: &Header, case: &Case, checkers: &[String]) -> Strin
         lease_ms: header.lease_ms,
         target_mode: header.target_mode.clone(),
         bugs: header.bugs.clone(),
+        db: header.db.clone(),
+        control_planes: header.control_planes,
         operator: OperatorMode::Automatic,
         heartbeat_interval_ms: Some(header.heartbeat_interval_ms),
         reconcile_after_ms: Some(header.reconcile_after_ms),
@@ -226,14 +230,19 @@ fn submit_step(job: &PlannedJob, pin: Option<u32>) -> Action {
 
 fn fault_step(fault: &Fault) -> Action {
     let (latency_ms, offset_ms) = match fault.variant {
-        Variant::Latency { latency_ms } | Variant::DelayedStep { latency_ms } => (Some(latency_ms), None),
-        Variant::StaticSkew { offset_ms } | Variant::Jump { offset_ms } => (None, Some(offset_ms)),
+        Variant::Latency { latency_ms }
+        | Variant::DelayedStep { latency_ms }
+        | Variant::DbLatency { latency_ms, .. } => (Some(latency_ms), None),
+        Variant::StaticSkew { offset_ms } | Variant::Jump { offset_ms } | Variant::ReplicaSkew { offset_ms, .. } => {
+            (None, Some(offset_ms))
+        }
         _ => (None, None),
     };
     Action::Fault {
         fault: Some(fault.kind),
         how: fault.variant.name().to_string(),
         runner: fault.runner.map(runner_name),
+        replica: fault.variant.replica().map(|replica| replica + 1),
         duration_ms: fault.duration_ms,
         latency_ms,
         offset_ms,
@@ -301,6 +310,8 @@ pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, Str
         settle_within_ms: config.recovery_limit_ms,
         target_mode: config.target_mode.name().to_string(),
         bugs: config.bugs.iter().map(|bug| bug.name().to_string()).collect(),
+        db: config.db.name().to_string(),
+        control_planes: config.control_planes,
     };
     let runners = config.runners;
     let mut system_args = Vec::new();
@@ -668,6 +679,8 @@ mod tests {
             settle_within_ms: 30_000,
             target_mode: "fenced".into(),
             bugs: vec!["accept-stale-result".into()],
+            db: "sqlite".into(),
+            control_planes: 1,
         }
     }
 
@@ -683,6 +696,34 @@ mod tests {
             ],
             pins: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn faults_on_replicas_and_the_store_survive_the_scenario_file() {
+        let header = Header { db: "postgres".into(), control_planes: 3, ..header() };
+        let on_replica =
+            |at_ms, variant: Variant| Fault { at_ms, duration_ms: 1_000, kind: variant.kind(), runner: None, variant };
+        let faults = vec![
+            on_replica(2_000, Variant::ReplicaSkew { replica: 2, offset_ms: -45_000 }),
+            on_replica(4_000, Variant::DbLatency { replica: 0, latency_ms: 83 }),
+            on_replica(6_000, Variant::DbCut { replica: 1 }),
+            on_replica(8_000, Variant::CommitCut { replica: 2 }),
+            on_replica(10_000, Variant::KillReplica { replica: 1 }),
+        ];
+        let case = Case { faults: faults.clone(), ..case() };
+        let text = scenario_text(&header, &case, &["rules-model".to_string()]);
+        let scenario = parse(&text, &crate::scenario::checker_names()).unwrap();
+        assert_eq!((scenario.db.as_str(), scenario.control_planes), ("postgres", 3), "{text}");
+        let read: Vec<Fault> = scenario
+            .steps
+            .iter()
+            .filter(|step| matches!(step.action, Action::Fault { .. }))
+            .map(|step| fault_of(&step.action, step.at_ms.unwrap(), 3).unwrap())
+            .collect();
+        assert_eq!(read, faults, "{text}");
+        let beyond = text.replace("control_planes = 3", "control_planes = 2");
+        let error = parse(&beyond, &crate::scenario::checker_names()).unwrap_err();
+        assert!(error.contains("replica = 3: the scenario has control_planes = 2"), "{error}");
     }
 
     #[test]

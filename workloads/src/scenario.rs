@@ -17,6 +17,10 @@ pub struct Scenario {
     pub lease_ms: u64,
     pub target_mode: String,
     pub bugs: Vec<String>,
+    /// The control plane's store (`sqlite` or `postgres`, as `--db`).
+    pub db: String,
+    /// Replicas of the control plane (as `--control-planes`).
+    pub control_planes: u32,
     /// `automatic`: the run's operator reconciles uncertain attempts in the background.
     pub operator: OperatorMode,
     pub heartbeat_interval_ms: Option<u64>,
@@ -64,6 +68,10 @@ struct ScenarioFile<'a> {
     settle_within_ms: u64,
     target_mode: &'a str,
     bugs: &'a [String],
+    #[serde(skip_serializing_if = "is_sqlite")]
+    db: &'a str,
+    #[serde(skip_serializing_if = "is_one")]
+    control_planes: u32,
     operator: OperatorMode,
     step: Vec<StepFile<'a>>,
     expect: &'a [Condition],
@@ -92,6 +100,8 @@ impl Scenario {
             settle_within_ms: self.settle_within_ms,
             target_mode: &self.target_mode,
             bugs: &self.bugs,
+            db: &self.db,
+            control_planes: self.control_planes,
             operator: self.operator,
             step: self.steps.iter().map(|step| StepFile { at_ms: step.at_ms, action: &step.action }).collect(),
             expect: &self.expects,
@@ -167,6 +177,9 @@ pub enum Action {
         fault: Option<crate::faults::FaultKind>,
         how: String,
         runner: Option<String>,
+        /// The replica a fault on replicas hits, from 1.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replica: Option<u32>,
         #[serde(default)]
         duration_ms: u64,
         latency_ms: Option<u64>,
@@ -303,6 +316,10 @@ struct Raw {
     target_mode: String,
     #[serde(default)]
     bugs: Vec<String>,
+    #[serde(default = "sqlite")]
+    db: String,
+    #[serde(default = "one_replica")]
+    control_planes: u32,
     #[serde(default = "scripted")]
     operator: OperatorMode,
     heartbeat_interval_ms: Option<u64>,
@@ -317,6 +334,18 @@ struct Raw {
 
 fn two() -> u32 {
     2
+}
+fn sqlite() -> String {
+    "sqlite".into()
+}
+fn is_sqlite(db: &&str) -> bool {
+    *db == "sqlite"
+}
+fn one_replica() -> u32 {
+    1
+}
+fn is_one(count: &u32) -> bool {
+    *count == 1
 }
 fn lease() -> u64 {
     600
@@ -385,6 +414,8 @@ pub fn parse(text: &str, checkers: &[&str]) -> Result<Scenario, String> {
         lease_ms: raw.lease_ms,
         target_mode: raw.target_mode,
         bugs: raw.bugs,
+        db: raw.db,
+        control_planes: raw.control_planes,
         operator: raw.operator,
         heartbeat_interval_ms: raw.heartbeat_interval_ms,
         reconcile_after_ms: raw.reconcile_after_ms,
@@ -402,6 +433,22 @@ fn check_header(scenario: &Scenario) -> Result<(), String> {
     }
     if scenario.runners == 0 || scenario.runners > 16 {
         return Err(format!("runners = {}: must be 1..=16", scenario.runners));
+    }
+    if !["sqlite", "postgres"].contains(&scenario.db.as_str()) {
+        return Err(format!("db = `{}`: must be sqlite or postgres", scenario.db));
+    }
+    if !(1..=8).contains(&scenario.control_planes) {
+        return Err(format!("control_planes = {}: must be 1..=8", scenario.control_planes));
+    }
+    for step in &scenario.steps {
+        if let Action::Fault { replica: Some(replica), .. } = &step.action {
+            if *replica > scenario.control_planes {
+                return Err(format!(
+                    "step {} (line {}): replica = {replica}: the scenario has control_planes = {}",
+                    step.index, step.line, scenario.control_planes
+                ));
+            }
+        }
     }
     if !(100..=60_000).contains(&scenario.lease_ms) {
         return Err(format!("lease_ms = {}: must be 100..=60000", scenario.lease_ms));
@@ -486,7 +533,7 @@ pub const FAULT_DURATION_MAX_MS: u64 = 600_000;
 
 /// The nemesis fault a `fault` step describes, starting at `at_ms`.
 pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<crate::faults::Fault, String> {
-    let Action::Fault { fault, how, runner, duration_ms, latency_ms, offset_ms } = action else {
+    let Action::Fault { fault, how, runner, replica, duration_ms, latency_ms, offset_ms } = action else {
         return Err("not a fault step".into());
     };
     let mut fields = serde_json::json!({ "how": how });
@@ -496,10 +543,15 @@ pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<crate::faul
     if let Some(ms) = offset_ms {
         fields["offset_ms"] = (*ms).into();
     }
+    match replica {
+        Some(0) => return Err("replica = 0: replicas are numbered from 1".into()),
+        Some(replica) => fields["replica"] = (replica - 1).into(),
+        None => {}
+    }
     let variant: crate::faults::Variant =
         serde_json::from_value(fields.clone()).map_err(|error| format!("how = `{how}`: {error}"))?;
     let parameters = serde_json::to_value(&variant).map_err(|error| error.to_string())?;
-    for key in ["latency_ms", "offset_ms"] {
+    for key in ["latency_ms", "offset_ms", "replica"] {
         if fields.get(key).is_some() && parameters.get(key).is_none() {
             return Err(format!("how = `{how}` takes no {key}"));
         }

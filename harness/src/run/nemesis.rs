@@ -84,10 +84,13 @@ async fn hold_and_heal(shared: &Shared, fault: &Fault) {
     heal(shared, fault).await;
 }
 
+/// How the progress line names a fault in effect: `kind(r2)` on a runner, `kind(replica 2,
+/// how)` on a replica.
 fn label(fault: &Fault) -> String {
-    match fault.runner {
-        Some(runner) => format!("{}(r{})", fault.kind.name(), runner + 1),
-        None => fault.kind.name().to_string(),
+    match (fault.runner, fault.variant.replica()) {
+        (Some(runner), _) => format!("{}(r{})", fault.kind.name(), runner + 1),
+        (None, Some(replica)) => format!("{}(replica {}, {})", fault.kind.name(), replica + 1, fault.variant.name()),
+        (None, None) => fault.kind.name().to_string(),
     }
 }
 

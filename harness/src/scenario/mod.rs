@@ -74,6 +74,8 @@ fn config(scenario: &Scenario, store: &Path, system: &SystemChoice) -> Result<Ru
     args.heartbeat_interval_ms = scenario.heartbeat_interval_ms;
     args.reconcile_after_ms = scenario.reconcile_after_ms;
     args.target_mode = clap::ValueEnum::from_str(&scenario.target_mode, true).map_err(ScenarioError::Bad)?;
+    args.db = clap::ValueEnum::from_str(&scenario.db, true).map_err(ScenarioError::Bad)?;
+    args.control_planes = scenario.control_planes;
     let mut config = validate(&args, scenario.seed).map_err(ScenarioError::Bad)?;
     config.recovery_limit_ms = scenario.settle_within_ms;
     Ok(config)
