@@ -12,7 +12,7 @@ use std::time::Duration;
 use harness::conform::case::Status;
 use harness::conform::report::{self, ConformDoc};
 
-use super::run::leftovers_within;
+use super::run::{leftovers_within, postgres_or_skip};
 use super::system::lab_file;
 
 /// Longest one conform run may take here (generous: the machine may be loaded).
@@ -115,10 +115,7 @@ const FAULTS_ONLY: &[(&str, &str)] = &[
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_postgresql_lab_passes_every_case() {
-    if let Some(why) = lab::pg::unavailable() {
-        eprintln!("SKIPPED: {why}");
-        let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
-        assert!(!require_all, "PostgreSQL is not installed (Debian: postgresql), and FENCELAB_REQUIRE_ALL=1");
+    if !postgres_or_skip() {
         return;
     }
     let conformed = conform(&["--db", "postgres", "--lease-ms", LEASE_MS]).await;

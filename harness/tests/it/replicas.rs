@@ -3,7 +3,7 @@
 
 use history::{EventType, Op, Process};
 
-use super::run::run;
+use super::run::{postgres_or_skip, run};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn runners_fail_over_when_their_replica_is_killed_and_the_lab_stays_valid() {
@@ -55,10 +55,7 @@ async fn a_replica_fault_needs_replicas() {
 /// right after a COMMIT — is valid, and each of those faults took effect.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_correct_lab_on_postgresql_with_replicas_is_valid_under_every_fault() {
-    if let Some(why) = lab::pg::unavailable() {
-        eprintln!("SKIPPED: {why}");
-        let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
-        assert!(!require_all, "PostgreSQL is not installed (Debian: postgresql), and FENCELAB_REQUIRE_ALL=1");
+    if !postgres_or_skip() {
         return;
     }
     let args = ["--db", "postgres", "--control-planes", "3", "--seed", "21", "--time-limit", "20", "--nemesis", "all"];

@@ -38,6 +38,16 @@ fn fencelab() -> tokio::process::Command {
 }
 
 /// Runs `fencelab run` with `args` into a fresh store; the store's test name is `run`.
+/// Whether PostgreSQL can be started here; if not, says the test skipped (a failure under
+/// `FENCELAB_REQUIRE_ALL=1`).
+pub fn postgres_or_skip() -> bool {
+    let Some(why) = lab::pg::unavailable() else { return true };
+    let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
+    assert!(!require_all, "PostgreSQL cannot be used ({why}), and FENCELAB_REQUIRE_ALL=1");
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
 pub async fn run(args: &[&str]) -> Finished {
     let store = tempfile::tempdir().unwrap();
     let mut command = fencelab();
@@ -443,10 +453,7 @@ async fn bad_flags_exit_254_before_anything_starts() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_on_postgresql_is_valid_and_leaves_no_cluster_behind() {
-    if let Some(why) = lab::pg::unavailable() {
-        eprintln!("SKIPPED: {why}");
-        let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
-        assert!(!require_all, "PostgreSQL is not installed (Debian: postgresql), and FENCELAB_REQUIRE_ALL=1");
+    if !postgres_or_skip() {
         return;
     }
     let finished =
@@ -482,10 +489,7 @@ async fn a_run_on_postgresql_is_valid_and_leaves_no_cluster_behind() {
 /// is unknown (exit 2) naming what it could not read — never valid, never an internal error.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_database_that_dies_mid_run_makes_the_run_unknown_and_says_why() {
-    if let Some(why) = lab::pg::unavailable() {
-        eprintln!("SKIPPED: {why}");
-        let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
-        assert!(!require_all, "PostgreSQL is not installed (Debian: postgresql), and FENCELAB_REQUIRE_ALL=1");
+    if !postgres_or_skip() {
         return;
     }
     let cluster = tokio::task::spawn_blocking(lab::pg::TempCluster::start).await.unwrap().unwrap();
