@@ -709,18 +709,18 @@ impl Tx for PgTx<'_> {
         let recorded_as = entry.recorded_as.map(|word| word.as_str());
         let outcome = entry.outcome.map(|word| word.as_str());
         let mono_ns = signed("mono_ns", entry.mono_ns)?;
-        // A durable counter, rolled back with its transaction: under the rule lock the next
-        // number is one past the last, gapless and in commit order; without it (a planted
-        // bug) still unique.
-        let seq = signed("seq", self.next_counter("ledger-seq")?)?;
-        let sql =
-            "INSERT INTO ledger (seq, kind, project, job, attempt, runner, fence, deployment_key, decision, reason,
+        // The next value of a durable counter row, taken in the same statement and rolled
+        // back with the transaction: under the rule lock one past the largest, gapless and
+        // in commit order; without it (a planted bug) still unique.
+        let sql = "WITH next AS (INSERT INTO counters (name, value) VALUES ('ledger-seq', 1)
+                     ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value)
+                   INSERT INTO ledger (seq, kind, project, job, attempt, runner, fence, deployment_key, decision, reason,
                    recorded_as, outcome, received_ms, observed_ms, mono_ns, lease_expires_ms)
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING seq";
+                   SELECT next.value, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15
+                   FROM next RETURNING seq";
         let row = self.query_opt(
             sql,
             &[
-                &seq,
                 &entry.kind.as_str(),
                 &entry.project,
                 &entry.job,
