@@ -14,6 +14,14 @@ const SEEDS_MAX: u64 = 3;
 /// Runs at once.
 const PARALLEL: usize = 5;
 
+/// The checker each PostgreSQL bug must trip: the check written for it.
+const CAUGHT_BY: &[(&str, &str)] = &[
+    ("replica-clock", "clock-authority"),
+    ("claim-without-lock", "single-owner"),
+    ("sweeper-without-lock", "rules-model"),
+    ("retry-lost-commit", "ledger-completeness"),
+];
+
 fn program() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_fencelab"))
 }
@@ -63,6 +71,13 @@ async fn every_planted_bug_is_caught_and_the_correct_lab_is_not() {
     let mut failures = Vec::new();
     for (bug, cells) in &results {
         let last = cells.last().unwrap();
+        let pinned = bug.and_then(|bug| CAUGHT_BY.iter().find(|(name, _)| *name == bug.name()));
+        if let Some((name, checker)) = pinned.filter(|_| last.detected()) {
+            if !last.checkers.iter().any(|found| found == checker) {
+                failures
+                    .push(format!("{name} was caught, but not by {checker}: {:?}; {}", last.checkers, last.command));
+            }
+        }
         match bug {
             Some(bug) if !last.detected() => failures.push(format!(
                 "{bug} was not detected in {} runs; repeat one: {} ({})",
