@@ -105,7 +105,8 @@ class Answer:
 
     @property
     def answered(self) -> bool:
-        return self.error is None
+        # A 503 says the outcome is unknown (docs/protocol.md): it counts as no answer.
+        return self.error is None and self.status != 503
 
     def code(self) -> str | None:
         return self.body.get("code") if isinstance(self.body, dict) else None
