@@ -212,7 +212,7 @@ class Runner:
         self.log.write("request", f, **fields)
         ans = self.post_control(path, body)
         if not ans.answered:
-            self.log.write("info", f, reason=ans.error, **fields)
+            self.log.write("info", f, reason=ans.error or f"http {ans.status} {ans.code()}", **fields)
             return ans
         b = ans.body if isinstance(ans.body, dict) else {}
         out = dict(fields)
