@@ -40,8 +40,7 @@ pub(crate) struct LedgerCompleteness {
     /// Answers whose entry had not been seen yet, by seq: what they say, event.
     waiting: FxMap<u64, Vec<(Says, u64)>>,
     answers: u64,
-    /// Per (report kind, attempt): reports sent, ledger entries, and the ledger entries'
-    /// history indexes (the first two, then the latest).
+    /// Per (report kind, attempt).
     applied: FxMap<(Op, u32), Applied>,
     sent: u64,
 }

@@ -390,3 +390,22 @@ async fn start_proxy(config: &RunConfig, dir: &Path) -> anyhow::Result<Proxies> 
     let client = proxy::Client::new(&server.url())?;
     Ok((Some(server), client, None))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_url_is_pointed_at_a_proxy_keeping_user_database_and_parameters() {
+        let url = "postgres://postgres@127.0.0.1:5432/postgres?connect_timeout=5";
+        assert_eq!(
+            database_url_via(url, "127.0.0.1:40001").unwrap(),
+            "postgres://postgres@127.0.0.1:40001/postgres?connect_timeout=5"
+        );
+        assert_eq!(database_url_via("postgresql://db.local", "127.0.0.1:1").unwrap(), "postgresql://127.0.0.1:1");
+        assert_eq!(database_addr(url).unwrap(), "127.0.0.1:5432");
+        assert_eq!(database_addr("postgres://u@h/d").unwrap(), "h:5432");
+        let error = database_url_via("host=127.0.0.1 port=5432", "127.0.0.1:1").unwrap_err().to_string();
+        assert!(error.contains("postgres://"), "{error}");
+    }
+}
