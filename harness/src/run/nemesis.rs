@@ -454,6 +454,12 @@ async fn cross(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
 pub async fn heal_all(cluster: &Arc<Mutex<Cluster>>, config: &RunConfig) -> Result<(), String> {
     let mut cluster = cluster.lock().await;
     cluster.proxy.reset().await.map_err(|error| error.to_string())?;
+    for replica in 0..cluster.system.replicas.len() {
+        if cluster.system.launch.replica_clock.is_some() {
+            cluster.set_replica_clock(replica, 0).map_err(|error| error.to_string())?;
+        }
+        cluster.system.start_replica(replica).await.map_err(|error| error.to_string())?;
+    }
     for index in 0..cluster.runners.len() {
         cluster.set_clock(index, 0).map_err(|error| error.to_string())?;
         cluster.runners[index].paused_by_nemesis = false;
