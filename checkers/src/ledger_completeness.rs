@@ -11,7 +11,10 @@
 //! And each report is applied once: for every attempt, the ledger holds no more heartbeat,
 //! capability or result entries than were sent for it (runners' `request`s, results the
 //! nemesis sent, reports a scenario played). One more means the control plane applied a
-//! request twice — a transaction run again after its COMMIT's answer was lost.
+//! request twice — a transaction run again after its COMMIT's answer was lost. Reports the
+//! nemesis sent with another runner's token than the claim's (`value.token_of`) do not
+//! count as sent: the control plane must refuse them unrecorded, and one in the ledger is
+//! a report applied for a runner that never made it.
 
 use crate::driver::{Check, Findings, Found};
 use crate::model::{FxMap, Index, Observed, Op, Source};
@@ -45,9 +48,16 @@ pub(crate) struct LedgerCompleteness {
     sent: u64,
 }
 
-/// Reports sent for one attempt and kind, its ledger entries, and those entries' history
-/// indexes (the first two, then the latest).
-type Applied = (u64, u64, Vec<u64>);
+/// For one attempt and kind: the reports its runner sent, its ledger entries, those
+/// entries' history indexes (the first two, then the latest), and the reports sent with
+/// another runner's token with their history indexes.
+#[derive(Default)]
+struct Applied {
+    sent: u64,
+    ledgered: u64,
+    entries: Vec<u64>,
+    foreign: Vec<u64>,
+}
 
 /// The report kind a sent event stands for (the nemesis's resends are results).
 fn sent_kind(op: Op) -> Op {
@@ -78,15 +88,19 @@ impl Check for LedgerCompleteness {
             && ev.raw.value.as_ref().is_some_and(|value| value.get("played") == Some(&serde_json::Value::Bool(true)));
         if let (true, Some(attempt)) = (ev.src == Source::ReportSent || played, ev.attempt) {
             self.sent += 1;
-            self.applied.entry((sent_kind(ev.op), attempt)).or_default().0 += 1;
+            self.applied.entry((sent_kind(ev.op), attempt)).or_default().sent += 1;
+        }
+        if let (Source::ForeignReport, Some(attempt)) = (ev.src, ev.attempt) {
+            self.sent += 1;
+            self.applied.entry((sent_kind(ev.op), attempt)).or_default().foreign.push(ev.index);
         }
         if let (Source::Ledger, Some(attempt), true) = (ev.src, ev.attempt, ev.op.is_report()) {
             let counts = self.applied.entry((ev.op, attempt)).or_default();
-            counts.1 += 1;
-            if counts.2.len() >= 3 {
-                counts.2.pop();
+            counts.ledgered += 1;
+            if counts.entries.len() >= 3 {
+                counts.entries.pop();
             }
-            counts.2.push(ev.index);
+            counts.entries.push(ev.index);
         }
         if !ev.op.is_report() {
             return;
@@ -113,18 +127,30 @@ impl Check for LedgerCompleteness {
     fn finish(&mut self, ctx: &Index, out: &mut Findings) {
         if self.sent > 0 {
             let mut over: Vec<(&(Op, u32), &Applied)> =
-                self.applied.iter().filter(|(_, (sent, ledgered, _))| ledgered > sent).collect();
-            over.sort_unstable_by_key(|(_, (_, _, events))| events.first().copied());
-            for (&(op, attempt), (sent, ledgered, events)) in over {
+                self.applied.iter().filter(|(_, applied)| applied.ledgered > applied.sent).collect();
+            over.sort_unstable_by_key(|(_, applied)| applied.entries.first().copied());
+            for (&(op, attempt), applied) in over {
                 let what = describe(ctx, Says { op, attempt: Some(attempt), decision: None });
                 let what = what.trim_start_matches("`undecided` to ");
-                let message = format!(
-                    "the ledger holds {ledgered} entries for {what}, but {sent} were sent: a request was applied more than once"
-                );
-                let found = Found::new(NAME, "applied-more-than-sent")
+                let (ledgered, sent) = (applied.ledgered, applied.sent);
+                let (kind, message, mut events) = if applied.foreign.is_empty() {
+                    let why = "a request was applied more than once";
+                    let message =
+                        format!("the ledger holds {ledgered} entries for {what}, but {sent} were sent: {why}");
+                    ("applied-more-than-sent", message, applied.entries.clone())
+                } else {
+                    let foreign = applied.foreign.len();
+                    let message = format!(
+                        "the ledger holds {ledgered} entries for {what}, but its runner sent {sent}: \
+                         {foreign} sent with another runner's token should have been refused, and one was applied"
+                    );
+                    ("foreign-report-applied", message, [applied.foreign.clone(), applied.entries.clone()].concat())
+                };
+                events.sort_unstable();
+                let found = Found::new(NAME, kind)
                     .attempt(ctx, attempt)
                     .job(ctx, ctx.attempt(attempt).claim.map(|claim| claim.job));
-                out.push(found.events(events).says(message));
+                out.push(found.events(&events).says(message));
             }
         }
         if ctx.seen.ledger_seqs == 0 {

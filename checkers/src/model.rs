@@ -88,6 +88,9 @@ pub enum Source {
     /// result), or a result the nemesis sent with a runner's token (`invoke` of
     /// `duplicate-results` or `conflicting-results`).
     ReportSent,
+    /// A result the nemesis sent for a claim with the token of another runner than the one
+    /// the claim names (`value.token_of`): a report nobody entitled to it made.
+    ForeignReport,
     /// The client's acknowledged submit (`client`, `ok`, `submit`).
     SubmitOk,
     /// The harness's final state of one job (`harness`, `ok`, `final`).
@@ -212,7 +215,12 @@ fn classify(event: &Event) -> Source {
                 && matches!(event.f, Op::DuplicateResults | Op::ConflictingResults)
                 && event.attempt.is_some() =>
         {
-            Source::ReportSent
+            let token_of =
+                event.value.as_ref().and_then(|value| value.get("token_of")).and_then(|value| value.as_str());
+            match token_of {
+                Some(token_of) if Some(token_of) != event.runner.as_deref() => Source::ForeignReport,
+                _ => Source::ReportSent,
+            }
         }
         EventType::Ok if event.process == Process::CLIENT && event.f == Op::Submit => Source::SubmitOk,
         EventType::Ok if event.process == Process::HARNESS && event.f == Op::Final => Source::Final,

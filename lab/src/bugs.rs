@@ -25,6 +25,7 @@ pub enum Bug {
     ClaimWithoutLock,
     SweeperWithoutLock,
     RetryLostCommit,
+    TrustNamedRunner,
 }
 
 /// Which process a bug lives in.
@@ -35,7 +36,7 @@ pub enum Home {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 17] = [
+    pub const ALL: [Bug; 18] = [
         Bug::AcceptStaleResult,
         Bug::HeartbeatRevivesExpired,
         Bug::RequeueOnExpiry,
@@ -53,6 +54,7 @@ impl Bug {
         Bug::ClaimWithoutLock,
         Bug::SweeperWithoutLock,
         Bug::RetryLostCommit,
+        Bug::TrustNamedRunner,
     ];
 
     pub fn name(self) -> &'static str {
@@ -74,6 +76,7 @@ impl Bug {
             Bug::ClaimWithoutLock => "claim-without-lock",
             Bug::SweeperWithoutLock => "sweeper-without-lock",
             Bug::RetryLostCommit => "retry-lost-commit",
+            Bug::TrustNamedRunner => "trust-named-runner",
         }
     }
 
@@ -114,6 +117,9 @@ impl Bug {
             }
             Bug::RetryLostCommit => {
                 "a transaction whose COMMIT answer was lost is run again instead of answered as unknown (PostgreSQL)"
+            }
+            Bug::TrustNamedRunner => {
+                "a runner token acts for whichever runner of its project the body names, not only its own runner"
             }
         }
     }

@@ -305,6 +305,16 @@ impl H {
         self.push(event)
     }
 
+    /// A result for `c` the nemesis sent with runner `token_of`'s token (the fault's
+    /// `invoke`); returns its index.
+    pub fn nemesis_result(&mut self, c: &C, outcome: &str, token_of: &str) -> u64 {
+        let mut sent = Event::new(0, Process::NEMESIS, EventType::Invoke, Op::ConflictingResults)
+            .with_claim(&c.job, &c.attempt, &c.runner, c.fence);
+        sent.outcome = Some(outcome.into());
+        sent.value = Some(json!({ "token_of": token_of }));
+        self.push(sent)
+    }
+
     pub fn nemesis_restart(&mut self) {
         self.push(Event::new(0, Process::NEMESIS, EventType::Invoke, Op::RestartControlPlane));
         self.push(Event::new(0, Process::NEMESIS, EventType::Ok, Op::RestartControlPlane));

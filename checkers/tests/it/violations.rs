@@ -248,6 +248,33 @@ fn lost_work_missing_job_lost_result_and_unsettled_job() {
 }
 
 #[test]
+fn ledger_completeness_a_report_sent_with_another_runners_token_applied() {
+    // r2 reports r1's claim as failed with its own token; the ledger records it as r1's.
+    let (mut h, a1) = start();
+    let sent = h.nemesis_result(&a1, "failed", "r2");
+    let applied = h.ledger_report(Op::Result, &a1, 1_150, 1_150, Accepted, None, Some("failed"), None, None);
+    h.result(&a1, 1_200, 1_200, "succeeded", Conflict, None);
+    h.final_state("j1", Some("j1-a1"), "failed");
+    let anomalies = check(&h.build(), "ledger-completeness", &["foreign-report-applied"]);
+    assert!(anomalies[0].events.contains(&sent), "{:?}", anomalies[0]);
+    assert!(anomalies[0].message.contains("another runner's token"), "{}", anomalies[0].message);
+    let _ = applied;
+    // Refused unrecorded, as the contract says: nothing to report.
+    let (mut h, a1) = start();
+    h.nemesis_result(&a1, "failed", "r2");
+    crate::all_valid(&finish(h, &a1));
+    // The claim's own runner's token: a resend like any other (a duplicate, counted as sent).
+    let (mut h, a1) = start();
+    h.nemesis_result(&a1, "succeeded", "r1");
+    h.capability(&a1, 1_100, 1_100, Accepted, Some(3_000));
+    h.step(&a1, 1_110, Accepted, None);
+    h.result(&a1, 1_200, 1_200, "succeeded", Accepted, None);
+    h.ledger_report(Op::Result, &a1, 1_250, 1_250, Duplicate, None, Some("succeeded"), None, None);
+    h.final_state("j1", Some("j1-a1"), "succeeded");
+    check(&h.build(), "ledger-completeness", &[]);
+}
+
+#[test]
 fn ledger_completeness_answer_without_its_entry() {
     let (mut h, a1) = start();
     // ack-before-commit: the answer names seq N, the ledger gave N to the next entry.

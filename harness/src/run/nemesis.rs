@@ -136,8 +136,9 @@ fn record_with(
 async fn start(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let index = runner(fault);
     // A fault on a runner matters while it holds a claim: wait (bounded) for one. Resent
-    // results pick a claim the runner already finished.
-    let mid_deployment = fault.runner.is_some() && !matches!(fault.variant, Variant::Replay | Variant::Conflict);
+    // results pick a claim the runner already finished; an impersonation, another's claim.
+    let mid_deployment =
+        fault.runner.is_some() && !matches!(fault.variant, Variant::Replay | Variant::Conflict | Variant::Impersonate);
     let bound_ms = 2 * shared.config.lease_ms;
     if mid_deployment && !wait_busy(shared, index, Duration::from_millis(bound_ms)).await {
         let why = format!("runner r{} held no claim within {bound_ms} ms: nothing to hit", index + 1);
@@ -147,6 +148,7 @@ async fn start(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let result = match &fault.variant {
         Variant::Replay | Variant::Conflict => return resend(shared, fault, try_number).await,
         Variant::CrossJob => return cross(shared, fault, try_number).await,
+        Variant::Impersonate => return impersonate(shared, fault, try_number).await,
         Variant::RestartControl => restart_control(shared).await,
         Variant::KillReplica { replica } => kill_replica(shared, *replica as usize).await,
         Variant::ReplicaSkew { .. } | Variant::DbLatency { .. } | Variant::DbCut { .. } | Variant::CommitCut { .. } => {
@@ -208,6 +210,7 @@ async fn start_on(
         Variant::Replay
         | Variant::Conflict
         | Variant::CrossJob
+        | Variant::Impersonate
         | Variant::RestartControl
         | Variant::KillReplica { .. }
         | Variant::ReplicaSkew { .. }
@@ -260,7 +263,11 @@ async fn heal(shared: &Shared, fault: &Fault) {
                 drop(cluster);
                 on_database(shared, &fault.variant, false).await
             }
-            Variant::Replay | Variant::Conflict | Variant::CrossJob | Variant::RestartControl => return,
+            Variant::Replay
+            | Variant::Conflict
+            | Variant::CrossJob
+            | Variant::Impersonate
+            | Variant::RestartControl => return,
         }
     };
     record(&shared.recorder, fault, "heal", result);
@@ -353,7 +360,8 @@ async fn resend(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let index = runner(fault);
     let (captured, client) = {
         let cluster = shared.cluster.lock().await;
-        let client = cluster.system.operator.with_token(&cluster.runners[index].token);
+        let slot = &cluster.runners[index];
+        let client = (cluster.system.operator.with_token(&slot.token), slot.id.clone());
         (last_accepted_result(&cluster, index), client)
     };
     let Some((claim, outcome)) = captured else {
@@ -370,11 +378,16 @@ async fn resend(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     Started::Sent
 }
 
-/// Sends a result as runner `claim.runner` would, recording it as the nemesis's operation.
+/// A client holding one runner's token, and that runner's id.
+type RunnerClient = (protocol::client::Client, String);
+
+/// Sends a result for `claim` with the token of `client`'s runner (`value.token_of` in the
+/// history; `claim.runner` unless the fault impersonates), recording it as the nemesis's
+/// operation.
 async fn send_result(
     shared: &Shared,
     fault: &Fault,
-    client: &protocol::client::Client,
+    (client, token_of): &RunnerClient,
     claim: ClaimRef,
     outcome: Outcome,
     try_number: u32,
@@ -387,6 +400,7 @@ async fn send_result(
         let mut value = serde_json::to_value(fault).unwrap_or_default();
         value["effective"] = serde_json::Value::from(true);
         value["try"] = serde_json::Value::from(try_number);
+        value["token_of"] = serde_json::Value::from(token_of.as_str());
         event.value = Some(value);
     };
     shared.recorder.record(Process::NEMESIS, EventType::Invoke, fault.kind.op(), fill);
@@ -425,11 +439,8 @@ pub(crate) async fn running_claims(operator: &protocol::client::Client) -> Vec<C
 /// is lower: a report scoped to the wrong job, carrying a fence that looks newer.
 async fn cross(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let index = runner(fault);
-    let (operator, client, runner_id) = {
-        let cluster = shared.cluster.lock().await;
-        let slot = &cluster.runners[index];
-        (cluster.system.operator.clone(), cluster.system.operator.with_token(&slot.token), slot.id.clone())
-    };
+    let (operator, client) = runner_client(shared, index).await;
+    let runner_id = client.1.clone();
     let claims = running_claims(&operator).await;
     let own = claims.iter().filter(|claim| claim.runner == runner_id).max_by_key(|claim| claim.fence);
     // The telling cross: another job whose current fence is below the reporter's, so a bare
@@ -446,6 +457,32 @@ async fn cross(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     };
     let crossed = ClaimRef { job: other.job.clone(), ..own.clone() };
     send_result(shared, fault, &client, crossed, Outcome::Succeeded, try_number).await;
+    Started::Sent
+}
+
+/// The operator's client, and a client with runner `index`'s token.
+async fn runner_client(shared: &Shared, index: usize) -> (protocol::client::Client, RunnerClient) {
+    let cluster = shared.cluster.lock().await;
+    let slot = &cluster.runners[index];
+    let operator = cluster.system.operator.clone();
+    let client = operator.with_token(&slot.token);
+    (operator, (client, slot.id.clone()))
+}
+
+/// Reports another runner's current claim as failed with runner `index`'s token: a report
+/// by a runner that does not hold the claim. The control plane must refuse it
+/// (`runner_mismatch`) and record nothing.
+async fn impersonate(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
+    let index = runner(fault);
+    let (operator, client) = runner_client(shared, index).await;
+    let claims = running_claims(&operator).await;
+    let Some(victim) = claims.into_iter().filter(|claim| claim.runner != client.1).min_by_key(|claim| claim.fence)
+    else {
+        let why = format!("no running claim of a runner other than r{} to report for", index + 1);
+        record_start(&shared.recorder, fault, try_number, Err(why), false);
+        return Started::Ineffective;
+    };
+    send_result(shared, fault, &client, victim, Outcome::Failed, try_number).await;
     Started::Sent
 }
 

@@ -101,6 +101,10 @@ const CAUGHT: &[(&str, &[&str])] = &[
     ("self-reconcile", &["rule/no-requeue-on-expiry", "rule/stale-completion", "model/rules-replay"]),
     ("expire-early", &["rule/expiry-on-server-clock", "model/rules-replay"]),
     ("target-refuses-current-fence", &["target/fenced", "target/steps"]),
+    (
+        "trust-named-runner",
+        &["input/claim-as-other-runner", "input/heartbeat-as-other-runner", "input/result-as-other-runner"],
+    ),
 ];
 
 /// The planted bugs no conformance case can catch, and why: each needs a fault (its

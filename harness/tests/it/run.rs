@@ -76,6 +76,14 @@ async fn one_fault_at_rate(fault: serde_json::Value, rate_per_s: &str) -> Finish
 
 /// As [`one_fault_at_rate`], with every fault of `faults` scheduled.
 pub async fn faults_at_rate(faults: Vec<serde_json::Value>, rate_per_s: &str) -> Finished {
+    let finished = scheduled(faults, rate_per_s, &[]).await;
+    assert_eq!(finished.code, Some(0), "{}\n{}", finished.stdout, finished.stderr);
+    finished
+}
+
+/// A run of two busy runners with exactly the faults of `faults`, and `extra` flags (a
+/// planted bug, say), whatever its verdict.
+async fn scheduled(faults: Vec<serde_json::Value>, rate_per_s: &str, extra: &[&str]) -> Finished {
     let dir = tempfile::tempdir().unwrap();
     let schedule = dir.path().join("schedule.json");
     std::fs::write(&schedule, serde_json::to_vec(&faults).unwrap()).unwrap();
@@ -106,9 +114,7 @@ pub async fn faults_at_rate(faults: Vec<serde_json::Value>, rate_per_s: &str) ->
         "--schedule",
         &schedule,
     ];
-    let finished = run(&args).await;
-    assert_eq!(finished.code, Some(0), "{}\n{}", finished.stdout, finished.stderr);
-    finished
+    run(&[&args[..], extra].concat()).await
 }
 
 pub fn fault(
@@ -204,6 +210,33 @@ async fn a_conflicting_result_is_recorded_and_the_outcome_stays() {
         .and_then(|event| event.outcome.clone());
     let last = events.iter().rev().find(|event| event.f == Op::Final && event.job.as_ref() == Some(&job)).unwrap();
     assert_eq!(last.outcome, committed, "the committed outcome was replaced");
+}
+
+/// A result for another runner's claim, sent with r1's token: the correct control plane
+/// refuses it (`runner_mismatch`) and records nothing; one that takes the body's runner at
+/// its word (the planted `trust-named-runner`) applies it, and `ledger-completeness` says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_report_for_another_runners_claim_is_refused_and_applying_it_is_caught() {
+    let impersonate = || fault("conflicting-results", Some(0), 3_000, 0, json!({"how": "impersonate"}));
+    let finished = one_fault(impersonate()).await;
+    let events = finished.history();
+    let sent = |event: &&Event| event.process == Process::NEMESIS && event.f == Op::ConflictingResults;
+    let invoke = events.iter().filter(sent).find(|event| event.kind == EventType::Invoke).expect("sent");
+    let value = invoke.value.as_ref().unwrap();
+    assert_eq!((value["token_of"].as_str(), value["effective"].as_bool()), (Some("r1"), Some(true)), "{value}");
+    assert_eq!(invoke.runner.as_deref(), Some("r2"), "r2's claim, reported with r1's token; {}", context(&finished));
+    let answer = events.iter().filter(sent).find(|event| event.kind != EventType::Invoke).unwrap();
+    assert_eq!(answer.kind, EventType::Fail, "{answer:?}");
+    assert!(answer.reason.as_deref().unwrap_or_default().contains("runner_mismatch"), "{answer:?}");
+    let attempt = invoke.attempt.clone();
+    let failed = ledger(&events, Op::Result)
+        .filter(|event| event.attempt == attempt && event.outcome.as_deref() == Some("failed"));
+    assert_eq!(failed.count(), 0, "nothing recorded for the refused report; {}", context(&finished));
+
+    let finished = scheduled(vec![impersonate()], "4", &["--bug", "trust-named-runner"]).await;
+    assert_eq!(finished.code, Some(1), "the bug is found; {}", context(&finished));
+    let results = std::fs::read_to_string(finished.folder().join("results.json")).unwrap();
+    assert!(results.contains("\"foreign-report-applied\""), "{}", context(&finished));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -79,6 +79,18 @@ async fn authed<T: serde::de::DeserializeOwned>(
     Ok((principal, request))
 }
 
+/// The runner a runner-only call acts as: the token's own. Under the planted
+/// `trust-named-runner` a runner token acts for whichever runner the body names, so one
+/// runner can report for another's claim.
+fn acting_as(app: &Shared, principal: Principal, named: &str) -> Principal {
+    match principal {
+        Principal::Runner { project, .. } if app.rules.bugs.has(Bug::TrustNamedRunner) => {
+            Principal::Runner { id: named.to_string(), project }
+        }
+        principal => principal,
+    }
+}
+
 fn verdict_response(verdict: Ruling) -> Response {
     let status = match verdict.decision {
         history::Decision::Accepted | history::Decision::Duplicate => StatusCode::OK,
@@ -141,24 +153,28 @@ async fn job(
 
 async fn claim(State(app): State<Shared>, headers: HeaderMap, body: Body) -> Result<Json<ClaimResponse>, ApiError> {
     let (principal, request): (_, ClaimRequest) = authed(&app, &headers, body).await?;
+    let principal = acting_as(&app, principal, &request.runner);
     let now = Now::read();
     Ok(Json(blocking(&app, move |rules| rules.claim(&principal, &request, now)).await?))
 }
 
 async fn heartbeat(State(app): State<Shared>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let (principal, request): (_, HeartbeatRequest) = authed(&app, &headers, body).await?;
+    let principal = acting_as(&app, principal, &request.claim.runner);
     let now = Now::read();
     Ok(verdict_response(blocking(&app, move |rules| rules.heartbeat(&principal, &request, now)).await?))
 }
 
 async fn capability(State(app): State<Shared>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let (principal, request): (_, CapabilityRequest) = authed(&app, &headers, body).await?;
+    let principal = acting_as(&app, principal, &request.claim.runner);
     let now = Now::read();
     Ok(verdict_response(blocking(&app, move |rules| rules.capability(&principal, &request, now)).await?))
 }
 
 async fn result(State(app): State<Shared>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let (principal, request): (_, ResultRequest) = authed(&app, &headers, body).await?;
+    let principal = acting_as(&app, principal, &request.claim.runner);
     let now = Now::read();
     if !app.rules.bugs.has(Bug::AckBeforeCommit) {
         return Ok(verdict_response(blocking(&app, move |rules| rules.result(&principal, &request, now)).await?));
