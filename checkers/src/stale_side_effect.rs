@@ -6,14 +6,25 @@
 //! attempt's, interleaving two executions). With an unfenced target (the harness's
 //! `config` says `"target_mode": "unfenced"`) this is still reported, as the residual risk
 //! the seed's exercise names, not hidden.
+//!
+//! And a runner that lost its authority does not mutate the target: an applied step
+//! received after its attempt's lease ended (`step-after-lease`) — the latest lease the
+//! ledger granted that attempt (claim, accepted heartbeat or capability) at or before the
+//! step's receipt — is a late side effect even where no newer fence has written the key.
+//! The target's receipt time and the lease's end are compared as wall-clock times, so the
+//! target and the lease's clock must agree within [`CLOCK_TOLERANCE_MS`]; a history without
+//! a ledger cannot be judged on this and is not.
 
 use crate::driver::{Check, Findings, Found};
-use crate::model::{FxMap, Index, Observed, Source};
+use crate::model::{FxMap, Index, Observed, Op, Source};
 use std::collections::HashSet;
 
 pub const NAME: &str = "stale-side-effect";
-pub const ABOUT: &str =
-    "the target never applies a step with a lower fence after a higher one on the same deployment key";
+pub const ABOUT: &str = "the target never applies a step with a lower fence after a higher one on the same deployment key, nor a step after its attempt's lease ended";
+
+/// How far the target's clock and the clock that decides leases may disagree before a step
+/// applied after the lease's end is reported.
+pub const CLOCK_TOLERANCE_MS: i64 = 25;
 
 /// Runs this checker alone over a history.
 pub fn check(events: &[history::Event]) -> crate::CheckerResult {
@@ -29,10 +40,29 @@ struct Highest {
     event: u64,
 }
 
+/// A lease the ledger granted: receipt, lease end, the ledger event.
+type Lease = (i64, i64, u64);
+
+/// An applied step not yet known to be within a lease: attempt, receipt, event.
+type LateStep = (u32, i64, u64);
+
 #[derive(Default)]
 pub(crate) struct StaleSideEffect {
     highest: FxMap<u32, Highest>,
     reported: HashSet<(u32, u64)>,
+    /// Leases granted per attempt.
+    leases: FxMap<u32, Vec<Lease>>,
+    /// Applied steps past every lease seen when they were observed: judged at the end, when
+    /// every ledger entry has been seen.
+    pending: Vec<LateStep>,
+}
+
+impl StaleSideEffect {
+    /// The latest lease granted to `attempt` at or before `at_ms`.
+    fn lease_at(&self, attempt: u32, at_ms: i64) -> Option<Lease> {
+        let granted = self.leases.get(&attempt)?.iter().filter(|lease| lease.0 <= at_ms);
+        granted.max_by_key(|lease| lease.1).copied()
+    }
 }
 
 impl Check for StaleSideEffect {
@@ -45,8 +75,19 @@ impl Check for StaleSideEffect {
     }
 
     fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
+        let grant = ev.op == Op::Claim || (ev.accepted() && matches!(ev.op, Op::Heartbeat | Op::Capability));
+        if let (Source::Ledger, true, Some(attempt), Some(at), Some(end)) =
+            (ev.src, grant, ev.attempt, ev.received_ms, ev.lease_ms)
+        {
+            self.leases.entry(attempt).or_default().push((at, end, ev.index));
+        }
         if ev.src != Source::Target || !ev.accepted() {
             return;
+        }
+        if let (Some(attempt), Some(at)) = (ev.attempt, ev.received_ms) {
+            if self.lease_at(attempt, at).is_none_or(|lease| at > lease.1 + CLOCK_TOLERANCE_MS) {
+                self.pending.push((attempt, at, ev.index));
+            }
         }
         let (Some(key), Some(fence)) = (ev.key, ev.fence) else { return };
         let now = Highest { fence, attempt: ev.attempt, runner: ev.runner, event: ev.index };
@@ -62,6 +103,34 @@ impl Check for StaleSideEffect {
             return;
         }
         out.push(stale(ev, ctx, key, fence, &high));
+    }
+
+    fn finish(&mut self, ctx: &Index, out: &mut Findings) {
+        let mut reported = HashSet::new();
+        for &(attempt, at, event) in &self.pending {
+            let Some((_, end, granted)) = self.lease_at(attempt, at) else { continue };
+            if at <= end + CLOCK_TOLERANCE_MS || !reported.insert(attempt) {
+                continue;
+            }
+            let mut message = format!(
+                "the target applied a step of {} at {at} ms, {} ms after its lease ended at {end} ms: a runner that lost its authority mutated the target",
+                ctx.label(attempt),
+                at - end
+            );
+            let kind = if ctx.target_unfenced() {
+                message.push_str(" (the residual risk of an unfenced target, which cannot refuse it)");
+                "step-after-lease-unfenced-target"
+            } else {
+                "step-after-lease"
+            };
+            let claim = ctx.attempt(attempt).claim;
+            let found = Found::new(NAME, kind).attempt(ctx, attempt).job(ctx, claim.map(|claim| claim.job));
+            let found = match claim {
+                Some(claim) => found.runner(ctx, claim.runner).fence(claim.fence).key(ctx, claim.key),
+                None => found,
+            };
+            out.push(found.events(&[granted, event]).says(message));
+        }
     }
 }
 

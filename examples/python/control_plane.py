@@ -461,7 +461,7 @@ class Rules:
                                    (req["attempt"],)).fetchone()[0]
                 cap = {"deployment_key": job["deployment_key"], "job": req["job"],
                        "attempt": req["attempt"], "runner": req["runner"], "fence": req["fence"],
-                       "expires_ms": now + self.capability_ttl_ms}
+                       "expires_ms": min(now + self.capability_ttl_ms, lease)}
                 cap["signature"] = sign_capability(self.secret, cap)
                 seq = self.append(db, **self._report_entry("capability", who, job, req, now,
                                                            decision="accepted",

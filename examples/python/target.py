@@ -65,11 +65,11 @@ class Target:
             return None
         if not verify_capability(self.secret, cap):
             return "bad_signature"
+        if cap["expires_ms"] <= self._now:
+            return "expired"
         dep = self.deployments.get(cap["deployment_key"])
         if self.mode == "idempotent":
             return "duplicate" if dep and (cap["job"], self._step) in dep.applied else None
-        if cap["expires_ms"] <= self._now:
-            return "expired"
         if dep and cap["fence"] < dep.highest_fence and "target-ignores-fence" not in self.bugs:
             return "stale_fence"
         return None

@@ -108,6 +108,7 @@ words! {
         KillReplica = "kill-replica",
         ReplicaClockSkew = "replica-clock-skew",
         DbLink = "db-link",
+        TargetClockSkew = "target-clock-skew",
     }
 }
 

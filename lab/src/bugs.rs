@@ -26,6 +26,7 @@ pub enum Bug {
     SweeperWithoutLock,
     RetryLostCommit,
     TrustNamedRunner,
+    CapabilityOutlivesLease,
 }
 
 /// Which process a bug lives in.
@@ -36,7 +37,7 @@ pub enum Home {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 18] = [
+    pub const ALL: [Bug; 19] = [
         Bug::AcceptStaleResult,
         Bug::HeartbeatRevivesExpired,
         Bug::RequeueOnExpiry,
@@ -55,6 +56,7 @@ impl Bug {
         Bug::SweeperWithoutLock,
         Bug::RetryLostCommit,
         Bug::TrustNamedRunner,
+        Bug::CapabilityOutlivesLease,
     ];
 
     pub fn name(self) -> &'static str {
@@ -77,6 +79,7 @@ impl Bug {
             Bug::SweeperWithoutLock => "sweeper-without-lock",
             Bug::RetryLostCommit => "retry-lost-commit",
             Bug::TrustNamedRunner => "trust-named-runner",
+            Bug::CapabilityOutlivesLease => "capability-outlives-lease",
         }
     }
 
@@ -120,6 +123,9 @@ impl Bug {
             }
             Bug::TrustNamedRunner => {
                 "a runner token acts for whichever runner of its project the body names, not only its own runner"
+            }
+            Bug::CapabilityOutlivesLease => {
+                "a capability lives its whole time to live, past the lease it was granted under"
             }
         }
     }

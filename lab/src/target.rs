@@ -98,6 +98,9 @@ impl Target {
         if !capability::verify(&self.secret, capability) {
             return refuse(Reason::BadSignature);
         }
+        if capability.expires_ms <= now_ms {
+            return refuse(Reason::Expired);
+        }
         if self.mode == Mode::Idempotent {
             let identity = (capability.job.clone(), request.step);
             return if deployment.applied.contains(&identity) {
@@ -105,9 +108,6 @@ impl Target {
             } else {
                 Judgement { applied: true, reason: None }
             };
-        }
-        if capability.expires_ms <= now_ms {
-            return refuse(Reason::Expired);
         }
         if capability.fence < deployment.highest_fence && !self.bugs.has(Bug::TargetIgnoresFence) {
             return refuse(Reason::StaleFence);

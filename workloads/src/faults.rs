@@ -22,10 +22,13 @@ pub enum FaultKind {
     ReplicaClockSkew,
     /// The link between one replica and its database slowed, cut, or cut after a COMMIT.
     DbLink,
+    /// The target's clock moved behind (libfaketime): capabilities look live past their
+    /// lease there, and only the fence keeps a late step of an old attempt off.
+    TargetClockSkew,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::DelayedHeartbeats,
         FaultKind::DuplicateResults,
         FaultKind::ConflictingResults,
@@ -34,6 +37,7 @@ impl FaultKind {
         FaultKind::DisconnectDuringMutation,
         FaultKind::Kill,
         FaultKind::RestartControlPlane,
+        FaultKind::TargetClockSkew,
     ];
 
     /// The faults only a control plane of several replicas can take; `all` includes them
@@ -58,6 +62,7 @@ impl FaultKind {
             FaultKind::KillReplica => history::Op::KillReplica,
             FaultKind::ReplicaClockSkew => history::Op::ReplicaClockSkew,
             FaultKind::DbLink => history::Op::DbLink,
+            FaultKind::TargetClockSkew => history::Op::TargetClockSkew,
         }
     }
 
@@ -119,6 +124,9 @@ pub enum Variant {
     /// The control-plane link cut while a step is held in the network for `latency_ms`:
     /// the step reaches the target after the attempt was superseded (the seed's exercise).
     DelayedStep { latency_ms: u64 },
+    /// As [`Variant::DelayedStep`], held for less: the step reaches the target after its
+    /// attempt's lease ended and before any newer attempt has written its key.
+    LateStep { latency_ms: u64 },
     /// SIGKILL the runner; start it again when the window ends.
     KillRunner,
     /// SIGKILL the control plane and start it again on the same store.
@@ -126,6 +134,8 @@ pub enum Variant {
     /// SIGKILL replica `replica` (0-based) of the control plane; start it again when the
     /// window ends. Runners fail over to the other replicas.
     KillReplica { replica: u32 },
+    /// The target's clock moved by `offset_ms` (behind) for the window.
+    TargetSkew { offset_ms: i64 },
     /// Replica `replica`'s clock moved by `offset_ms` for the window.
     ReplicaSkew { replica: u32, offset_ms: i64 },
     /// Latency on replica `replica`'s statements to the database (client to server).
@@ -147,13 +157,15 @@ impl Variant {
             Variant::Conflict | Variant::CrossJob | Variant::Impersonate => FaultKind::ConflictingResults,
             Variant::CutLinks => FaultKind::Reconnects,
             Variant::StaticSkew { .. } | Variant::Jump { .. } => FaultKind::ClockSkew,
-            Variant::ControlLink | Variant::TargetLinkMidStep | Variant::DelayedStep { .. } => {
-                FaultKind::DisconnectDuringMutation
-            }
+            Variant::ControlLink
+            | Variant::TargetLinkMidStep
+            | Variant::DelayedStep { .. }
+            | Variant::LateStep { .. } => FaultKind::DisconnectDuringMutation,
             Variant::KillRunner => FaultKind::Kill,
             Variant::RestartControl => FaultKind::RestartControlPlane,
             Variant::KillReplica { .. } => FaultKind::KillReplica,
             Variant::ReplicaSkew { .. } => FaultKind::ReplicaClockSkew,
+            Variant::TargetSkew { .. } => FaultKind::TargetClockSkew,
             Variant::DbLatency { .. } | Variant::DbCut { .. } | Variant::CommitCut { .. } => FaultKind::DbLink,
         }
     }
@@ -211,13 +223,17 @@ impl FaultKind {
             FaultKind::ConflictingResults => &[Variant::Conflict, Variant::CrossJob, Variant::Impersonate],
             FaultKind::Reconnects => &[Variant::CutLinks],
             FaultKind::ClockSkew => &[Variant::StaticSkew { offset_ms: 0 }, Variant::Jump { offset_ms: 0 }],
-            FaultKind::DisconnectDuringMutation => {
-                &[Variant::ControlLink, Variant::TargetLinkMidStep, Variant::DelayedStep { latency_ms: 0 }]
-            }
+            FaultKind::DisconnectDuringMutation => &[
+                Variant::ControlLink,
+                Variant::TargetLinkMidStep,
+                Variant::DelayedStep { latency_ms: 0 },
+                Variant::LateStep { latency_ms: 0 },
+            ],
             FaultKind::Kill => &[Variant::KillRunner],
             FaultKind::RestartControlPlane => &[Variant::RestartControl],
             FaultKind::KillReplica => &[Variant::KillReplica { replica: 0 }],
             FaultKind::ReplicaClockSkew => &[Variant::ReplicaSkew { replica: 0, offset_ms: 0 }],
+            FaultKind::TargetClockSkew => &[Variant::TargetSkew { offset_ms: 0 }],
             FaultKind::DbLink => &[
                 Variant::DbLatency { replica: 0, latency_ms: 0 },
                 Variant::DbCut { replica: 0 },
@@ -249,10 +265,12 @@ impl Variant {
             Variant::ControlLink => "control-link",
             Variant::TargetLinkMidStep => "target-link-mid-step",
             Variant::DelayedStep { .. } => "delayed-step",
+            Variant::LateStep { .. } => "late-step",
             Variant::KillRunner => "kill-runner",
             Variant::RestartControl => "restart-control",
             Variant::KillReplica { .. } => "kill-replica",
             Variant::ReplicaSkew { .. } => "replica-skew",
+            Variant::TargetSkew { .. } => "target-skew",
             Variant::DbLatency { .. } => "db-latency",
             Variant::DbCut { .. } => "db-cut",
             Variant::CommitCut { .. } => "commit-cut",
@@ -331,10 +349,15 @@ fn runner_lanes(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
             round = options.kinds.iter().flat_map(|kind| kind.variants().iter().cloned()).collect();
             round.shuffle(&mut rng);
         }
-        // A skewed clock matters when reports come late: inside a skew window, the lane's
-        // next fault is one that delays the runner's reports, when the round has one.
-        let skewed = last[lane].as_ref().is_some_and(|last| overlaps_next(last, next_ms[lane]));
-        let delaying = round.iter().rposition(|variant| skewed && variant.delays_reports());
+        // A skewed clock matters when something comes late: inside a runner's skew window,
+        // the lane's next fault is one that delays the runner's reports; inside the target's,
+        // one that delays a step; when the round has one.
+        let skewed = last[lane].as_ref().filter(|last| overlaps_next(last, next_ms[lane])).map(|last| last.kind);
+        let delaying = round.iter().rposition(|variant| match skewed {
+            Some(FaultKind::TargetClockSkew) => matches!(variant, Variant::DelayedStep { .. }),
+            Some(_) => variant.delays_reports(),
+            None => false,
+        });
         let variant = match delaying {
             Some(position) => round.remove(position),
             None => round.pop().expect("a round is refilled when empty"),
@@ -351,7 +374,9 @@ fn runner_lanes(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
         next_ms[lane] = match fault.kind {
             // A skewed clock matters when reports come late: the next fault starts inside
             // the skew window, on the same runner.
-            FaultKind::ClockSkew => fault.at_ms + lease_ms,
+            FaultKind::ClockSkew | FaultKind::TargetClockSkew => fault.at_ms + lease_ms,
+            // A one-off report leaves nothing to recover from: the next comes soon after.
+            _ if fault.duration_ms == 0 => fault.at_ms + rng.gen_range(lease_ms / 4..=lease_ms / 2),
             _ => fault.at_ms + fault.duration_ms + rng.gen_range(lease_ms..=lease_ms * 3 / 2),
         };
         last[lane] = Some(fault.clone());
@@ -361,9 +386,10 @@ fn runner_lanes(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
     faults
 }
 
-/// Whether `last` is a clock skew still in effect when the next fault starts at `at_ms`.
+/// Whether `last` is a clock skew (a runner's or the target's) still in effect when the
+/// next fault starts at `at_ms`.
 fn overlaps_next(last: &Fault, at_ms: u64) -> bool {
-    last.kind == FaultKind::ClockSkew && at_ms < last.at_ms + last.duration_ms
+    matches!(last.kind, FaultKind::ClockSkew | FaultKind::TargetClockSkew) && at_ms < last.at_ms + last.duration_ms
 }
 
 /// The fault for `variant` at `at_ms` in `lane`: its duration, its runner (one of the
@@ -396,8 +422,13 @@ fn realise(
         Variant::ControlLink => (2 * lease_ms, runner, Variant::ControlLink),
         Variant::TargetLinkMidStep => (lease_ms, runner, Variant::TargetLinkMidStep),
         Variant::DelayedStep { .. } => (6 * lease_ms, runner, Variant::DelayedStep { latency_ms: 4 * lease_ms }),
+        // The lease ends about 1.5 leases in, its job is reconciled a lease or more later:
+        // a step held 2 leases lands in between.
+        Variant::LateStep { .. } => (4 * lease_ms, runner, Variant::LateStep { latency_ms: 2 * lease_ms }),
         Variant::KillRunner => (2 * lease_ms, runner, Variant::KillRunner),
         Variant::RestartControl => (lease_ms / 2, None, Variant::RestartControl),
+        // Behind, so that an expired capability looks live to the target.
+        Variant::TargetSkew { .. } => (7 * lease_ms, None, Variant::TargetSkew { offset_ms: -skew_ms.abs() }),
         Variant::KillReplica { .. } => (2 * lease_ms, None, Variant::KillReplica { replica: replica_of(rng) }),
         Variant::ReplicaSkew { .. } => {
             (4 * lease_ms, None, Variant::ReplicaSkew { replica: replica_of(rng), offset_ms: skew_ms })
@@ -492,7 +523,7 @@ mod tests {
             replicas: 1,
         };
         let names: Vec<&str> = FaultKind::ALL.iter().flat_map(|kind| kind.variants()).map(Variant::name).collect();
-        assert_eq!(names.len(), 15);
+        assert_eq!(names.len(), 17);
         for seed in 0..20 {
             let faults = schedule(seed, &default);
             for name in &names {
@@ -508,7 +539,7 @@ mod tests {
         let options = ScheduleOptions { kinds, time_limit_ms: 30_000, runners: 3, lease_ms: 1_000, replicas: 3 };
         let runner_only = ScheduleOptions { kinds: FaultKind::ALL.to_vec(), ..options.clone() };
         let names: Vec<&str> = options.kinds.iter().flat_map(|kind| kind.variants()).map(Variant::name).collect();
-        assert_eq!(names.len(), 20);
+        assert_eq!(names.len(), 22);
         for seed in 0..20 {
             let faults = schedule(seed, &options);
             for name in &names {
@@ -570,7 +601,7 @@ mod tests {
 
     #[test]
     fn fault_lists_parse_and_unknown_names_are_named() {
-        assert_eq!(FaultKind::parse_list("all").unwrap().len(), 8);
+        assert_eq!(FaultKind::parse_list("all").unwrap().len(), 9);
         assert_eq!(
             FaultKind::parse_list("kill, reconnects,kill").unwrap(),
             vec![FaultKind::Kill, FaultKind::Reconnects]

@@ -564,8 +564,11 @@ pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<crate::faul
         return Err(format!("duration_ms = {duration_ms}: must be at most {FAULT_DURATION_MAX_MS}"));
     }
     let on_control_plane = kind == crate::faults::FaultKind::RestartControlPlane || variant.replica().is_some();
+    let on_target = kind == crate::faults::FaultKind::TargetClockSkew;
     let runner = match (runner, kind) {
         (Some(_), _) if on_control_plane => return Err(format!("{how} hits the control plane, not a runner")),
+        (Some(_), _) if on_target => return Err(format!("{how} hits the target, not a runner")),
+        (None, _) if on_target => None,
         (None, _) if on_control_plane => None,
         (None, _) => return Err(format!("how = `{how}` needs a runner")),
         (Some(name), _) => Some(runner_index(name, runners)? as u32),

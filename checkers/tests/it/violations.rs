@@ -225,10 +225,40 @@ fn stale_side_effect_on_fenced_and_unfenced_targets() {
         h.step(&a1, 3_310, Accepted, None);
         h.step(&a1, 3_320, Accepted, None); // the same stale attempt: reported once
         let expected = if mode == "fenced" { "stale-step-applied" } else { "stale-step-applied-unfenced-target" };
-        let anomalies = check(&h.build(), "stale-side-effect", &[expected]);
+        // A1's lease ended at 3000 too: its late step is also one after its lease.
+        let late = if mode == "fenced" { "step-after-lease" } else { "step-after-lease-unfenced-target" };
+        let anomalies = check(&h.build(), "stale-side-effect", &[expected, late]);
         assert_eq!(anomalies[0].fences, [7, 8]);
         assert_eq!(mode == "unfenced", anomalies[0].message.contains("residual risk of an unfenced target"));
     }
+}
+
+#[test]
+fn stale_side_effect_a_step_applied_after_its_lease_ended() {
+    for mode in ["fenced", "unfenced"] {
+        // A1's lease ends at 3000; its step lands at 3100, no newer fence on the key.
+        let (mut h, a1) = start();
+        h.config(mode);
+        h.capability(&a1, 1_100, 1_100, Accepted, Some(3_000));
+        let late = h.step(&a1, 3_100, Accepted, None);
+        h.step(&a1, 3_200, Accepted, None); // the same attempt: reported once
+        let expected = if mode == "fenced" { "step-after-lease" } else { "step-after-lease-unfenced-target" };
+        let anomalies = check(&h.build(), "stale-side-effect", &[expected]);
+        assert!(anomalies[0].events.contains(&late), "{:?}", anomalies[0]);
+        assert!(anomalies[0].message.contains("100 ms after its lease ended at 3000 ms"), "{}", anomalies[0].message);
+    }
+    // Renewed before the step, refused, or within the clocks' tolerance: nothing.
+    let (mut h, a1) = start();
+    h.heartbeat(&a1, 2_000, 2_000, Accepted, Some(4_000));
+    h.step(&a1, 3_100, Accepted, None);
+    h.step(&a1, 4_500, Rejected, Some(Reason::Expired));
+    h.step(&a1, 4_000 + checkers::stale_side_effect::CLOCK_TOLERANCE_MS, Accepted, None);
+    check(&h.build(), "stale-side-effect", &[]);
+    // A renewal received after the step does not excuse it.
+    let (mut h, a1) = start();
+    h.step(&a1, 3_100, Accepted, None);
+    h.heartbeat(&a1, 3_150, 3_150, Accepted, Some(5_150));
+    check(&h.build(), "stale-side-effect", &["step-after-lease"]);
 }
 
 #[test]

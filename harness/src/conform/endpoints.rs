@@ -391,6 +391,9 @@ async fn capability(s: &Session, case: Case) -> CaseOutcome {
             ensure(granted.lease_expires_ms == Some(grant.lease_expires_ms), || {
                 format!("the capability's verdict says the lease ends at {:?}, not at the attempt's {}", granted.lease_expires_ms, grant.lease_expires_ms)
             })?;
+            ensure(token.expires_ms <= grant.lease_expires_ms, || {
+                format!("the capability expires at {}, after the lease it was granted under ends ({}): it would let a runner that lost its authority mutate the target", token.expires_ms, grant.lease_expires_ms)
+            })?;
             let view = s.view(&job).await?;
             let lease = view.attempts.first().map_or(0, |attempt| attempt.lease_expires_ms);
             ensure(lease == grant.lease_expires_ms, || format!("the attempt's lease moved from {} to {lease} on a capability: a capability renews nothing", grant.lease_expires_ms))?;

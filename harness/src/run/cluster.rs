@@ -104,6 +104,7 @@ pub fn launch_of(config: &RunConfig, dir: &Path, program: &Path) -> Result<Launc
         poll_ms: 50,
         database_urls: vec![],
         replica_clock: None,
+        target_clock: None,
     })
 }
 
@@ -188,6 +189,9 @@ impl Cluster {
         }
         if runs(FaultKind::ReplicaClockSkew) {
             launch.replica_clock = libfaketime();
+        }
+        if runs(FaultKind::TargetClockSkew) {
+            launch.target_clock = libfaketime();
         }
         let system = RunningSystem::start(launch).await?;
         let mut cluster = Cluster {
@@ -328,6 +332,11 @@ impl Cluster {
     pub fn set_replica_clock(&self, replica: usize, offset_ms: i64) -> std::io::Result<()> {
         let file = self.system.launch.replica_clock_file(replica);
         std::fs::write(file, format!("{:+}", offset_ms as f64 / 1_000.0))
+    }
+
+    /// Moves the target's clock to `offset_ms` from true time.
+    pub fn set_target_clock(&self, offset_ms: i64) -> std::io::Result<()> {
+        std::fs::write(self.system.launch.target_clock_file(), format!("{:+}", offset_ms as f64 / 1_000.0))
     }
 
     /// Moves runner `index`'s clock to `offset_ms` from true time.

@@ -150,6 +150,7 @@ async fn start(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
         Variant::CrossJob => return cross(shared, fault, try_number).await,
         Variant::Impersonate => return impersonate(shared, fault, try_number).await,
         Variant::RestartControl => restart_control(shared).await,
+        Variant::TargetSkew { offset_ms } => target_clock(shared, *offset_ms).await,
         Variant::KillReplica { replica } => kill_replica(shared, *replica as usize).await,
         Variant::ReplicaSkew { .. } | Variant::DbLatency { .. } | Variant::DbCut { .. } | Variant::CommitCut { .. } => {
             on_database(shared, &fault.variant, true).await
@@ -188,7 +189,7 @@ async fn start_on(
         }
         Variant::ControlLink => cluster.control_set_enabled(index, false).await,
         Variant::TargetLinkMidStep => cluster.proxy.set_enabled(&target_link(index), false).await.map(drop),
-        Variant::DelayedStep { latency_ms } => {
+        Variant::DelayedStep { latency_ms } | Variant::LateStep { latency_ms } => {
             let kind = ToxicKind::Latency { latency_ms: *latency_ms, jitter_ms: 0 };
             let held = cluster.proxy.add_toxic(&target_link(index), &toxic(kind)).await.map(drop);
             drop(cluster);
@@ -212,6 +213,7 @@ async fn start_on(
         | Variant::CrossJob
         | Variant::Impersonate
         | Variant::RestartControl
+        | Variant::TargetSkew { .. }
         | Variant::KillReplica { .. }
         | Variant::ReplicaSkew { .. }
         | Variant::DbLatency { .. }
@@ -248,10 +250,11 @@ async fn heal(shared: &Shared, fault: &Fault) {
                 cluster.set_clock(index, 0).map_err(|error| error.to_string())
             }
             Variant::KillRunner => cluster.start_runner(index, &shared.config).map_err(|error| error.to_string()),
-            Variant::DelayedStep { .. } => {
+            Variant::DelayedStep { .. } | Variant::LateStep { .. } => {
                 let removed = cluster.proxy.remove_toxic(&target_link(index), TOXIC_NAME).await.map(drop);
                 removed.map_err(|error| error.to_string()).and(enable_links(&cluster, index).await)
             }
+            Variant::TargetSkew { .. } => cluster.set_target_clock(0).map_err(|error| error.to_string()),
             Variant::KillReplica { replica } => {
                 let replica = *replica as usize % cluster.system.replicas.len();
                 cluster.system.start_replica(replica).await.map_err(|error| error.to_string())
@@ -315,6 +318,14 @@ async fn kill_replica(shared: &Shared, replica: usize) -> Result<(), String> {
     }
     cluster.system.kill_replica(replica % replicas).await;
     Ok(())
+}
+
+async fn target_clock(shared: &Shared, offset_ms: i64) -> Result<(), String> {
+    let cluster = shared.cluster.lock().await;
+    if cluster.system.launch.target_clock.is_none() {
+        return Err("the target's clock cannot be moved here".into());
+    }
+    cluster.set_target_clock(offset_ms).map_err(|error| error.to_string())
 }
 
 async fn restart_control(shared: &Shared) -> Result<(), String> {
@@ -496,6 +507,9 @@ pub async fn heal_all(cluster: &Arc<Mutex<Cluster>>, config: &RunConfig) -> Resu
             cluster.set_replica_clock(replica, 0).map_err(|error| error.to_string())?;
         }
         cluster.system.start_replica(replica).await.map_err(|error| error.to_string())?;
+    }
+    if cluster.system.launch.target_clock.is_some() {
+        cluster.set_target_clock(0).map_err(|error| error.to_string())?;
     }
     for index in 0..cluster.runners.len() {
         cluster.set_clock(index, 0).map_err(|error| error.to_string())?;

@@ -67,6 +67,9 @@ pub enum Feature {
     /// The control plane reaches its database at `{database_url}`, which the harness can
     /// point at a proxy of its own (latency, cuts, a cut after COMMIT).
     DbLink,
+    /// The target's clock can be moved (libfaketime preloaded into its process), and the
+    /// target keeps stale steps off by their fence whatever its clock says.
+    TargetClock,
 }
 
 impl Feature {
@@ -89,6 +92,7 @@ impl Feature {
             Feature::RunnerClock => "runner-clock",
             Feature::ReplicaClock => "replica-clock",
             Feature::DbLink => "db-link",
+            Feature::TargetClock => "target-clock",
         }
     }
 }
@@ -207,6 +211,9 @@ pub struct Provides {
     /// See [`Feature::DbLink`]; off unless said (also per store, `[db.*] provides`).
     #[serde(default)]
     pub db_link: bool,
+    /// See [`Feature::TargetClock`]; off unless said.
+    #[serde(default)]
+    pub target_clock: bool,
 }
 
 fn yes() -> bool {
@@ -228,6 +235,7 @@ impl Default for Provides {
             runner_clock: both_clocks(),
             replica_clock: false,
             db_link: false,
+            target_clock: false,
         }
     }
 }
@@ -243,12 +251,14 @@ impl Provides {
             Feature::RunnerClock => !self.runner_clock.is_empty(),
             Feature::ReplicaClock => self.replica_clock,
             Feature::DbLink => self.db_link,
+            Feature::TargetClock => self.target_clock,
         }
     }
 
     /// The optional parts of the contract every system is asked about that this one
     /// leaves out (the database's parts, [`Feature::ReplicaClock`] and
-    /// [`Feature::DbLink`], matter only to the faults that need them).
+    /// [`Feature::DbLink`], and [`Feature::TargetClock`] matter only to the faults that
+    /// need them).
     pub fn absent(&self) -> Vec<Feature> {
         Feature::ALL.into_iter().filter(|feature| !self.has(*feature)).collect()
     }

@@ -56,6 +56,9 @@ pub struct Launch {
     /// libfaketime, preloaded into every replica so that its clock can be moved through
     /// its file [`Launch::replica_clock_file`]; `None`: replicas run on the host's clock.
     pub replica_clock: Option<PathBuf>,
+    /// libfaketime, preloaded into the target so that its clock can be moved through its
+    /// file [`Launch::target_clock_file`]; `None`: the target runs on the host's clock.
+    pub target_clock: Option<PathBuf>,
 }
 
 /// Tries a runner makes to deliver a result (`{result_tries_max}`): with its back-off they
@@ -361,6 +364,11 @@ impl Launch {
         self.dir.join(format!("clock-control-plane-{}", replica + 1))
     }
 
+    /// The libfaketime offset file of the target.
+    pub fn target_clock_file(&self) -> PathBuf {
+        self.dir.join("clock-target")
+    }
+
     async fn start_server_once(&self, role: Role, replica: usize, port: u16) -> Result<Server, StartError> {
         let where_ = self.file.locate(role);
         let spec = &self.file.roles[&role];
@@ -390,8 +398,14 @@ impl Launch {
             return self.wait_ready(role, proc, port, ready, &words, &log).await;
         }
         let (mut command, words) = self.command(role, &values, &[], &log)?;
-        if let (Role::ControlPlane, Some(library)) = (role, &self.replica_clock) {
-            let clock_file = self.replica_clock_file(replica);
+        let faked = match role {
+            Role::ControlPlane => {
+                self.replica_clock.as_ref().map(|library| (library, self.replica_clock_file(replica)))
+            }
+            Role::Target => self.target_clock.as_ref().map(|library| (library, self.target_clock_file())),
+            Role::Runner => None,
+        };
+        if let Some((library, clock_file)) = faked {
             if !clock_file.exists() {
                 std::fs::write(&clock_file, "+0").map_err(|error| StartError::Failed(error.to_string()))?;
             }

@@ -29,6 +29,7 @@ pub fn fault_needs(kind: workloads::faults::FaultKind) -> Option<Feature> {
         | FaultKind::KillReplica => None,
         FaultKind::ReplicaClockSkew => Some(Feature::ReplicaClock),
         FaultKind::DbLink => Some(Feature::DbLink),
+        FaultKind::TargetClockSkew => Some(Feature::TargetClock),
     }
 }
 
@@ -125,6 +126,9 @@ impl SystemFile {
                 said && crate::run::cluster::libfaketime().is_some() && self.image(Role::ControlPlane).is_none()
             }
             Feature::DbLink => said && db == crate::run::config::Db::Postgres,
+            Feature::TargetClock => {
+                said && crate::run::cluster::libfaketime().is_some() && self.image(Role::Target).is_none()
+            }
             _ => said,
         }
     }

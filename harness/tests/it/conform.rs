@@ -101,6 +101,7 @@ const CAUGHT: &[(&str, &[&str])] = &[
     ("self-reconcile", &["rule/no-requeue-on-expiry", "rule/stale-completion", "model/rules-replay"]),
     ("expire-early", &["rule/expiry-on-server-clock", "model/rules-replay"]),
     ("target-refuses-current-fence", &["target/fenced", "target/steps"]),
+    ("capability-outlives-lease", &["endpoint/capability"]),
     (
         "trust-named-runner",
         &["input/claim-as-other-runner", "input/heartbeat-as-other-runner", "input/result-as-other-runner"],

@@ -312,6 +312,64 @@ async fn control_link_cut_between_steps_expires_the_lease() {
     );
 }
 
+/// A step held in the network past its attempt's lease (`late-step`): the target refuses
+/// it as expired, since a capability dies with its lease; a control plane whose
+/// capabilities outlive the lease (`capability-outlives-lease`) lets it land, and
+/// `stale-side-effect` says so (`step-after-lease`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_held_past_its_lease_is_refused_and_applying_it_is_caught() {
+    let late =
+        || fault("disconnect-during-mutation", Some(0), 2_000, 2_400, json!({"how": "late-step", "latency_ms": 1_200}));
+    let finished = one_fault(late()).await;
+    let events = finished.history();
+    let refused = events.iter().any(|event| {
+        event.kind == EventType::Step
+            && event.runner.as_deref() == Some("r1")
+            && event.reason.as_deref() == Some("expired")
+            && ms(event) >= nemesis_window(&events).0
+    });
+    assert!(refused, "no step of r1 was refused as expired; {}", context(&finished));
+
+    let finished = scheduled(vec![late()], "4", &["--bug", "capability-outlives-lease"]).await;
+    assert_eq!(finished.code, Some(1), "the bug is found; {}", context(&finished));
+    let results = std::fs::read_to_string(finished.folder().join("results.json")).unwrap();
+    assert!(results.contains("\"step-after-lease\""), "{}", context(&finished));
+}
+
+/// The target's clock moved behind (`target-skew`): its step log's receipt times fall
+/// behind the control plane's by the offset, and the correct lab stays valid.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_clock_moved_behind_shows_in_its_step_log() {
+    if harness::run::cluster::libfaketime().is_none() {
+        let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
+        assert!(!require_all, "libfaketime is not installed (Debian: faketime), and FENCELAB_REQUIRE_ALL=1");
+        eprintln!("SKIPPED: libfaketime is not installed: the target's clock cannot be moved");
+        return;
+    }
+    let skew = fault("target-clock-skew", None, 1_500, 3_000, json!({"how": "target-skew", "offset_ms": -60_000}));
+    let finished = one_fault(skew).await;
+    let events = finished.history();
+    let window = nemesis_window(&events);
+    let inside = |event: &&Event| (window.0 + 100..=window.1.saturating_sub(100)).contains(&ms(event));
+    let server: Vec<(u64, i64)> = events
+        .iter()
+        .filter(|event| event.kind == EventType::Ledger)
+        .filter(inside)
+        .filter_map(|event| Some((event.time_ns, event.received_ms?)))
+        .collect();
+    let skews: Vec<i64> = events
+        .iter()
+        .filter(|event| event.kind == EventType::Step)
+        .filter(inside)
+        .filter_map(|step| {
+            let near = server.iter().min_by_key(|(time_ns, _)| time_ns.abs_diff(step.time_ns))?;
+            Some(step.received_ms? - near.1)
+        })
+        .collect();
+    assert!(!skews.is_empty(), "the target judged no step during the skew; {}", context(&finished));
+    assert!(skews.iter().all(|skew| (-61_000..=-59_000).contains(skew)), "skews {skews:?}; {}", context(&finished));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn target_link_cut_mid_step_leaves_a_step_without_an_answer() {
     let finished =

@@ -588,7 +588,12 @@ impl<S: Store> Rules<S> {
             let Some(attempt) = live else {
                 return self.reject(tx, &report, &job, None, now);
             };
-            let expires_ms = now.ms + self.policy.capability_ttl_ms as i64;
+            // A capability never outlives the lease it is granted under: a runner that lost
+            // its authority cannot mutate the target, even where no newer fence has written.
+            let mut expires_ms = now.ms + self.policy.capability_ttl_ms as i64;
+            if !self.bugs.has(Bug::CapabilityOutlivesLease) {
+                expires_ms = expires_ms.min(attempt.lease_expires_ms);
+            }
             let unsigned = Capability {
                 deployment_key: job.deployment_key.clone(),
                 job: job.id.clone(),
