@@ -363,13 +363,23 @@ fn runner_lanes(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
             None => round.pop().expect("a round is refilled when empty"),
         };
         let mut fault = realise(&mut rng, &variant, next_ms[lane], lane as u32, lanes, options);
+        if fault.at_ms + fault.duration_ms >= options.time_limit_ms {
+            // Too long for what is left of the run: a shorter variant of the round may fit
+            // (the lane closes when none does).
+            round.push(variant);
+            let fits = |variant: &Variant| {
+                let fault = realise(&mut rng.clone(), variant, next_ms[lane], lane as u32, lanes, options);
+                fault.at_ms + fault.duration_ms < options.time_limit_ms
+            };
+            let Some(position) = round.iter().rposition(fits) else {
+                open[lane] = false;
+                continue;
+            };
+            let shorter = round.remove(position);
+            fault = realise(&mut rng, &shorter, next_ms[lane], lane as u32, lanes, options);
+        }
         if let Some(skewed) = last[lane].as_ref().filter(|last| overlaps_next(last, next_ms[lane])) {
             fault.runner = skewed.runner.or(fault.runner);
-        }
-        if fault.at_ms + fault.duration_ms >= options.time_limit_ms {
-            round.push(variant);
-            open[lane] = false;
-            continue;
         }
         next_ms[lane] = match fault.kind {
             // A skewed clock matters when reports come late: the next fault starts inside

@@ -78,6 +78,15 @@ fn config(scenario: &Scenario, store: &Path, system: &SystemChoice) -> Result<Ru
     args.control_planes = scenario.control_planes;
     let mut config = validate(&args, scenario.seed).map_err(ScenarioError::Bad)?;
     config.recovery_limit_ms = scenario.settle_within_ms;
+    // The faults its steps play: the cluster is set up for them (a target or replica clock
+    // that can be moved, a database link through a proxy).
+    for step in &scenario.steps {
+        if let Ok(fault) = workloads::scenario::fault_of(&step.action, 0, scenario.runners) {
+            if !config.nemesis.contains(&fault.kind) {
+                config.nemesis.push(fault.kind);
+            }
+        }
+    }
     Ok(config)
 }
 

@@ -214,15 +214,17 @@ async fn bad_arguments_exit_254_naming_what_is_wrong() {
     let unknown_key = unknown_key.to_str().unwrap();
     let missing = dir.path().join("absent.toml");
     for (args, says) in [
-        (vec!["--system", unknown_key], vec!["system.toml:25", "readyy"]),
+        (vec!["--system", unknown_key], vec!["system.toml:@readyy", "readyy"]),
         (vec!["--system", missing.to_str().unwrap()], vec!["absent.toml", "cannot read the system file"]),
         (vec!["--variant", "no-such-bug"], vec!["no variant `no-such-bug`", "accept-stale-result"]),
         (vec!["--lease-ms", "5"], vec!["--lease-ms must be 100..=10000"]),
     ] {
         let conformed = conform(&args).await;
         assert_eq!(conformed.code, Some(254), "{args:?}: {}", conformed.text);
+        let edited = std::fs::read_to_string(unknown_key).unwrap();
         for said in says {
-            assert!(conformed.text.contains(said), "{args:?} says {said:?}: {}", conformed.text);
+            let said = crate::system::at_line(&edited, said);
+            assert!(conformed.text.contains(&said), "{args:?} says {said:?}: {}", conformed.text);
         }
         assert!(!conformed.out.join("conform.json").exists(), "{args:?}: nothing was run");
     }
