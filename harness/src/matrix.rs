@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use lab::bugs::Bug;
 use serde::Serialize;
+use workloads::faults::{Fault, FaultKind};
 
 pub use crate::runs::{run_child, Cell, RunSpec};
 
@@ -80,7 +81,8 @@ pub async fn run_cell(
     seed: u64,
     time_limit: u64,
 ) -> Cell {
-    let row = Line { name: bug.map(|bug| bug.name().to_string()), bug, nemesis: nemesis.to_string() };
+    let exposing = bug.map(exposing_faults).unwrap_or_else(|| "all".to_string());
+    let row = Line { name: bug.map(|bug| bug.name().to_string()), bug, nemesis: nemesis.to_string(), exposing };
     let extra = bug.map(store_args).unwrap_or_default();
     run_line(program, store, None, &row, seed, time_limit, extra).await
 }
@@ -92,6 +94,8 @@ struct Line {
     name: Option<String>,
     bug: Option<Bug>,
     nemesis: String,
+    /// The faults that expose it (its variant's `nemesis`), whatever the run's are.
+    exposing: String,
 }
 
 async fn run_line(
@@ -135,9 +139,12 @@ fn lines(args: &MatrixArgs) -> anyhow::Result<(Vec<Line>, Vec<String>)> {
         for bug in bugs {
             match needs_other_db(&lab, bug.name()) {
                 Some(db) => skipped.push(format!("{bug}: needs --db {db}")),
-                None => {
-                    lines.push(Line { name: Some(bug.name().to_string()), bug: Some(bug), nemesis: faults_of(bug) })
-                }
+                None => lines.push(Line {
+                    name: Some(bug.name().to_string()),
+                    bug: Some(bug),
+                    nemesis: faults_of(bug),
+                    exposing: exposing_faults(bug),
+                }),
             }
         }
         return Ok((lines, skipped));
@@ -153,8 +160,9 @@ fn lines(args: &MatrixArgs) -> anyhow::Result<(Vec<Line>, Vec<String>)> {
             continue;
         }
         let declared = file.variants[&name].nemesis.clone();
+        let exposing = declared.clone().unwrap_or_else(|| "all".to_string());
         let nemesis = args.nemesis.clone().or(declared).unwrap_or_else(|| "all".to_string());
-        lines.push(Line { name: Some(name), bug: None, nemesis });
+        lines.push(Line { name: Some(name), bug: None, nemesis, exposing });
     }
     Ok((lines, skipped))
 }
@@ -186,6 +194,10 @@ pub struct Row {
     pub checkers: Vec<(String, usize)>,
     /// Median seconds into the run of the first anomaly's evidence, over detecting runs.
     pub first_anomaly_s_median: Option<f64>,
+    /// Median time from the start of the last exposing fault (one of the kinds that
+    /// expose the bug) scheduled before the first anomaly's evidence to that evidence, in
+    /// leases, over the detecting runs that had one.
+    pub leases_after_fault_median: Option<f64>,
 }
 
 impl Row {
@@ -198,14 +210,38 @@ impl Row {
     }
 }
 
-fn row(bug: Option<String>, nemesis: &str, cells: &[&Cell]) -> Row {
+/// For a detecting run: the time from the start of the last fault of `exposing` scheduled
+/// before its first anomaly's evidence to that evidence, in leases (`schedule.json` and
+/// `config.json` of its folder).
+fn leases_after_fault(cell: &Cell, exposing: &[FaultKind]) -> Option<f64> {
+    let folder = cell.folder.as_ref()?;
+    let first_ms = cell.first_anomaly_s? * 1_000.0;
+    let schedule: Vec<Fault> = serde_json::from_slice(&std::fs::read(folder.join("schedule.json")).ok()?).ok()?;
+    let config: serde_json::Value = serde_json::from_slice(&std::fs::read(folder.join("config.json")).ok()?).ok()?;
+    let lease_ms = config["lease_ms"].as_f64().filter(|lease| *lease > 0.0)?;
+    let exposing_start = schedule
+        .iter()
+        .filter(|fault| exposing.contains(&fault.kind) && fault.at_ms as f64 <= first_ms)
+        .map(|fault| fault.at_ms)
+        .max()?;
+    Some((first_ms - exposing_start as f64) / lease_ms)
+}
+
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
+}
+
+fn row(bug: Option<String>, nemesis: &str, exposing: &str, cells: &[&Cell]) -> Row {
     let mut checkers = std::collections::BTreeMap::<String, usize>::new();
     for checker in cells.iter().flat_map(|cell| &cell.checkers) {
         *checkers.entry(checker.clone()).or_default() += 1;
     }
-    let mut firsts: Vec<f64> =
+    let firsts: Vec<f64> =
         cells.iter().filter(|cell| cell.detected()).filter_map(|cell| cell.first_anomaly_s).collect();
-    firsts.sort_by(f64::total_cmp);
+    let exposing = FaultKind::parse_list(exposing).unwrap_or_default();
+    let after: Vec<f64> =
+        cells.iter().filter(|cell| cell.detected()).filter_map(|cell| leases_after_fault(cell, &exposing)).collect();
     Row {
         bug,
         nemesis: nemesis.to_string(),
@@ -213,7 +249,8 @@ fn row(bug: Option<String>, nemesis: &str, cells: &[&Cell]) -> Row {
         detected: cells.iter().filter(|cell| cell.detected()).count(),
         errors: cells.iter().filter(|cell| cell.verdict.is_error()).count(),
         checkers: checkers.into_iter().collect(),
-        first_anomaly_s_median: firsts.get(firsts.len() / 2).copied(),
+        first_anomaly_s_median: median(firsts),
+        leases_after_fault_median: median(after),
     }
 }
 
@@ -229,7 +266,8 @@ pub async fn run(args: &MatrixArgs, program: &Path) -> anyhow::Result<Matrix> {
     for line in &lines {
         plan.extend((0..args.seeds).map(|i| (line.clone(), args.first_seed + i)));
     }
-    let correct = Line { name: None, bug: None, nemesis: args.nemesis.clone().unwrap_or_else(|| "all".to_string()) };
+    let nemesis = args.nemesis.clone().unwrap_or_else(|| "all".to_string());
+    let correct = Line { name: None, bug: None, nemesis: nemesis.clone(), exposing: nemesis };
     plan.extend((0..args.correct_seeds).map(|i| (correct.clone(), args.first_seed + i)));
     let mut cells = Vec::new();
     let mut running = tokio::task::JoinSet::new();
@@ -249,11 +287,11 @@ pub async fn run(args: &MatrixArgs, program: &Path) -> anyhow::Result<Matrix> {
     let mut rows = Vec::new();
     for line in &lines {
         let mine: Vec<&Cell> = cells.iter().filter(|cell| cell.bug == line.name).collect();
-        rows.push(row(line.name.clone(), &line.nemesis, &mine));
+        rows.push(row(line.name.clone(), &line.nemesis, &line.exposing, &mine));
     }
     let correct_cells: Vec<&Cell> = cells.iter().filter(|cell| cell.bug.is_none()).collect();
     if !correct_cells.is_empty() {
-        rows.push(row(None, &correct.nemesis, &correct_cells));
+        rows.push(row(None, &correct.nemesis, &correct.exposing, &correct_cells));
     }
     let matrix = Matrix {
         time_limit_s: args.time_limit,
@@ -269,8 +307,10 @@ pub async fn run(args: &MatrixArgs, program: &Path) -> anyhow::Result<Matrix> {
 
 /// The table, one line per bug and one for the correct lab.
 pub fn table(matrix: &Matrix) -> String {
-    let mut out =
-        format!("{:<27} {:<30} {:>9} {:>13}  {}\n", "bug", "faults", "detected", "first (s)", "checkers (runs)");
+    let mut out = format!(
+        "{:<27} {:<30} {:>9} {:>9} {:>15}  {}\n",
+        "bug", "faults", "detected", "first (s)", "after (leases)", "checkers (runs)"
+    );
     for row in &matrix.rows {
         let name = row.bug.clone().unwrap_or_else(|| "(correct lab)".to_string());
         let detected = match row.bug {
@@ -278,10 +318,11 @@ pub fn table(matrix: &Matrix) -> String {
             None => format!("{} of {} flagged", row.detected, row.runs),
         };
         let first = row.first_anomaly_s_median.map_or("-".to_string(), |seconds| format!("{seconds:.1}"));
+        let after = row.leases_after_fault_median.map_or("-".to_string(), |leases| format!("{leases:.1}"));
         let checkers: Vec<String> = row.checkers.iter().map(|(name, runs)| format!("{name} ({runs})")).collect();
         let mark = if row.holds() { "" } else { "  <- FAILS ITS TARGET" };
         out.push_str(&format!(
-            "{name:<27} {:<30} {detected:>9} {first:>13}  {}{mark}\n",
+            "{name:<27} {:<30} {detected:>9} {first:>9} {after:>15}  {}{mark}\n",
             row.nemesis,
             checkers.join(", ")
         ));
@@ -293,4 +334,39 @@ pub fn table(matrix: &Matrix) -> String {
         out.push_str(&format!("error in `{}`: {}\n", cell.command, cell.verdict));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_time_after_the_exposing_fault_is_counted_from_the_last_one_before_the_evidence() {
+        let folder = tempfile::tempdir().unwrap();
+        let fault = |at_ms: u64, kind: &str, how: &str| serde_json::json!({"at_ms": at_ms, "duration_ms": 0, "kind": kind, "runner": 0, "variant": {"how": how}});
+        let schedule = [
+            fault(1_000, "reconnects", "cut-links"),
+            fault(3_000, "kill", "kill-runner"),
+            fault(4_000, "reconnects", "cut-links"),
+            fault(9_000, "reconnects", "cut-links"),
+        ];
+        std::fs::write(folder.path().join("schedule.json"), serde_json::to_vec(&schedule).unwrap()).unwrap();
+        std::fs::write(folder.path().join("config.json"), r#"{"lease_ms": 500}"#).unwrap();
+        let cell = Cell {
+            test_name: "t".into(),
+            bug: Some("accept-stale-result".into()),
+            nemesis: "all".into(),
+            seed: 1,
+            verdict: results::RunVerdict::Error("unused".into()),
+            checkers: vec![],
+            first_anomaly_s: Some(5.5),
+            folder: Some(folder.path().to_path_buf()),
+            command: String::new(),
+        };
+        // The cut at 4 s is the last exposing fault before 5.5 s: 1.5 s, three leases.
+        assert_eq!(leases_after_fault(&cell, &[FaultKind::Reconnects]), Some(3.0));
+        assert_eq!(leases_after_fault(&cell, &[FaultKind::Kill]), Some(5.0));
+        assert_eq!(leases_after_fault(&cell, &[FaultKind::ClockSkew]), None);
+        assert_eq!(leases_after_fault(&Cell { first_anomaly_s: Some(0.5), ..cell }, &[FaultKind::Reconnects]), None);
+    }
 }
