@@ -1,6 +1,7 @@
 //! The target's fence rule per mode (`docs/protocol.md`, the target): fenced refuses a lower
 //! fence once a higher one was applied and takes an equal one; idempotent refuses a repeated
-//! `(job, step)` and compares no fence; unfenced applies everything. Each mode runs on a
+//! `(job, step)` and compares no fence; both refuse an expired capability; unfenced applies
+//! everything. Each mode runs on a
 //! target of its own, started for the session, so these cases need a system whose target
 //! command takes `{target_mode}`.
 
@@ -100,6 +101,22 @@ async fn expect(
     Ok(record)
 }
 
+/// Longest wait for a capability to expire before the target is shown it (it expires with
+/// its attempt's lease).
+const EXPIRY_WAIT_MAX_MS: i64 = 10_000;
+
+/// Waits for `capability` to expire, then posts step `index` with it: refused `expired`.
+/// A capability that lives longer than [`EXPIRY_WAIT_MAX_MS`] is not waited for (say so).
+async fn expired(s: &Session, base: &str, capability: &Capability, index: u32) -> Result<String, Finding> {
+    let wait_ms = capability.expires_ms + 20 - now_ms();
+    if wait_ms > EXPIRY_WAIT_MAX_MS {
+        return Ok(format!("the capability lives {wait_ms} ms more: its expiry was not tried"));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(wait_ms.max(0) as u64)).await;
+    expect(s, base, capability, index, Some(Reason::Expired), "a capability past its expiry").await?;
+    Ok("an expired capability refused (expired)".to_string())
+}
+
 async fn deployment(s: &Session, base: &str, key: &str) -> Result<(u64, u64), Finding> {
     let answer = s.get(base, &format!("/v1/deployments/{key}"), None).await?;
     let body = answer.json().unwrap_or_default();
@@ -119,6 +136,7 @@ async fn fenced(s: &Session, case: Case) -> CaseOutcome {
     })?;
     expect(s, &base, &high, 1, None, "an equal fence (the attempt's own next step)").await?;
     expect(s, &base, &forged(&high), 2, Some(Reason::BadSignature), "a capability whose fence was changed").await?;
+    let expiry = expired(s, &base, &high, 3).await?;
     let (revision, highest) = deployment(s, &base, &key).await?;
     ensure((revision, highest) == (2, high.fence), || {
         format!(
@@ -127,7 +145,7 @@ async fn fenced(s: &Session, case: Case) -> CaseOutcome {
         )
     })?;
     Ok(format!(
-        "fenced: fence {} applied; fence {} then refused (stale_fence); fence {} again applied; a forged capability refused (bad_signature); {key} at revision 2",
+        "fenced: fence {} applied; fence {} then refused (stale_fence); fence {} again applied; a forged capability refused (bad_signature); {expiry}; {key} at revision 2",
         high.fence, low.fence, high.fence
     ))
 }
@@ -139,10 +157,11 @@ async fn idempotent(s: &Session, case: Case) -> CaseOutcome {
     expect(s, &base, &low, 0, None, "a lower fence of another job (fences are not compared)").await?;
     expect(s, &base, &high, 0, Some(Reason::Duplicate), "the same job's step again").await?;
     expect(s, &base, &forged(&high), 1, Some(Reason::BadSignature), "a capability whose fence was changed").await?;
+    let expiry = expired(s, &base, &high, 2).await?;
     let (revision, _) = deployment(s, &base, &key).await?;
     ensure(revision == 2, || format!("deployment {key} reads revision {revision}; two steps were applied"))?;
     Ok(format!(
-        "idempotent: step 0 of fence {} and of fence {} applied; step 0 of fence {} again refused (duplicate); a forged capability refused (bad_signature)",
+        "idempotent: step 0 of fence {} and of fence {} applied; step 0 of fence {} again refused (duplicate); a forged capability refused (bad_signature); {expiry}",
         high.fence, low.fence, high.fence
     ))
 }

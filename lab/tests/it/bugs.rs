@@ -116,6 +116,17 @@ on_every_store! {
         });
     }
 
+    fn capability_outlives_lease_signs_a_capability_past_the_lease() {
+        breaks(Bug::CapabilityOutlivesLease, |world| {
+            let runner = world.runner("r1");
+            world.submit("j", "k", 0);
+            let claim = world.claim(&runner, 0).unwrap().claim;
+            let request = CapabilityRequest { claim, observed_ms: 0 };
+            let granted = world.rules.capability(&runner, &request, at(10)).unwrap();
+            granted.capability.is_some_and(|capability| Some(capability.expires_ms) <= granted.lease_expires_ms)
+        });
+    }
+
     fn expire_early_expires_a_lease_before_it_ends() {
         breaks(Bug::ExpireEarly, |world| {
             let runner = world.runner("r1");

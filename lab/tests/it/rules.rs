@@ -161,7 +161,7 @@ on_every_store! {
         let capability = granted.capability.expect("a capability");
         assert!(lab::capability::verify(b"secret", &capability));
         assert_eq!((capability.fence, capability.attempt.as_str()), (a2.fence, a2.attempt.as_str()));
-        assert_eq!(capability.expires_ms, at(LEASE_MS + 10).ms + 30 * LEASE_MS, "the capability's own life, not the lease");
+        assert_eq!(Some(capability.expires_ms), granted.lease_expires_ms, "the capability dies with the lease");
         let stale = world.rules.capability(&r1, &request(&a1), at(LEASE_MS + 10)).unwrap();
         assert_eq!(
             (stale.decision, stale.reason.map(|word| word.as_str()), stale.capability),
