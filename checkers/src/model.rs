@@ -99,6 +99,8 @@ pub enum Source {
     Config,
     /// The operator's decision to reconcile an attempt (`operator`, `invoke`, `reconcile`).
     OperatorReconcile,
+    /// A runner process found exited on its own (`harness`, `ok`, `runner-exited`).
+    RunnerExited,
     /// Anything else: requests, operator and nemesis operations, faults.
     Other,
 }
@@ -225,6 +227,7 @@ fn classify(event: &Event) -> Source {
         EventType::Ok if event.process == Process::CLIENT && event.f == Op::Submit => Source::SubmitOk,
         EventType::Ok if event.process == Process::HARNESS && event.f == Op::Final => Source::Final,
         EventType::Ok if event.process == Process::HARNESS && event.f == Op::Config => Source::Config,
+        EventType::Ok if event.process == Process::HARNESS && event.f == Op::RunnerExited => Source::RunnerExited,
         EventType::Invoke if event.process == Process::OPERATOR && event.f == Op::Reconcile => {
             Source::OperatorReconcile
         }

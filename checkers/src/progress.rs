@@ -7,7 +7,9 @@
 //!   applied before;
 //! - an accepted `succeeded` result must be backed by its own attempt's work: at least one
 //!   step of that attempt applied on the target before the result was received;
-//! - a run in which jobs were acknowledged but none succeeded made no progress.
+//! - a run in which jobs were acknowledged but none succeeded made no progress;
+//! - a runner process that exited on its own during the run (no fault killed it) is a
+//!   worker the system lost (`runner-exited`).
 
 use crate::driver::{need_finals, Check, Findings, Found};
 use crate::model::{FxMap, Index, Observed, Op, Source};
@@ -15,8 +17,7 @@ use history::{Decision, OutcomeWord, Reason};
 use std::collections::HashSet;
 
 pub const NAME: &str = "progress";
-pub const ABOUT: &str =
-    "refusals are justified by the record, accepted successes by their attempt's own applied steps, and some job succeeds";
+pub const ABOUT: &str = "refusals are justified by the record, accepted successes by their attempt's own applied steps, some job succeeds, and no runner exits on its own";
 
 /// Fewest acknowledged jobs for "none succeeded" to mean the system made no progress.
 const JOBS_FOR_PROGRESS_MIN: u64 = 3;
@@ -59,6 +60,19 @@ impl Check for Progress {
             Source::Target => self.step(ev, ctx, out),
             Source::Ledger if ev.op == Op::Result && ev.accepted() => self.success(ev, ctx, out),
             Source::SubmitOk => self.acknowledged += 1,
+            Source::RunnerExited => {
+                let runner = ev.runner.map_or("a runner", |runner| ctx.runner_name(runner));
+                let status = ev.raw.reason.as_deref().unwrap_or("unknown status");
+                let message = format!(
+                    "runner {runner} exited on its own during the run ({status}); no fault killed it: the system lost a worker"
+                );
+                let found = Found::new(NAME, "runner-exited").events(&[ev.index]);
+                let found = match ev.runner {
+                    Some(runner) => found.runner(ctx, runner),
+                    None => found,
+                };
+                out.push(found.says(message));
+            }
             Source::Final => {
                 self.succeeded += u64::from(ev.raw.outcome_word() == Some(OutcomeWord::Succeeded));
                 if self.finals.len() < FINALS_NAMED_MAX {

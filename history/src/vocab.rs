@@ -94,6 +94,9 @@ words! {
         Thaw = "thaw",
         /// The nemesis heals every fault at the end of a run.
         HealAll = "heal-all",
+        /// A runner process the harness found exited on its own (no fault killed it) when
+        /// the run ended; `reason` is its exit status.
+        RunnerExited = "runner-exited",
         /// Evidence the harness could not read (a source's line outside the vocabulary);
         /// `reason` says which source and line. Any such event makes a verdict unknown.
         Unreadable = "unreadable",

@@ -359,6 +359,19 @@ impl Cluster {
         self.runners.iter().map(|slot| self.system.runner_log(&slot.id)).collect()
     }
 
+    /// The runners whose process exited on its own (a fault's kill takes the process away,
+    /// so a process still held that has exited was not killed by the harness): id, status.
+    pub async fn exited_runners(&mut self) -> Vec<(String, String)> {
+        let mut exited = Vec::new();
+        for slot in &mut self.runners {
+            let Some(process) = slot.process.as_mut() else { continue };
+            if let Some(status) = process.ended().await {
+                exited.push((slot.id.clone(), status));
+            }
+        }
+        exited
+    }
+
     /// Stops every runner, so that the ledger and the step log can be read whole.
     pub async fn stop_runners(&mut self) {
         for slot in &mut self.runners {

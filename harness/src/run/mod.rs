@@ -238,6 +238,13 @@ async fn finish(
 ) -> anyhow::Result<RunEnd> {
     let (operator, steps) = {
         let mut cluster = shared.cluster.lock().await;
+        // A runner that exited on its own is a worker the system lost: said in the history.
+        for (runner, status) in cluster.exited_runners().await {
+            shared.recorder.record(Process::HARNESS, EventType::Ok, Op::RunnerExited, |event| {
+                event.runner = Some(runner);
+                event.reason = Some(status);
+            });
+        }
         // No runner may report after the ledger is read: every answer it got is in the ledger.
         cluster.stop_runners().await;
         (cluster.system.operator.clone(), cluster.target_steps(COLLECT_WAIT_MAX).await.unwrap_or_default())

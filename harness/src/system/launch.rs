@@ -109,6 +109,15 @@ impl Proc {
         pid > 0 && unsafe { libc::kill(pid, signal) } == 0
     }
 
+    /// How it ended, if it has (a process: its exit status, reaped here; a container: why
+    /// it no longer runs).
+    pub async fn ended(&mut self) -> Option<String> {
+        match &mut self.body {
+            Body::Child(child) => child.try_wait().ok().flatten().map(|status| status.to_string()),
+            Body::Container(container) => container.exited().await,
+        }
+    }
+
     /// Whether it executes nothing now: gone, stopped (SIGSTOP) or paused.
     pub fn is_stopped(&self) -> bool {
         if let Body::Container(container) = &self.body {

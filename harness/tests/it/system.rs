@@ -268,3 +268,25 @@ async fn a_matrix_over_a_system_file_runs_its_variants_under_their_faults() {
         "the cells' commands name both"
     );
 }
+
+/// A runner that exits on its own mid-run (here: told to stop after one job) is a worker
+/// the system lost: `progress` says so (`runner-exited`), naming the runner and its status.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runner_that_exits_on_its_own_is_an_anomaly() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = edited_lab(dir.path(), |text| {
+        text.replacen(
+            "\"--result-tries-max={result_tries_max}\",",
+            "\"--result-tries-max={result_tries_max}\", \"--jobs-max=1\",",
+            1,
+        )
+    });
+    let file = file.display().to_string();
+    let finished = run(&["--system", &file, "--seed", "2", "--time-limit", "4", "--nemesis", "none"]).await;
+    assert_eq!(finished.code, Some(1), "{}\n{}", finished.stdout, finished.stderr);
+    let results = std::fs::read_to_string(finished.folder().join("results.json")).unwrap();
+    assert!(results.contains("\"runner-exited\"") && results.contains("exited on its own"), "{results}");
+    // The same system without the limit: no runner exits.
+    let finished = run(&["--seed", "2", "--time-limit", "4", "--nemesis", "none"]).await;
+    assert_eq!(finished.code, Some(0), "{}", finished.stdout);
+}
