@@ -67,6 +67,10 @@ impl Interner {
         self.names.push(name.to_string());
         id
     }
+    /// The id of a name already seen.
+    pub fn get(&self, name: &str) -> Option<u32> {
+        self.ids.get(name).copied()
+    }
     pub fn name(&self, id: u32) -> &str {
         self.names.get(id as usize).map_or("?", String::as_str)
     }

@@ -90,6 +90,9 @@ struct Attempt {
     lease_end_ms: i64,
     /// The outcome its own accepted result committed.
     committed: Option<OutcomeWord>,
+    /// The state its close left it in: its result's outcome, `failed` when reconciled as
+    /// stopped, the finding's outcome when reconciled as completed.
+    closed_as: Option<OutcomeWord>,
     claimed_at: u64,
 }
 
@@ -282,6 +285,7 @@ impl RulesModel {
             project: ev.raw.project.clone(),
             lease_end_ms: ev.lease_ms.unwrap_or(received),
             committed: None,
+            closed_as: None,
             claimed_at: ev.index,
         };
         let facts = self.job_mut(job);
@@ -389,6 +393,7 @@ impl RulesModel {
             let record = self.attempt_mut(attempt);
             record.state = AttemptState::Closed;
             record.committed = outcome;
+            record.closed_as = outcome;
             if let Some(state) = outcome.and_then(JobState::terminal) {
                 self.set_job(job, state);
             }
@@ -461,7 +466,9 @@ impl RulesModel {
         let current = self.job(job).current == Some(attempt);
         match ev.raw.outcome_word() {
             Some(OutcomeWord::Stopped) => {
-                self.attempt_mut(attempt).state = AttemptState::Closed;
+                let record = self.attempt_mut(attempt);
+                record.state = AttemptState::Closed;
+                record.closed_as = Some(OutcomeWord::Failed);
                 if current {
                     self.set_job(job, JobState::Queued);
                 }
@@ -470,6 +477,7 @@ impl RulesModel {
                 let outcome = ev.recorded_as.and_then(|word| OutcomeWord::parse(word.as_str()));
                 let record = self.attempt_mut(attempt);
                 record.state = AttemptState::Closed;
+                record.closed_as = outcome;
                 if let (true, Some(state)) = (current, outcome.and_then(JobState::terminal)) {
                     self.set_job(job, state);
                 }
@@ -490,14 +498,33 @@ impl RulesModel {
             Some(state) => state != replayed,
             None => terminal(replayed),
         };
-        differs.then(|| Divergence {
-            kind: "final-not-the-ledgers",
-            message: format!(
-                "job {} ended `{}` but its ledger replays to `{}`",
-                ctx.jobs_names.name(job),
-                reported.map_or("nothing", OutcomeWord::as_str),
-                replayed.name()
-            ),
+        if differs {
+            return Some(Divergence {
+                kind: "final-not-the-ledgers",
+                message: format!(
+                    "job {} ended `{}` but its ledger replays to `{}`",
+                    ctx.jobs_names.name(job),
+                    reported.map_or("nothing", OutcomeWord::as_str),
+                    replayed.name()
+                ),
+            });
+        }
+        self.final_attempts(ev, ctx)
+    }
+
+    /// Each closed attempt of a final state must be in the state its close gave it: its
+    /// result's outcome, or its reconcile's.
+    fn final_attempts(&self, ev: &Observed, ctx: &Index) -> Option<Divergence> {
+        let attempts = ev.raw.value.as_ref()?.get("attempts")?.as_array()?;
+        attempts.iter().find_map(|entry| {
+            let id = ctx.attempt_names.get(entry.get("attempt")?.as_str()?)?;
+            let closed_as = self.attempts.get(id as usize)?.closed_as?;
+            let state = entry.get("state")?.as_str()?;
+            let terminal = matches!(state, "succeeded" | "failed");
+            (terminal && state != closed_as.as_str()).then(|| Divergence {
+                kind: "final-attempt-not-the-ledgers",
+                message: format!("{} ended `{state}` but its ledger closed it `{}`", ctx.label(id), closed_as.as_str()),
+            })
         })
     }
 }

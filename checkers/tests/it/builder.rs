@@ -307,6 +307,14 @@ impl H {
 
     /// A result for `c` the nemesis sent with runner `token_of`'s token (the fault's
     /// `invoke`); returns its index.
+    /// A final state whose attempts are `(attempt, state)`.
+    pub fn final_with_attempts(&mut self, job: &str, attempt: Option<&str>, state: &str, attempts: &[(&str, &str)]) {
+        let at = self.final_state(job, attempt, state) as usize;
+        let attempts: Vec<serde_json::Value> =
+            attempts.iter().map(|(attempt, state)| json!({"attempt": attempt, "state": state})).collect();
+        self.events[at].value = Some(json!({ "attempts": attempts }));
+    }
+
     pub fn nemesis_result(&mut self, c: &C, outcome: &str, token_of: &str) -> u64 {
         let mut sent = Event::new(0, Process::NEMESIS, EventType::Invoke, Op::ConflictingResults)
             .with_claim(&c.job, &c.attempt, &c.runner, c.fence);

@@ -126,3 +126,28 @@ fn a_final_state_the_ledger_does_not_replay_to_diverges() {
     let anomalies = check(&h.build(), "rules-model", &["final-not-the-ledgers"]);
     assert!(anomalies[0].message.contains("replays to `failed`"), "{}", anomalies[0].message);
 }
+
+#[test]
+fn an_attempt_that_ends_in_another_state_than_its_close_diverges() {
+    // Its result committed `succeeded`; the final state says the attempt failed.
+    let (mut h, a1) = start();
+    h.result(&a1, 1_700, 1_700, "succeeded", Accepted, None);
+    h.final_with_attempts("j1", Some("j1-a1"), "succeeded", &[("j1-a1", "failed")]);
+    let anomalies = check(&h.build(), "rules-model", &["final-attempt-not-the-ledgers"]);
+    assert!(
+        anomalies[0].message.contains("ended `failed` but its ledger closed it `succeeded`"),
+        "{}",
+        anomalies[0].message
+    );
+    // Reconciled as stopped: the attempt ends failed, and says so.
+    let (mut h, a1) = start();
+    h.expire(&a1, 3_100, 3_000, "uncertain");
+    h.reconcile(&a1, 3_500, "stopped", None);
+    h.final_with_attempts("j1", None, "queued", &[("j1-a1", "failed")]);
+    check(&h.build(), "rules-model", &[]);
+    let (mut h, a1) = start();
+    h.expire(&a1, 3_100, 3_000, "uncertain");
+    h.reconcile(&a1, 3_500, "stopped", None);
+    h.final_with_attempts("j1", None, "queued", &[("j1-a1", "succeeded")]);
+    check(&h.build(), "rules-model", &["final-attempt-not-the-ledgers"]);
+}
