@@ -369,12 +369,8 @@ fn last_accepted_result(cluster: &Cluster, index: usize) -> Option<(ClaimRef, Ou
 /// with the runner's own token, straight to the control plane.
 async fn resend(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let index = runner(fault);
-    let (captured, client) = {
-        let cluster = shared.cluster.lock().await;
-        let slot = &cluster.runners[index];
-        let client = (cluster.system.operator.with_token(&slot.token), slot.id.clone());
-        (last_accepted_result(&cluster, index), client)
-    };
+    let (_, client) = runner_client(shared, index).await;
+    let captured = last_accepted_result(&*shared.cluster.lock().await, index);
     let Some((claim, outcome)) = captured else {
         let why = "no accepted result to resend yet".to_string();
         record_start(&shared.recorder, fault, try_number, Err(why), false);

@@ -233,10 +233,15 @@ async fn a_report_for_another_runners_claim_is_refused_and_applying_it_is_caught
         .filter(|event| event.attempt == attempt && event.outcome.as_deref() == Some("failed"));
     assert_eq!(failed.count(), 0, "nothing recorded for the refused report; {}", context(&finished));
 
-    let finished = scheduled(vec![impersonate()], "4", &["--bug", "trust-named-runner"]).await;
-    assert_eq!(finished.code, Some(1), "the bug is found; {}", context(&finished));
+    caught_under_bug(impersonate(), "trust-named-runner", "foreign-report-applied").await;
+}
+
+/// The run of `fault` with planted `bug` on is invalid, and its results name anomaly `kind`.
+async fn caught_under_bug(fault: serde_json::Value, bug: &str, kind: &str) {
+    let finished = scheduled(vec![fault], "4", &["--bug", bug]).await;
+    assert_eq!(finished.code, Some(1), "{bug} is found; {}", context(&finished));
     let results = std::fs::read_to_string(finished.folder().join("results.json")).unwrap();
-    assert!(results.contains("\"foreign-report-applied\""), "{}", context(&finished));
+    assert!(results.contains(&format!("\"{kind}\"")), "{bug} shows {kind}; {}", context(&finished));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -330,10 +335,7 @@ async fn a_step_held_past_its_lease_is_refused_and_applying_it_is_caught() {
     });
     assert!(refused, "no step of r1 was refused as expired; {}", context(&finished));
 
-    let finished = scheduled(vec![late()], "4", &["--bug", "capability-outlives-lease"]).await;
-    assert_eq!(finished.code, Some(1), "the bug is found; {}", context(&finished));
-    let results = std::fs::read_to_string(finished.folder().join("results.json")).unwrap();
-    assert!(results.contains("\"step-after-lease\""), "{}", context(&finished));
+    caught_under_bug(late(), "capability-outlives-lease", "step-after-lease").await;
 }
 
 /// The target's clock moved behind (`target-skew`): its step log's receipt times fall
