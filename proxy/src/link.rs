@@ -313,7 +313,7 @@ async fn write_chunks(
             _ = toxics_changed(toxics) => continue,
             chunk = rx.recv(), if !stalled => match chunk {
                 Some(chunk) => {
-                    if let Some(end) = state.apply(&chain, chunk, wr).await? {
+                    if let Some(end) = state.apply(&chain, chunk, wr, toxics).await? {
                         return Ok(Step::Done(end));
                     }
                 }
@@ -456,6 +456,7 @@ impl DirState {
         chain: &[Arc<Installed>],
         chunk: Chunk,
         wr: &mut OwnedWriteHalf,
+        toxics: &mut watch::Receiver<Arc<ToxicSet>>,
     ) -> io::Result<Option<End>> {
         let mut pieces = vec![Piece { data: chunk.data, gap: Duration::ZERO }];
         // Each latency toxic delays the chunk from the time the previous one
@@ -471,7 +472,9 @@ impl DirState {
                 ToxicKind::Latency { latency_ms, jitter_ms } => {
                     let delay_ms = jittered_ms(&mut st.rng, latency_ms, jitter_ms);
                     released += Duration::from_millis(delay_ms);
-                    sleep_until(released).await;
+                    if !hold_until(released, toxics, self.stream, t).await {
+                        released = Instant::now();
+                    }
                 }
                 ToxicKind::Timeout { .. } => {
                     st.timer_from = Instant::now();
@@ -538,6 +541,30 @@ impl DirState {
             }
         }
         Ok(End::Eof)
+    }
+}
+
+/// Holds a chunk in latency toxic `toxic` until `until`; false when the toxic was removed
+/// or updated first, which releases the chunk at once (as Toxiproxy does: data held by a
+/// toxic taken away is passed on, never dropped nor held for a delay no longer asked for).
+async fn hold_until(
+    until: Instant,
+    toxics: &mut watch::Receiver<Arc<ToxicSet>>,
+    stream: Stream,
+    toxic: &Installed,
+) -> bool {
+    loop {
+        tokio::select! {
+            biased;
+            _ = sleep_until(until) => return true,
+            _ = toxics_changed(toxics) => {
+                let set = toxics.borrow_and_update().clone();
+                let unchanged = set.for_stream(stream).iter().any(|t| t.id == toxic.id && t.version == toxic.version);
+                if !unchanged {
+                    return false;
+                }
+            }
+        }
     }
 }
 

@@ -94,6 +94,51 @@ async fn latency_does_not_accumulate_over_a_stream() {
 }
 
 #[tokio::test]
+async fn removing_a_latency_toxic_releases_what_it_holds_at_once() {
+    bounded(async {
+        let s = server().await;
+        let (upstream, mut accepted) = accepting_upstream().await;
+        let listen = make_proxy(&s.url(), "held", upstream).await;
+        let hour = r#"{"type":"latency","stream":"upstream","attributes":{"latency":3600000}}"#;
+        add_toxic(&s.url(), "held", hour).await;
+        let (mut client, mut server) = established(listen, &mut accepted).await;
+        client.write_all(b"held back").await.unwrap();
+        silent_for(&mut server, Duration::from_millis(300)).await;
+        // The sender goes away while its bytes are held: they still arrive, and only then the FIN.
+        drop(client);
+        silent_for(&mut server, Duration::from_millis(200)).await;
+        call(&s.url(), "DELETE", "/proxies/held/toxics/latency_upstream", None).await;
+        let (data, err) = step("released on removal", read_to_end(&mut server)).await;
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(data, b"held back");
+        s.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_latency_toxic_keeps_holding_while_other_toxics_change() {
+    bounded(async {
+        let s = server().await;
+        let (upstream, mut accepted) = accepting_upstream().await;
+        let listen = make_proxy(&s.url(), "kept", upstream).await;
+        let hour = r#"{"type":"latency","stream":"upstream","attributes":{"latency":3600000}}"#;
+        add_toxic(&s.url(), "kept", hour).await;
+        let (mut client, mut server) = established(listen, &mut accepted).await;
+        client.write_all(b"still held").await.unwrap();
+        silent_for(&mut server, Duration::from_millis(200)).await;
+        add_toxic(&s.url(), "kept", r#"{"type":"latency","stream":"downstream","attributes":{"latency":5}}"#).await;
+        silent_for(&mut server, Duration::from_millis(300)).await;
+        // Updating the holding toxic releases what it holds, as removing it does.
+        let path = "/proxies/kept/toxics/latency_upstream";
+        call(&s.url(), "POST", path, Some(r#"{"attributes":{"latency":1}}"#)).await;
+        assert_eq!(read_n(&mut server, 10).await, b"still held");
+        s.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn toxicity_zero_never_applies() {
     bounded(async {
         let s = server().await;
