@@ -348,6 +348,9 @@ fn runner_lanes(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
         if round.is_empty() {
             round = options.kinds.iter().flat_map(|kind| kind.variants().iter().cloned()).collect();
             round.shuffle(&mut rng);
+            // The target's skew, the longest window, opens the round: dealt late it would
+            // not fit in what is left of the run.
+            round.sort_by_key(|variant| matches!(variant, Variant::TargetSkew { .. }));
         }
         // A skewed clock matters when something comes late: inside a runner's skew window,
         // the lane's next fault is one that delays the runner's reports; inside the target's,
@@ -358,25 +361,48 @@ fn runner_lanes(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
             Some(_) => variant.delays_reports(),
             None => false,
         });
-        let variant = match delaying {
-            Some(position) => round.remove(position),
-            None => round.pop().expect("a round is refilled when empty"),
+        let variant = match (delaying, skewed) {
+            (Some(position), _) => round.remove(position),
+            // The target's skew exists for its delayed step: one is dealt beyond the round.
+            (None, Some(FaultKind::TargetClockSkew)) => Variant::DelayedStep { latency_ms: 0 },
+            (None, _) => round.pop().expect("a round is refilled when empty"),
         };
         let mut fault = realise(&mut rng, &variant, next_ms[lane], lane as u32, lanes, options);
-        if fault.at_ms + fault.duration_ms >= options.time_limit_ms {
-            // Too long for what is left of the run: a shorter variant of the round may fit
-            // (the lane closes when none does).
+        let fits = |fault: &Fault| fault.at_ms + fault.duration_ms < options.time_limit_ms;
+        if fits(&fault) && fault.kind == FaultKind::TargetClockSkew && clashes(&fault, &faults) {
+            // The target's skew waits for the window in its way (it comes next on this lane).
+            let blocking = faults.iter().filter(|other| clashes(other, std::slice::from_ref(&fault)));
+            next_ms[lane] = blocking.map(|other| other.at_ms + other.duration_ms).max().unwrap_or(next_ms[lane]);
             round.push(variant);
-            let fits = |variant: &Variant| {
-                let fault = realise(&mut rng.clone(), variant, next_ms[lane], lane as u32, lanes, options);
-                fault.at_ms + fault.duration_ms < options.time_limit_ms
+            continue;
+        }
+        if !fits(&fault) || clashes(&fault, &faults) {
+            // Too long for what is left of the run (or blind where it falls): another variant
+            // of the round may fit (the lane closes when none fits at all).
+            round.push(variant);
+            let try_at = next_ms[lane];
+            let realised = |variant: &Variant| realise(&mut rng.clone(), variant, try_at, lane as u32, lanes, options);
+            let good = |round: &[Variant]| {
+                round.iter().rposition(|variant| {
+                    let fault = realised(variant);
+                    fits(&fault) && !clashes(&fault, &faults)
+                })
             };
-            let Some(position) = round.iter().rposition(fits) else {
+            let mut position = good(&round);
+            if position.is_none() && round.iter().any(|variant| fits(&realised(variant))) {
+                // What is left of the round is blind here: the next round is dealt beside it.
+                let mut next: Vec<Variant> =
+                    options.kinds.iter().flat_map(|kind| kind.variants().iter().cloned()).collect();
+                next.shuffle(&mut rng.clone());
+                round.splice(0..0, next);
+                position = good(&round);
+            }
+            let Some(position) = position else {
                 open[lane] = false;
                 continue;
             };
-            let shorter = round.remove(position);
-            fault = realise(&mut rng, &shorter, next_ms[lane], lane as u32, lanes, options);
+            let other = round.remove(position);
+            fault = realise(&mut rng, &other, next_ms[lane], lane as u32, lanes, options);
         }
         if let Some(skewed) = last[lane].as_ref().filter(|last| overlaps_next(last, next_ms[lane])) {
             fault.runner = skewed.runner.or(fault.runner);
@@ -394,6 +420,21 @@ fn runner_lanes(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
     }
     faults.sort_by_key(|fault| fault.at_ms);
     faults
+}
+
+/// Whether `fault` would be blind beside the faults already placed: a late step is judged
+/// by the target against its capability's expiry, on the target's clock, so it must not
+/// overlap a window in which the target's clock is moved (nor a target skew a late step, or
+/// another target skew).
+fn clashes(fault: &Fault, placed: &[Fault]) -> bool {
+    let late_step = |fault: &Fault| matches!(fault.variant, Variant::LateStep { .. });
+    let target_skew = |fault: &Fault| fault.kind == FaultKind::TargetClockSkew;
+    let overlap = |a: &Fault, b: &Fault| a.at_ms < b.at_ms + b.duration_ms && b.at_ms < a.at_ms + a.duration_ms;
+    placed.iter().any(|other| {
+        let blind = (late_step(fault) && target_skew(other)) || (target_skew(fault) && late_step(other));
+        // The target has one clock: two moves of it at once would undo each other.
+        (blind || (target_skew(fault) && target_skew(other))) && overlap(fault, other)
+    })
 }
 
 /// Whether `last` is a clock skew (a runner's or the target's) still in effect when the
@@ -431,14 +472,17 @@ fn realise(
         Variant::Jump { .. } => (4 * lease_ms, runner, Variant::Jump { offset_ms: skew_ms }),
         Variant::ControlLink => (2 * lease_ms, runner, Variant::ControlLink),
         Variant::TargetLinkMidStep => (lease_ms, runner, Variant::TargetLinkMidStep),
-        Variant::DelayedStep { .. } => (6 * lease_ms, runner, Variant::DelayedStep { latency_ms: 4 * lease_ms }),
-        // The lease ends about 1.5 leases in, its job is reconciled a lease or more later:
-        // a step held 2 leases lands in between.
+        // The step is held until a newer attempt wrote its key (at most 5 leases): its lease
+        // ends about 1.5 leases in, the job is reconciled a lease or more later, and retried.
+        Variant::DelayedStep { .. } => (6 * lease_ms, runner, Variant::DelayedStep { latency_ms: 5 * lease_ms }),
+        // The step is held until its lease ended (about 1.5 leases in; at most 2 leases), and
+        // lands before the job is reconciled a lease or more later.
         Variant::LateStep { .. } => (4 * lease_ms, runner, Variant::LateStep { latency_ms: 2 * lease_ms }),
         Variant::KillRunner => (2 * lease_ms, runner, Variant::KillRunner),
         Variant::RestartControl => (lease_ms / 2, None, Variant::RestartControl),
         // Behind, so that an expired capability looks live to the target.
-        Variant::TargetSkew { .. } => (7 * lease_ms, None, Variant::TargetSkew { offset_ms: -skew_ms.abs() }),
+        // Its delayed step starts a lease in and is released at most 6 leases in.
+        Variant::TargetSkew { .. } => (8 * lease_ms, None, Variant::TargetSkew { offset_ms: -skew_ms.abs() }),
         Variant::KillReplica { .. } => (2 * lease_ms, None, Variant::KillReplica { replica: replica_of(rng) }),
         Variant::ReplicaSkew { .. } => {
             (4 * lease_ms, None, Variant::ReplicaSkew { replica: replica_of(rng), offset_ms: skew_ms })
@@ -521,6 +565,34 @@ mod tests {
             }
         }
         assert!(delayed * 10 >= skews * 8, "{delayed} of {skews} skews are followed by a delay on their runner");
+    }
+
+    #[test]
+    fn a_late_step_never_overlaps_the_targets_skew_and_a_delayed_step_falls_inside_it() {
+        let default = ScheduleOptions {
+            kinds: FaultKind::ALL.to_vec(),
+            time_limit_ms: 30_000,
+            runners: 3,
+            lease_ms: 1_000,
+            replicas: 1,
+        };
+        let (mut skews, mut paired) = (0, 0);
+        for seed in 0..50 {
+            let faults = schedule(seed, &default);
+            let late = faults.iter().filter(|fault| matches!(fault.variant, Variant::LateStep { .. }));
+            for skew in faults.iter().filter(|fault| fault.kind == FaultKind::TargetClockSkew) {
+                skews += 1;
+                let end_ms = skew.at_ms + skew.duration_ms;
+                for late in late.clone() {
+                    let apart = late.at_ms + late.duration_ms <= skew.at_ms || end_ms <= late.at_ms;
+                    assert!(apart, "seed {seed}: {late:?} overlaps {skew:?}");
+                }
+                let delayed = faults.iter().filter(|fault| matches!(fault.variant, Variant::DelayedStep { .. }));
+                let ok = delayed.clone().any(|d| d.at_ms > skew.at_ms && d.at_ms + d.duration_ms <= end_ms);
+                paired += usize::from(ok);
+            }
+        }
+        assert!(paired * 10 >= skews * 9, "{paired} of {skews} target skews hold a whole delayed step");
     }
 
     #[test]
