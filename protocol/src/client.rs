@@ -191,14 +191,17 @@ impl Client {
     pub async fn steps(&self, entries_max: usize) -> Result<Vec<StepRecord>, ClientError> {
         let mut all: Vec<StepRecord> = Vec::new();
         while all.len() < entries_max {
-            let page: Vec<StepRecord> = self
-                .call(reqwest::Method::GET, &format!("/v1/steps?after={}&limit=10000", all.len()), None::<&()>, &[])
-                .await?;
+            let page = self.steps_after(all.len()).await?;
             if page.is_empty() {
                 break;
             }
             all.extend(page);
         }
         Ok(all)
+    }
+
+    /// One page of the target's step log: the records after the first `after`.
+    pub async fn steps_after(&self, after: usize) -> Result<Vec<StepRecord>, ClientError> {
+        self.call(reqwest::Method::GET, &format!("/v1/steps?after={after}&limit=10000"), None::<&()>, &[]).await
     }
 }

@@ -18,7 +18,11 @@ use super::config::RunConfig;
 use super::recorder::Recorder;
 use super::Shared;
 
-const TOXIC_NAME: &str = "fencelab";
+/// The name of the toxic a fault adds: its own, so that a fault retried into the window of
+/// the next fault on the same link never removes that fault's toxic.
+fn toxic_name(fault: &Fault) -> String {
+    format!("fencelab-{}-{}", fault.variant.name(), fault.at_ms)
+}
 
 /// Runs every fault of the schedule at its time. Each fault runs in a task of its own, so
 /// that a clock skew stays in effect while the next fault (scheduled inside its window)
@@ -54,9 +58,10 @@ pub(crate) async fn one(shared: Shared, fault: Fault) {
     shared.active.lock().await.push(label.clone());
     let lease = Duration::from_millis(shared.config.lease_ms);
     for try_number in 1..=TRIES_MAX {
+        let started = tokio::time::Instant::now();
         match start(&shared, &fault, try_number).await {
             Started::Window => {
-                hold_and_heal(&shared, &fault).await;
+                hold_and_heal(&shared, &fault, started).await;
                 break;
             }
             Started::Sent => break,
@@ -72,15 +77,16 @@ pub(crate) async fn one(shared: Shared, fault: Fault) {
     shared.active.lock().await.retain(|active| active != &label);
 }
 
-async fn hold_and_heal(shared: &Shared, fault: &Fault) {
+/// Holds the fault until `duration_ms` after it `started` (jumping back halfway for a jump),
+/// then heals it.
+async fn hold_and_heal(shared: &Shared, fault: &Fault, started: tokio::time::Instant) {
+    let until = |share_ms: u64| started + Duration::from_millis(share_ms);
     if let Variant::Jump { offset_ms } = fault.variant {
-        tokio::time::sleep(Duration::from_millis(fault.duration_ms / 2)).await;
+        tokio::time::sleep_until(until(fault.duration_ms / 2)).await;
         let result = shared.cluster.lock().await.set_clock(runner(fault), -offset_ms);
         record(&shared.recorder, fault, "jump-back", result.map_err(|error| error.to_string()));
-        tokio::time::sleep(Duration::from_millis(fault.duration_ms / 2)).await;
-    } else {
-        tokio::time::sleep(Duration::from_millis(fault.duration_ms)).await;
     }
+    tokio::time::sleep_until(until(fault.duration_ms)).await;
     heal(shared, fault).await;
 }
 
@@ -100,28 +106,36 @@ fn runner(fault: &Fault) -> usize {
 
 /// Records a phase of a fault: invoke, then ok or info with the error.
 fn record(recorder: &Recorder, fault: &Fault, phase: &str, result: Result<(), String>) {
-    record_with(recorder, fault, phase, result, None);
+    record_with(recorder, fault, phase, result, serde_json::Map::new());
 }
 
 /// Records a fault's start: whether it took effect, and on which try.
 fn record_start(recorder: &Recorder, fault: &Fault, try_number: u32, result: Result<(), String>, effective: bool) {
-    record_with(recorder, fault, "start", result, Some((effective, try_number)));
+    record_with(recorder, fault, "start", result, effect(effective, try_number));
 }
 
+/// The fields of a start that say whether it took effect, and on which try.
+fn effect(effective: bool, try_number: u32) -> serde_json::Map<String, serde_json::Value> {
+    let mut fields = serde_json::Map::new();
+    fields.insert("effective".into(), effective.into());
+    fields.insert("try".into(), try_number.into());
+    fields
+}
+
+/// Records a phase of a fault with `fields` added to its value.
 fn record_with(
     recorder: &Recorder,
     fault: &Fault,
     phase: &str,
     result: Result<(), String>,
-    effect: Option<(bool, u32)>,
+    fields: serde_json::Map<String, serde_json::Value>,
 ) {
     let fill = |event: &mut history::Event| {
         event.runner = fault.runner.map(|runner| format!("r{}", runner + 1));
         let mut value = serde_json::to_value(fault).unwrap_or_default();
         value["phase"] = serde_json::Value::from(phase);
-        if let Some((effective, try_number)) = effect {
-            value["effective"] = serde_json::Value::from(effective);
-            value["try"] = serde_json::Value::from(try_number);
+        for (field, field_value) in &fields {
+            value[field] = field_value.clone();
         }
         event.value = Some(value);
     };
@@ -149,34 +163,30 @@ async fn start(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
         Variant::Replay | Variant::Conflict => return resend(shared, fault, try_number).await,
         Variant::CrossJob => return cross(shared, fault, try_number).await,
         Variant::Impersonate => return impersonate(shared, fault, try_number).await,
+        Variant::DelayedStep { .. } | Variant::LateStep { .. } => return hold_step(shared, fault, try_number).await,
         Variant::RestartControl => restart_control(shared).await,
         Variant::TargetSkew { offset_ms } => target_clock(shared, *offset_ms).await,
         Variant::KillReplica { replica } => kill_replica(shared, *replica as usize).await,
         Variant::ReplicaSkew { .. } | Variant::DbLatency { .. } | Variant::DbCut { .. } | Variant::CommitCut { .. } => {
             on_database(shared, &fault.variant, true).await
         }
-        variant => start_on(&shared.cluster, shared.config.as_ref(), index, variant).await,
+        variant => start_on(&shared.cluster, index, variant, &toxic_name(fault)).await,
     };
     let effective = result.is_ok();
     record_start(&shared.recorder, fault, try_number, result, effective);
     Started::Window
 }
 
-async fn start_on(
-    shared_cluster: &Mutex<Cluster>,
-    config: &RunConfig,
-    index: usize,
-    variant: &Variant,
-) -> Result<(), String> {
+async fn start_on(shared_cluster: &Mutex<Cluster>, index: usize, variant: &Variant, name: &str) -> Result<(), String> {
     let mut cluster = shared_cluster.lock().await;
-    let toxic = |kind| Toxic::new(kind).on(Stream::Upstream).named(TOXIC_NAME);
+    let toxic = |kind| Toxic::new(kind).on(Stream::Upstream).named(name);
     let outcome = match variant {
         Variant::Latency { latency_ms } => {
             let kind = ToxicKind::Latency { latency_ms: *latency_ms, jitter_ms: 0 };
             cluster.control_add_toxic(index, &toxic(kind)).await
         }
         Variant::LostResponse => {
-            let lost = Toxic::new(ToxicKind::LimitData { bytes: 0 }).on(Stream::Downstream).named(TOXIC_NAME);
+            let lost = Toxic::new(ToxicKind::LimitData { bytes: 0 }).on(Stream::Downstream).named(name);
             cluster.control_add_toxic(index, &lost).await
         }
         Variant::Pause => {
@@ -189,15 +199,6 @@ async fn start_on(
         }
         Variant::ControlLink => cluster.control_set_enabled(index, false).await,
         Variant::TargetLinkMidStep => cluster.proxy.set_enabled(&target_link(index), false).await.map(drop),
-        Variant::DelayedStep { latency_ms } | Variant::LateStep { latency_ms } => {
-            let kind = ToxicKind::Latency { latency_ms: *latency_ms, jitter_ms: 0 };
-            let held = cluster.proxy.add_toxic(&target_link(index), &toxic(kind)).await.map(drop);
-            drop(cluster);
-            // Let the runner put a step into the slowed link, then cut it from the control plane.
-            tokio::time::sleep(Duration::from_millis(config.lease_ms / 2)).await;
-            let cluster = shared_cluster.lock().await;
-            held.and(cluster.control_set_enabled(index, false).await)
-        }
         Variant::StaticSkew { offset_ms } | Variant::Jump { offset_ms } => {
             return cluster.set_clock(index, *offset_ms).map_err(|error| error.to_string())
         }
@@ -212,6 +213,8 @@ async fn start_on(
         | Variant::Conflict
         | Variant::CrossJob
         | Variant::Impersonate
+        | Variant::DelayedStep { .. }
+        | Variant::LateStep { .. }
         | Variant::RestartControl
         | Variant::TargetSkew { .. }
         | Variant::KillReplica { .. }
@@ -237,7 +240,7 @@ async fn heal(shared: &Shared, fault: &Fault) {
         let mut cluster = shared.cluster.lock().await;
         match &fault.variant {
             Variant::Latency { .. } | Variant::LostResponse => {
-                cluster.control_remove_toxic(index, TOXIC_NAME).await.map_err(|error| error.to_string())
+                cluster.control_remove_toxic(index, &toxic_name(fault)).await.map_err(|error| error.to_string())
             }
             Variant::Pause => {
                 cluster.runners[index].paused_by_nemesis = false;
@@ -250,10 +253,8 @@ async fn heal(shared: &Shared, fault: &Fault) {
                 cluster.set_clock(index, 0).map_err(|error| error.to_string())
             }
             Variant::KillRunner => cluster.start_runner(index, &shared.config).map_err(|error| error.to_string()),
-            Variant::DelayedStep { .. } | Variant::LateStep { .. } => {
-                let removed = cluster.proxy.remove_toxic(&target_link(index), TOXIC_NAME).await.map(drop);
-                removed.map_err(|error| error.to_string()).and(enable_links(&cluster, index).await)
-            }
+            // The held step was released when it had come late enough (`hold_step`).
+            Variant::DelayedStep { .. } | Variant::LateStep { .. } => enable_links(&cluster, index).await,
             Variant::TargetSkew { .. } => cluster.set_target_clock(0).map_err(|error| error.to_string()),
             Variant::KillReplica { replica } => {
                 let replica = *replica as usize % cluster.system.replicas.len();
@@ -287,7 +288,8 @@ async fn on_database(shared: &Shared, variant: &Variant, on: bool) -> Result<(),
     let cluster = shared.cluster.lock().await;
     let replica = variant.replica().unwrap_or(0) as usize % cluster.system.replicas.len().max(1);
     let link = super::cluster::db_link(replica);
-    let toxic = |kind| Toxic::new(kind).on(Stream::Upstream).named(TOXIC_NAME);
+    let name = format!("fencelab-{}", variant.name());
+    let toxic = |kind| Toxic::new(kind).on(Stream::Upstream).named(&name);
     let done = match (variant, on) {
         (Variant::ReplicaSkew { offset_ms, .. }, on) => {
             let offset_ms = if on { *offset_ms } else { 0 };
@@ -301,7 +303,7 @@ async fn on_database(shared: &Shared, variant: &Variant, on: bool) -> Result<(),
             cluster.proxy.add_toxic(&link, &toxic(ToxicKind::CommitCut)).await.map(drop)
         }
         (Variant::DbLatency { .. } | Variant::CommitCut { .. }, false) => {
-            cluster.proxy.remove_toxic(&link, TOXIC_NAME).await.map(drop)
+            cluster.proxy.remove_toxic(&link, &name).await.map(drop)
         }
         (Variant::DbCut { .. }, on) => cluster.proxy.set_enabled(&link, !on).await.map(drop),
         _ => unreachable!("a fault on the database or a replica's clock"),
@@ -518,4 +520,126 @@ pub async fn heal_all(cluster: &Arc<Mutex<Cluster>>, config: &RunConfig) -> Resu
         }
     }
     Ok(())
+}
+
+/// How long a held step is watched for before it is let go, between two looks.
+const HOLD_POLL_MS: u64 = 50;
+
+/// Holds one of runner `index`'s target steps in the network and cuts its control link, so
+/// that the step reaches the target after its attempt lost its authority: a latency toxic
+/// on its target link catches the next step it sends (the start records which), and the
+/// toxic is removed — releasing the step at once — when the step has become late enough:
+///
+/// - a late step, once the control plane no longer holds the attempt running (its lease
+///   ended), so it lands before the job is reconciled and another attempt writes its key;
+/// - a delayed step, once the target applied a newer fence on the attempt's key.
+///
+/// The toxic's latency bounds the hold either way; the release is recorded with what was
+/// seen (or that it was not). A runner that sends no step within a lease had nothing to
+/// hold: the toxic is removed and the try is ineffective.
+async fn hold_step(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
+    let index = runner(fault);
+    let lease_ms = shared.config.lease_ms;
+    let (operator, (_, runner_id)) = runner_client(shared, index).await;
+    let ineffective = |why: String| {
+        record_start(&shared.recorder, fault, try_number, Err(why), false);
+        Started::Ineffective
+    };
+    let Some(claim) = running_claims(&operator).await.into_iter().find(|claim| claim.runner == runner_id) else {
+        return ineffective(format!("runner r{}'s claim ended before a step could be held", index + 1));
+    };
+    let key = match operator.job(&claim.job).await {
+        Ok(view) => view.deployment_key,
+        Err(error) => return ineffective(format!("job {} cannot be read: {error}", claim.job)),
+    };
+    let (log, target) = {
+        let cluster = shared.cluster.lock().await;
+        (cluster.system.runner_log(&runner_id), cluster.target_client(Duration::from_millis(lease_ms)))
+    };
+    let seen = std::fs::read_to_string(&log).map_or(0, |text| text.lines().count());
+    let latency_ms = match fault.variant {
+        Variant::DelayedStep { latency_ms } | Variant::LateStep { latency_ms } => latency_ms,
+        _ => unreachable!("a held step"),
+    };
+    let name = toxic_name(fault);
+    let link = target_link(index);
+    let held = ToxicKind::Latency { latency_ms, jitter_ms: 0 };
+    let added =
+        shared.cluster.lock().await.proxy.add_toxic(&link, &Toxic::new(held).on(Stream::Upstream).named(&name)).await;
+    if let Err(error) = added {
+        return ineffective(format!("the target link cannot be slowed: {error}"));
+    }
+    let Some(step) = step_sent(&log, seen, &claim.attempt, Duration::from_millis(lease_ms)).await else {
+        let removed = shared.cluster.lock().await.proxy.remove_toxic(&link, &name).await;
+        let removed = removed.map_or_else(|error| format!("; removing its toxic failed: {error}"), |()| String::new());
+        return ineffective(format!(
+            "runner r{} sent no step of {} within {lease_ms} ms{removed}",
+            index + 1,
+            claim.attempt
+        ));
+    };
+    let cut = shared.cluster.lock().await.control_set_enabled(index, false).await.map_err(|error| error.to_string());
+    let mut fields = effect(cut.is_ok(), try_number);
+    fields.insert("held".into(), serde_json::json!({"attempt": claim.attempt, "step": step, "key": key}));
+    record_with(&shared.recorder, fault, "start", cut, fields);
+    let bound = tokio::time::Instant::now() + Duration::from_millis(latency_ms);
+    let late = matches!(fault.variant, Variant::LateStep { .. });
+    let seen_late = loop {
+        let why = if late {
+            lease_ended(&operator, &claim).await
+        } else {
+            newer_fence_applied(target.as_ref(), &key, claim.fence).await
+        };
+        if why.is_some() || tokio::time::Instant::now() >= bound {
+            break why;
+        }
+        tokio::time::sleep(Duration::from_millis(HOLD_POLL_MS)).await;
+    };
+    let released = shared.cluster.lock().await.proxy.remove_toxic(&link, &name).await;
+    let mut fields = serde_json::Map::new();
+    let because = seen_late.unwrap_or_else(|| {
+        let awaited = if late { "the attempt's lease to end" } else { "a newer fence on its key" };
+        format!("held its whole {latency_ms} ms without seeing {awaited}")
+    });
+    fields.insert("released".into(), because.into());
+    record_with(&shared.recorder, fault, "release", released.map_err(|error| error.to_string()), fields);
+    Started::Window
+}
+
+/// The step number of the first step request of `attempt` that runner's log shows after its
+/// first `seen` lines, waiting at most `bound` for one.
+async fn step_sent(log: &std::path::Path, seen: usize, attempt: &str, bound: Duration) -> Option<u32> {
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let sent = text.lines().skip(seen).filter_map(|line| serde_json::from_str::<history::Event>(line).ok()).find(
+            |event| {
+                event.kind == EventType::Request && event.f == Op::Step && event.attempt.as_deref() == Some(attempt)
+            },
+        );
+        if let Some(event) = sent {
+            let step = event.value.as_ref().and_then(|value| value["step"].as_u64());
+            return Some(step.and_then(|step| u32::try_from(step).ok()).unwrap_or(0));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(HOLD_POLL_MS / 5)).await;
+    }
+}
+
+/// Why `claim`'s attempt no longer holds a lease, when the control plane says so.
+async fn lease_ended(operator: &protocol::client::Client, claim: &ClaimRef) -> Option<String> {
+    let view = operator.job(&claim.job).await.ok()?;
+    let attempt = view.attempts.iter().find(|attempt| attempt.id == claim.attempt)?;
+    let state = serde_json::to_value(attempt.state).ok()?;
+    (attempt.state != protocol::AttemptState::Running)
+        .then(|| format!("the control plane holds {} {}: its lease ended", attempt.id, state.as_str().unwrap_or("?")))
+}
+
+/// Which newer fence the target applied on `key`, when it has applied one above `fence`.
+async fn newer_fence_applied(target: Option<&protocol::client::Client>, key: &str, fence: u64) -> Option<String> {
+    let steps = target?.steps(10_000_000).await.ok()?;
+    let newer = steps.iter().filter(|step| step.applied && step.deployment_key == key && step.fence > fence);
+    newer.map(|step| step.fence).max().map(|newer| format!("the target applied fence {newer} on {key}"))
 }
