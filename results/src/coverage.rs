@@ -47,11 +47,11 @@ pub fn coverage(schedule: &serde_json::Value, events: &[Event]) -> BTreeMap<Stri
         entry.kind = fault.kind.name().to_string();
         entry.scheduled += 1;
     }
-    for (kind, needs) in not_run(events) {
+    for (kind, why) in not_run(events) {
         for variant in kind.variants() {
             let entry = by_variant.entry(variant.name().to_string()).or_default();
             entry.kind = kind.name().to_string();
-            entry.not_run = Some(format!("the system lacks `{needs}`"));
+            entry.not_run = Some(why.clone());
         }
     }
     for event in events.iter().filter(|event| event.process == Process::NEMESIS && event.kind == EventType::Invoke) {
@@ -70,7 +70,8 @@ pub fn coverage(schedule: &serde_json::Value, events: &[Event]) -> BTreeMap<Stri
     by_variant
 }
 
-/// The faults the run's `config` event says were not run, with the part each needs.
+/// The faults the run's `config` event says were not run, with why (the part each needs,
+/// in runs recorded before the reason was).
 fn not_run(events: &[Event]) -> Vec<(FaultKind, String)> {
     let config = events.iter().find(|event| event.process == Process::HARNESS && event.f == history::Op::Config);
     let Some(list) =
@@ -83,7 +84,12 @@ fn not_run(events: &[Event]) -> Vec<(FaultKind, String)> {
         .flatten()
         .filter_map(|entry| {
             let kind: FaultKind = serde_json::from_value(entry.get("fault")?.clone()).ok()?;
-            Some((kind, entry.get("needs")?.as_str()?.to_string()))
+            let why = entry.get("why").and_then(|why| why.as_str()).filter(|why| !why.is_empty());
+            let why = match why {
+                Some(why) => why.to_string(),
+                None => format!("the system lacks `{}`", entry.get("needs")?.as_str()?),
+            };
+            Some((kind, why))
         })
         .collect()
 }
@@ -171,5 +177,15 @@ mod tests {
         let mut html = String::new();
         section(&mut html, &coverage);
         assert!(html.contains("not run: the system lacks `runner-clock`"), "{html}");
+    }
+
+    #[test]
+    fn a_fault_not_run_for_want_of_a_tool_says_so_rather_than_blame_the_system() {
+        let mut config = Event::new(0, Process::HARNESS, EventType::Ok, Op::Config);
+        let why = "`target-clock` moves a clock with libfaketime, which is not installed here";
+        let not_run = json!([{"fault": "target-clock-skew", "needs": "target-clock", "why": why}]);
+        config.value = Some(json!({"system": {"faults_not_run": not_run}}));
+        let coverage = coverage(&json!([]), &[config]);
+        assert_eq!(coverage["target-skew"].not_run.as_deref(), Some(why));
     }
 }

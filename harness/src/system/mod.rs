@@ -40,6 +40,10 @@ pub struct NotRun {
     pub fault: workloads::faults::FaultKind,
     /// The part of the contract it needs and the system lacks.
     pub needs: Feature,
+    /// Why it cannot be run here: the system does not provide the part, or it does and this
+    /// host cannot act on it (no libfaketime, a process in a container, another store).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub why: String,
 }
 
 /// What `config.json` says of the system a run attacked.
@@ -147,9 +151,45 @@ impl SystemFile {
                 let needs = fault_needs(*kind)?;
                 let lacking =
                     !self.has_on(needs, db) || (needs == Feature::RunnerClock && *clock == ClockControl::Fixed);
-                lacking.then_some(NotRun { fault: *kind, needs })
+                lacking.then(|| NotRun { fault: *kind, needs, why: self.why_not(needs, db) })
             })
             .collect()
+    }
+
+    /// Why a fault needing `feature` cannot be run here.
+    fn why_not(&self, feature: Feature, db: crate::run::config::Db) -> String {
+        let said = self.provides.has(feature) || self.db.get(&db).is_some_and(|spec| spec.provides.contains(&feature));
+        if !said {
+            let elsewhere = self.db.iter().find(|(_, spec)| spec.provides.contains(&feature));
+            return match elsewhere {
+                Some((store, _)) => format!("`{}` needs --db {}", feature.name(), store.name()),
+                None => format!("the system lacks `{}`", feature.name()),
+            };
+        }
+        let clock_of = |role: Role| {
+            if crate::run::cluster::libfaketime().is_none() {
+                format!("`{}` moves a clock with libfaketime, which is not installed here", feature.name())
+            } else if self.image(role).is_some() {
+                format!(
+                    "the {} runs in a container, and `{}` moves the clock of a process only",
+                    role.name(),
+                    feature.name()
+                )
+            } else {
+                format!("`{}` cannot be acted on here", feature.name())
+            }
+        };
+        match feature {
+            Feature::ReplicaClock => clock_of(Role::ControlPlane),
+            Feature::TargetClock => clock_of(Role::Target),
+            Feature::DbLink => format!("`{}` needs --db postgres", feature.name()),
+            Feature::RunnerClock => {
+                "the runners' clocks cannot be moved here: libfaketime is not installed or cannot be preloaded, \
+                 and the system file lists no `offset-file` in `provides.runner_clock`"
+                    .to_string()
+            }
+            _ => format!("`{}` cannot be acted on here", feature.name()),
+        }
     }
 }
 
@@ -270,5 +310,30 @@ impl RunningSystem {
         if let Some(target) = self.target.as_mut() {
             target.proc.stop(Duration::from_secs(2)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use workloads::faults::FaultKind;
+
+    #[test]
+    fn a_fault_not_run_says_whether_the_system_or_this_host_lacks_what_it_needs() {
+        let text = include_str!("../../../systems/lab-containers.toml");
+        let plain = SystemFile::parse(std::path::Path::new("/x/lab-containers.toml"), text).unwrap();
+        let declared = text.replacen("[provides]\n", "[provides]\ntarget_clock = true\n", 1);
+        let declared = SystemFile::parse(std::path::Path::new("/x/lab-containers.toml"), &declared).unwrap();
+        let skew = [FaultKind::TargetClockSkew];
+        let sqlite = crate::run::config::Db::Sqlite;
+        let [lacking] = &plain.faults_not_run(&skew, &ClockControl::Fixed, sqlite)[..] else { panic!("one not run") };
+        assert_eq!(lacking.why, "the system lacks `target-clock`");
+        let [here] = &declared.faults_not_run(&skew, &ClockControl::Fixed, sqlite)[..] else { panic!("one not run") };
+        let host =
+            if crate::run::cluster::libfaketime().is_some() { "runs in a container" } else { "not installed here" };
+        assert!(here.why.contains(host), "{}", here.why);
+        let db = [FaultKind::DbLink];
+        let [cut] = &SystemFile::lab().faults_not_run(&db, &ClockControl::Fixed, sqlite)[..] else { panic!("one") };
+        assert_eq!(cut.why, "`db-link` needs --db postgres");
     }
 }
