@@ -14,7 +14,9 @@
 //! request twice — a transaction run again after its COMMIT's answer was lost. Reports the
 //! nemesis sent with another runner's token than the claim's (`value.token_of`) do not
 //! count as sent: the control plane must refuse them unrecorded, and one in the ledger is
-//! a report applied for a runner that never made it.
+//! a report applied for a runner that never made it. The count holds at every entry too:
+//! a report is sent before it is recorded, so an entry the ledger holds before its runner
+//! had sent as many is no one's, whatever the runner sends later.
 
 use crate::driver::{Check, Findings, Found};
 use crate::model::{FxMap, Index, Observed, Op, Source};
@@ -57,7 +59,29 @@ struct Applied {
     ledgered: u64,
     entries: Vec<u64>,
     foreign: Vec<u64>,
+    /// Reports a scenario played, counted when their answer is seen (after their entry).
+    played: u64,
+    /// The most entries the ledger held beyond the reports sent before them, with the
+    /// counts at that moment (entries, sent): a report is sent before it is recorded.
+    ahead: Option<(u64, u64, u64)>,
 }
+
+impl Applied {
+    /// Entries beyond what was sent: `(entries, sent)`, judged over the whole history and
+    /// at every entry (an entry recorded before its report was sent is no one's).
+    fn over(&self) -> Option<(u64, u64)> {
+        let sent = self.sent + self.played;
+        if self.ledgered > sent {
+            return Some((self.ledgered, sent));
+        }
+        let (excess, ledgered, sent) = self.ahead?;
+        (excess > self.played).then_some((ledgered, sent))
+    }
+}
+
+/// An attempt's report kind with more entries than were sent: the key, its counts, and
+/// `(entries, sent)` where they first disagreed.
+type Over<'a> = (&'a (Op, u32), &'a Applied, (u64, u64));
 
 /// The report kind a sent event stands for (the nemesis's resends are results).
 fn sent_kind(op: Op) -> Op {
@@ -88,7 +112,12 @@ impl Check for LedgerCompleteness {
             && ev.raw.value.as_ref().is_some_and(|value| value.get("played") == Some(&serde_json::Value::Bool(true)));
         if let (true, Some(attempt)) = (ev.src == Source::ReportSent || played, ev.attempt) {
             self.sent += 1;
-            self.applied.entry((sent_kind(ev.op), attempt)).or_default().sent += 1;
+            let counts = self.applied.entry((sent_kind(ev.op), attempt)).or_default();
+            if played {
+                counts.played += 1;
+            } else {
+                counts.sent += 1;
+            }
         }
         if let (Source::ForeignReport, Some(attempt)) = (ev.src, ev.attempt) {
             self.sent += 1;
@@ -97,6 +126,10 @@ impl Check for LedgerCompleteness {
         if let (Source::Ledger, Some(attempt), true) = (ev.src, ev.attempt, ev.op.is_report()) {
             let counts = self.applied.entry((ev.op, attempt)).or_default();
             counts.ledgered += 1;
+            let excess = counts.ledgered.saturating_sub(counts.sent);
+            if excess > counts.ahead.map_or(0, |ahead| ahead.0) {
+                counts.ahead = Some((excess, counts.ledgered, counts.sent));
+            }
             if counts.entries.len() >= 3 {
                 counts.entries.pop();
             }
@@ -126,22 +159,21 @@ impl Check for LedgerCompleteness {
 
     fn finish(&mut self, ctx: &Index, out: &mut Findings) {
         if self.sent > 0 {
-            let mut over: Vec<(&(Op, u32), &Applied)> =
-                self.applied.iter().filter(|(_, applied)| applied.ledgered > applied.sent).collect();
-            over.sort_unstable_by_key(|(_, applied)| applied.entries.first().copied());
-            for (&(op, attempt), applied) in over {
+            let mut over: Vec<Over> =
+                self.applied.iter().filter_map(|(key, applied)| Some((key, applied, applied.over()?))).collect();
+            over.sort_unstable_by_key(|(_, applied, _)| applied.entries.first().copied());
+            for (&(op, attempt), applied, (ledgered, sent)) in over {
                 let what = describe(ctx, Says { op, attempt: Some(attempt), decision: None });
                 let what = what.trim_start_matches("`undecided` to ");
-                let (ledgered, sent) = (applied.ledgered, applied.sent);
                 let (kind, message, mut events) = if applied.foreign.is_empty() {
                     let why = "a request was applied more than once";
                     let message =
-                        format!("the ledger holds {ledgered} entries for {what}, but {sent} were sent: {why}");
+                        format!("the ledger held {ledgered} entries for {what} when {sent} had been sent: {why}");
                     ("applied-more-than-sent", message, applied.entries.clone())
                 } else {
                     let foreign = applied.foreign.len();
                     let message = format!(
-                        "the ledger holds {ledgered} entries for {what}, but its runner sent {sent}: \
+                        "the ledger held {ledgered} entries for {what} when its runner had sent {sent}: \
                          {foreign} sent with another runner's token should have been refused, and one was applied"
                     );
                     ("foreign-report-applied", message, [applied.foreign.clone(), applied.entries.clone()].concat())

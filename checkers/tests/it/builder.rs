@@ -187,7 +187,7 @@ impl H {
             None,
             None,
         );
-        self.answer(Op::Heartbeat, c, observed_ms, None, Decision::Rejected, seq);
+        self.answer_recorded(Op::Heartbeat, c, observed_ms, None, Decision::Rejected, seq);
         seq
     }
 
@@ -214,7 +214,7 @@ impl H {
     ) -> u64 {
         let reason = (decision != Decision::Accepted).then_some(Reason::Expired);
         let seq = self.ledger_report(kind, c, at_ms, observed_ms, decision, reason, None, lease_end, None);
-        self.answer(kind, c, observed_ms, None, decision, seq);
+        self.answer_recorded(kind, c, observed_ms, None, decision, seq);
         seq
     }
 
@@ -237,8 +237,28 @@ impl H {
         let reason = reason.or((decision == Decision::Conflict).then_some(Reason::Conflict));
         let seq =
             self.ledger_report(Op::Result, c, at_ms, observed_ms, decision, reason, Some(outcome), None, recorded_as);
-        self.answer(Op::Result, c, observed_ms, Some(outcome), decision, seq);
+        self.answer_recorded(Op::Result, c, observed_ms, Some(outcome), decision, seq);
         seq
+    }
+
+    /// A runner's request for the ledger entry just recorded, placed before it (a report is
+    /// sent before it is recorded), and its answer naming `seq`; returns the answer's index.
+    fn answer_recorded(
+        &mut self,
+        f: Op,
+        c: &C,
+        observed_ms: i64,
+        outcome: Option<&str>,
+        decision: Decision,
+        seq: u64,
+    ) -> u64 {
+        let entry = self.events.pop().expect("the ledger entry the request is for");
+        self.time_ns -= 1_000;
+        self.answer(f, c, observed_ms, outcome, decision, seq);
+        let answer = self.events.pop().expect("the answer just pushed");
+        self.time_ns -= 1_000;
+        self.push(entry);
+        self.push(answer)
     }
 
     /// A runner's request and its answer naming a ledger seq; returns the answer's index.

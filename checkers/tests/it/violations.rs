@@ -4,7 +4,7 @@
 use crate::builder::{claim, C, H};
 use crate::check;
 use history::Decision::{Accepted, Conflict, Duplicate, Rejected};
-use history::{Op, Reason};
+use history::{Event, EventType, Op, Process, Reason};
 
 /// j1 on `prod`: A1 (r1, fence 7) claimed at 1000 with a lease to 3000.
 fn start() -> (H, C) {
@@ -302,6 +302,27 @@ fn ledger_completeness_a_report_sent_with_another_runners_token_applied() {
     h.ledger_report(Op::Result, &a1, 1_250, 1_250, Duplicate, None, Some("succeeded"), None, None);
     h.final_state("j1", Some("j1-a1"), "succeeded");
     check(&h.build(), "ledger-completeness", &[]);
+}
+
+#[test]
+fn ledger_completeness_an_entry_recorded_before_its_runner_sent_anything_is_no_ones() {
+    // r2 reports r1's claim with its own token and the ledger records it; r1's own result
+    // goes out later and never gets an answer: counted over the whole run the two match,
+    // but the entry was there before r1 had sent a report.
+    let (mut h, a1) = start();
+    h.nemesis_result(&a1, "failed", "r2");
+    h.ledger_report(Op::Result, &a1, 1_150, 1_150, Accepted, None, Some("failed"), None, None);
+    for observed_ms in [1_300, 1_400] {
+        let mut unanswered =
+            Event::new(0, Process::runner("r1"), EventType::Request, Op::Result).with_claim("j1", "j1-a1", "r1", 1);
+        unanswered.outcome = Some("failed".into());
+        unanswered.observed_ms = Some(observed_ms);
+        h.push(unanswered.clone());
+        h.push(Event { kind: EventType::Info, reason: Some("no answer".into()), ..unanswered });
+    }
+    h.final_state("j1", Some("j1-a1"), "failed");
+    let anomalies = check(&h.build(), "ledger-completeness", &["foreign-report-applied"]);
+    assert!(anomalies[0].message.contains("when its runner had sent 0"), "{}", anomalies[0].message);
 }
 
 #[test]
