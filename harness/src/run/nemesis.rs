@@ -154,7 +154,7 @@ async fn start(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let mid_deployment =
         fault.runner.is_some() && !matches!(fault.variant, Variant::Replay | Variant::Conflict | Variant::Impersonate);
     let bound_ms = 2 * shared.config.lease_ms;
-    if mid_deployment && !wait_busy(shared, index, Duration::from_millis(bound_ms)).await {
+    if mid_deployment && !wait_busy(shared, index).await {
         let why = format!("runner r{} held no claim within {bound_ms} ms: nothing to hit", index + 1);
         record_start(&shared.recorder, fault, try_number, Err(why), false);
         return Started::Ineffective;
@@ -335,20 +335,15 @@ async fn restart_control(shared: &Shared) -> Result<(), String> {
     cluster.system.restart_control().await.map_err(|error| error.to_string())
 }
 
-/// Waits until runner `index` holds a running attempt (true), or `bound` passes (false).
-async fn wait_busy(shared: &Shared, index: usize, bound: Duration) -> bool {
+/// Waits until runner `index` holds a running attempt (true), or 2 leases pass (false).
+async fn wait_busy(shared: &Shared, index: usize) -> bool {
     let (operator, runner_id) = {
         let cluster = shared.cluster.lock().await;
         (cluster.system.operator.clone(), cluster.runners[index].id.clone())
     };
-    let deadline = tokio::time::Instant::now() + bound;
-    while tokio::time::Instant::now() < deadline {
-        if running_claims(&operator).await.iter().any(|claim| claim.runner == runner_id) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
+    awaited(shared, &operator, |claims| claims.iter().any(|claim| claim.runner == runner_id).then_some(()))
+        .await
+        .is_some()
 }
 
 /// The last result of runner `index` that the control plane accepted, from its log.
@@ -450,23 +445,43 @@ async fn cross(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let index = runner(fault);
     let (operator, client) = runner_client(shared, index).await;
     let runner_id = client.1.clone();
-    let claims = running_claims(&operator).await;
-    let own = claims.iter().filter(|claim| claim.runner == runner_id).max_by_key(|claim| claim.fence);
-    // The telling cross: another job whose current fence is below the reporter's, so a bare
-    // number comparison would take the report for a newer claim of that job.
-    let (own_job, own_fence) = (own.map(|own| own.job.clone()), own.map_or(0, |own| own.fence));
-    let other = claims
-        .iter()
-        .filter(|claim| Some(&claim.job) != own_job.as_ref() && claim.fence < own_fence)
-        .min_by_key(|claim| claim.fence);
-    let (Some(own), Some(other)) = (own, other) else {
-        let why = "no running job of another job with a lower fence to cross".to_string();
+    let pair = |claims: Vec<ClaimRef>| {
+        let own = claims.iter().filter(|claim| claim.runner == runner_id).max_by_key(|claim| claim.fence)?.clone();
+        // The telling cross: another job whose current fence is below the reporter's, so a
+        // bare number comparison would take the report for a newer claim of that job.
+        let other = claims
+            .into_iter()
+            .filter(|claim| claim.job != own.job && claim.fence < own.fence)
+            .min_by_key(|claim| claim.fence)?;
+        Some((own, other))
+    };
+    let Some((own, other)) = awaited(shared, &operator, pair).await else {
+        let why = "no running job of another job with a lower fence to cross within 2 leases".to_string();
         record_start(&shared.recorder, fault, try_number, Err(why), false);
         return Started::Ineffective;
     };
     let crossed = ClaimRef { job: other.job.clone(), ..own.clone() };
     send_result(shared, fault, &client, crossed, Outcome::Succeeded, try_number).await;
     Started::Sent
+}
+
+/// What `pick` finds among the running claims, looked for (every 50 ms) for at most 2
+/// leases, as a fault on a runner waits for its runner to hold a claim.
+async fn awaited<T>(
+    shared: &Shared,
+    operator: &protocol::client::Client,
+    pick: impl Fn(Vec<ClaimRef>) -> Option<T>,
+) -> Option<T> {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(2 * shared.config.lease_ms);
+    loop {
+        if let Some(found) = pick(running_claims(operator).await) {
+            return Some(found);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The operator's client, and a client with runner `index`'s token.
@@ -484,10 +499,11 @@ async fn runner_client(shared: &Shared, index: usize) -> (protocol::client::Clie
 async fn impersonate(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let index = runner(fault);
     let (operator, client) = runner_client(shared, index).await;
-    let claims = running_claims(&operator).await;
-    let Some(victim) = claims.into_iter().filter(|claim| claim.runner != client.1).min_by_key(|claim| claim.fence)
-    else {
-        let why = format!("no running claim of a runner other than r{} to report for", index + 1);
+    let others = |claims: Vec<ClaimRef>| {
+        claims.into_iter().filter(|claim| claim.runner != client.1).min_by_key(|claim| claim.fence)
+    };
+    let Some(victim) = awaited(shared, &operator, others).await else {
+        let why = format!("no running claim of a runner other than r{} to report for within 2 leases", index + 1);
         record_start(&shared.recorder, fault, try_number, Err(why), false);
         return Started::Ineffective;
     };
