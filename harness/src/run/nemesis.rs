@@ -546,8 +546,9 @@ const HOLD_POLL_MS: u64 = 50;
 /// on its target link catches the next step it sends (the start records which), and the
 /// toxic is removed — releasing the step at once — when the step has become late enough:
 ///
-/// - a late step, once the control plane no longer holds the attempt running (its lease
-///   ended), so it lands before the job is reconciled and another attempt writes its key;
+/// - a late step, a tenth of a lease after the control plane no longer holds the attempt
+///   running (its lease ended), so it lands before the job is reconciled and another
+///   attempt writes its key;
 /// - a delayed step, once the target applied a newer fence on the attempt's key.
 ///
 /// The toxic's latency bounds the hold either way; the release is recorded with what was
@@ -611,6 +612,10 @@ async fn hold_step(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
         }
         tokio::time::sleep(Duration::from_millis(HOLD_POLL_MS)).await;
     };
+    if late && seen_late.is_some() {
+        // Well past the lease's end, beyond any tolerance a check of the clocks allows.
+        tokio::time::sleep(Duration::from_millis(lease_ms / 10)).await;
+    }
     let released = shared.cluster.lock().await.proxy.remove_toxic(&link, &name).await;
     let mut fields = serde_json::Map::new();
     let because = seen_late.unwrap_or_else(|| {
