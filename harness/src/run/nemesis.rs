@@ -562,13 +562,6 @@ async fn hold_step(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
         record_start(&shared.recorder, fault, try_number, Err(why), false);
         Started::Ineffective
     };
-    let Some(claim) = running_claims(&operator).await.into_iter().find(|claim| claim.runner == runner_id) else {
-        return ineffective(format!("runner r{}'s claim ended before a step could be held", index + 1));
-    };
-    let key = match operator.job(&claim.job).await {
-        Ok(view) => view.deployment_key,
-        Err(error) => return ineffective(format!("job {} cannot be read: {error}", claim.job)),
-    };
     let (log, target) = {
         let cluster = shared.cluster.lock().await;
         (cluster.system.runner_log(&runner_id), cluster.target_client(Duration::from_millis(lease_ms)))
@@ -586,14 +579,11 @@ async fn hold_step(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     if let Err(error) = added {
         return ineffective(format!("the target link cannot be slowed: {error}"));
     }
-    let Some(step) = step_sent(&log, seen, &claim.attempt, Duration::from_millis(lease_ms)).await else {
+    // Whichever claim the runner holds by now: the step its log shows names it.
+    let Some((claim, key, step)) = step_sent(&log, seen, Duration::from_millis(lease_ms)).await else {
         let removed = shared.cluster.lock().await.proxy.remove_toxic(&link, &name).await;
         let removed = removed.map_or_else(|error| format!("; removing its toxic failed: {error}"), |()| String::new());
-        return ineffective(format!(
-            "runner r{} sent no step of {} within {lease_ms} ms{removed}",
-            index + 1,
-            claim.attempt
-        ));
+        return ineffective(format!("runner r{} sent no step within {lease_ms} ms{removed}", index + 1));
     };
     let cut = shared.cluster.lock().await.control_set_enabled(index, false).await.map_err(|error| error.to_string());
     let mut fields = effect(cut.is_ok(), try_number);
@@ -627,20 +617,22 @@ async fn hold_step(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     Started::Window
 }
 
-/// The step number of the first step request of `attempt` that runner's log shows after its
-/// first `seen` lines, waiting at most `bound` for one.
-async fn step_sent(log: &std::path::Path, seen: usize, attempt: &str, bound: Duration) -> Option<u32> {
+/// The first step request runner's log shows after its first `seen` lines — its claim,
+/// deployment key and step number — waiting at most `bound` for one.
+async fn step_sent(log: &std::path::Path, seen: usize, bound: Duration) -> Option<(ClaimRef, String, u64)> {
     let deadline = tokio::time::Instant::now() + bound;
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        let sent = text.lines().skip(seen).filter_map(|line| serde_json::from_str::<history::Event>(line).ok()).find(
-            |event| {
-                event.kind == EventType::Request && event.f == Op::Step && event.attempt.as_deref() == Some(attempt)
-            },
-        );
+        let sent = text
+            .lines()
+            .skip(seen)
+            .filter_map(|line| serde_json::from_str::<history::Event>(line).ok())
+            .find(|event| event.kind == EventType::Request && event.f == Op::Step);
         if let Some(event) = sent {
-            let step = event.value.as_ref().and_then(|value| value["step"].as_u64());
-            return Some(step.and_then(|step| u32::try_from(step).ok()).unwrap_or(0));
+            let step = event.value.as_ref().and_then(|value| value["step"].as_u64()).unwrap_or(0);
+            let claim =
+                ClaimRef { job: event.job?, attempt: event.attempt?, runner: event.runner?, fence: event.fence? };
+            return Some((claim, event.key?, step));
         }
         if tokio::time::Instant::now() >= deadline {
             return None;
