@@ -506,6 +506,17 @@ mod tests {
         ScheduleOptions { kinds, time_limit_ms: 60_000, runners: 3, lease_ms: 1_000, replicas: 1 }
     }
 
+    /// The default run's schedule options: every fault, 30 s, 3 runners, 1 s leases.
+    fn default_run() -> ScheduleOptions {
+        ScheduleOptions {
+            kinds: FaultKind::ALL.to_vec(),
+            time_limit_ms: 30_000,
+            runners: 3,
+            lease_ms: 1_000,
+            replicas: 1,
+        }
+    }
+
     #[test]
     fn same_seed_same_schedule_and_another_seed_another() {
         let all = options(FaultKind::ALL.to_vec());
@@ -569,13 +580,7 @@ mod tests {
 
     #[test]
     fn a_late_step_never_overlaps_the_targets_skew_and_a_delayed_step_falls_inside_it() {
-        let default = ScheduleOptions {
-            kinds: FaultKind::ALL.to_vec(),
-            time_limit_ms: 30_000,
-            runners: 3,
-            lease_ms: 1_000,
-            replicas: 1,
-        };
+        let default = default_run();
         let (mut skews, mut paired) = (0, 0);
         for seed in 0..50 {
             let faults = schedule(seed, &default);
@@ -597,13 +602,7 @@ mod tests {
 
     #[test]
     fn the_default_run_exercises_every_variant() {
-        let default = ScheduleOptions {
-            kinds: FaultKind::ALL.to_vec(),
-            time_limit_ms: 30_000,
-            runners: 3,
-            lease_ms: 1_000,
-            replicas: 1,
-        };
+        let default = default_run();
         let names: Vec<&str> = FaultKind::ALL.iter().flat_map(|kind| kind.variants()).map(Variant::name).collect();
         assert_eq!(names.len(), 17);
         for seed in 0..20 {
