@@ -14,9 +14,9 @@
 //! request twice — a transaction run again after its COMMIT's answer was lost. Reports the
 //! nemesis sent with another runner's token than the claim's (`value.token_of`) do not
 //! count as sent: the control plane must refuse them unrecorded, and one in the ledger is
-//! a report applied for a runner that never made it. The count holds at every entry too:
-//! a report is sent before it is recorded, so an entry the ledger holds before its runner
-//! had sent as many is no one's, whatever the runner sends later.
+//! a report applied for a runner that never made it. And since a report is sent before it
+//! is recorded, an entry the ledger holds before its runner had sent any report of that
+//! kind for the attempt is no one's, whatever the runner sends later.
 
 use crate::driver::{Check, Findings, Found};
 use crate::model::{FxMap, Index, Observed, Op, Source};
@@ -61,14 +61,15 @@ struct Applied {
     foreign: Vec<u64>,
     /// Reports a scenario played, counted when their answer is seen (after their entry).
     played: u64,
-    /// The most entries the ledger held beyond the reports sent before them, with the
-    /// counts at that moment (entries, sent): a report is sent before it is recorded.
+    /// The entries the ledger held before its runner had sent any report of the kind, with
+    /// the counts at that moment (excess, entries, sent): a report is sent before it is
+    /// recorded.
     ahead: Option<(u64, u64, u64)>,
 }
 
 impl Applied {
     /// Entries beyond what was sent: `(entries, sent)`, judged over the whole history and
-    /// at every entry (an entry recorded before its report was sent is no one's).
+    /// before the runner's first report (an entry recorded before any was sent is no one's).
     fn over(&self) -> Option<(u64, u64)> {
         let sent = self.sent + self.played;
         if self.ledgered > sent {
@@ -126,9 +127,11 @@ impl Check for LedgerCompleteness {
         if let (Source::Ledger, Some(attempt), true) = (ev.src, ev.attempt, ev.op.is_report()) {
             let counts = self.applied.entry((ev.op, attempt)).or_default();
             counts.ledgered += 1;
-            let excess = counts.ledgered.saturating_sub(counts.sent);
-            if excess > counts.ahead.map_or(0, |ahead| ahead.0) {
-                counts.ahead = Some((excess, counts.ledgered, counts.sent));
+            // Only before the runner's first report of the kind: afterwards the order of a
+            // request and the entry of the one before it is not evidence enough (the counts
+            // over the whole run still hold).
+            if counts.sent == 0 && counts.ledgered > counts.ahead.map_or(0, |ahead| ahead.0) {
+                counts.ahead = Some((counts.ledgered, counts.ledgered, 0));
             }
             if counts.entries.len() >= 3 {
                 counts.entries.pop();
