@@ -14,9 +14,10 @@
 //! request twice — a transaction run again after its COMMIT's answer was lost. Reports the
 //! nemesis sent with another runner's token than the claim's (`value.token_of`) do not
 //! count as sent: the control plane must refuse them unrecorded, and one in the ledger is
-//! a report applied for a runner that never made it. And since a report is sent before it
-//! is recorded, an entry the ledger holds before its runner had sent any report of that
-//! kind for the attempt is no one's, whatever the runner sends later.
+//! a report applied for a runner that never made it. The count holds at every entry's
+//! receipt too, on the history's clock: a report is logged before it is sent, so an entry
+//! received before its runner had sent as many reports is no one's, whatever the runner
+//! sends later.
 
 use crate::driver::{Check, Findings, Found};
 use crate::model::{FxMap, Index, Observed, Op, Source};
@@ -61,22 +62,30 @@ struct Applied {
     foreign: Vec<u64>,
     /// Reports a scenario played, counted when their answer is seen (after their entry).
     played: u64,
-    /// The entries the ledger held before its runner had sent any report of the kind, with
-    /// the counts at that moment (excess, entries, sent): a report is sent before it is
-    /// recorded.
-    ahead: Option<(u64, u64, u64)>,
+    /// When each report the runner sent was logged (before it was sent).
+    sent_ns: Vec<u64>,
+    /// When each entry was received.
+    entry_ns: Vec<u64>,
 }
 
 impl Applied {
-    /// Entries beyond what was sent: `(entries, sent)`, judged over the whole history and
-    /// before the runner's first report (an entry recorded before any was sent is no one's).
-    fn over(&self) -> Option<(u64, u64)> {
+    /// Entries beyond what was sent: `(entries, sent)`, judged over the whole history and at
+    /// every entry's receipt on the history's clock (a report is logged before it is sent
+    /// and received before it is recorded, so an entry received before its runner had sent
+    /// as many reports is no one's). Times, not the order entries are visited in (`seq`),
+    /// decide what came first.
+    fn over(&mut self) -> Option<(u64, u64)> {
         let sent = self.sent + self.played;
         if self.ledgered > sent {
             return Some((self.ledgered, sent));
         }
-        let (excess, ledgered, sent) = self.ahead?;
-        (excess > self.played).then_some((ledgered, sent))
+        self.sent_ns.sort_unstable();
+        self.entry_ns.sort_unstable();
+        self.entry_ns.iter().enumerate().find_map(|(before, &at_ns)| {
+            let entries = before as u64 + 1;
+            let sent = self.sent_ns.partition_point(|&sent_ns| sent_ns < at_ns) as u64;
+            (entries > sent + self.played).then_some((entries, sent))
+        })
     }
 }
 
@@ -118,6 +127,7 @@ impl Check for LedgerCompleteness {
                 counts.played += 1;
             } else {
                 counts.sent += 1;
+                counts.sent_ns.push(ev.raw.time_ns);
             }
         }
         if let (Source::ForeignReport, Some(attempt)) = (ev.src, ev.attempt) {
@@ -127,12 +137,7 @@ impl Check for LedgerCompleteness {
         if let (Source::Ledger, Some(attempt), true) = (ev.src, ev.attempt, ev.op.is_report()) {
             let counts = self.applied.entry((ev.op, attempt)).or_default();
             counts.ledgered += 1;
-            // Only before the runner's first report of the kind: afterwards the order of a
-            // request and the entry of the one before it is not evidence enough (the counts
-            // over the whole run still hold).
-            if counts.sent == 0 && counts.ledgered > counts.ahead.map_or(0, |ahead| ahead.0) {
-                counts.ahead = Some((counts.ledgered, counts.ledgered, 0));
-            }
+            counts.entry_ns.push(ev.raw.time_ns);
             if counts.entries.len() >= 3 {
                 counts.entries.pop();
             }
@@ -162,8 +167,16 @@ impl Check for LedgerCompleteness {
 
     fn finish(&mut self, ctx: &Index, out: &mut Findings) {
         if self.sent > 0 {
-            let mut over: Vec<Over> =
-                self.applied.iter().filter_map(|(key, applied)| Some((key, applied, applied.over()?))).collect();
+            // Judged in place, then read in the same order (the map is not changed between).
+            let counts: Vec<(u64, u64)> =
+                self.applied.values_mut().map(|applied| applied.over().unwrap_or((0, 0))).collect();
+            let mut over: Vec<Over> = self
+                .applied
+                .iter()
+                .zip(counts)
+                .filter(|(_, counts)| counts.0 > 0)
+                .map(|((key, applied), counts)| (key, applied, counts))
+                .collect();
             over.sort_unstable_by_key(|(_, applied, _)| applied.entries.first().copied());
             for (&(op, attempt), applied, (ledgered, sent)) in over {
                 let what = describe(ctx, Says { op, attempt: Some(attempt), decision: None });
