@@ -352,6 +352,19 @@ impl H {
 impl H {
     /// Swaps the `value.seq` of the ledger event at `slot` with that of the next ledger
     /// event: the first was received first but committed second.
+    /// Names ledger entry `seq` in the last event (an answer).
+    pub fn answer_names(&mut self, seq: u64) {
+        if let Some(value) = self.events.last_mut().and_then(|event| event.value.as_mut()) {
+            value["ledger_seq"] = json!(seq);
+        }
+    }
+
+    /// The `seq` of the first ledger event at or after `slot`.
+    pub fn seq_at(&self, slot: u64) -> Option<u64> {
+        let ledger = self.events[slot as usize..].iter().find(|event| event.kind == EventType::Ledger)?;
+        ledger.value.as_ref()?.get("seq")?.as_u64()
+    }
+
     pub fn swap_seq_with_next_ledger(&mut self, slot: u64) {
         let slot = slot as usize;
         let first = (slot..self.events.len()).find(|&i| self.events[i].kind == EventType::Ledger);

@@ -326,6 +326,20 @@ fn ledger_completeness_an_entry_recorded_before_its_runner_sent_anything_is_no_o
 }
 
 #[test]
+fn ledger_completeness_entries_committed_out_of_receipt_order_are_no_finding() {
+    // A submit received first commits after r1's capability: in `seq` order the capability's
+    // entry takes the submit's slot, ahead of r1's request. Its receipt is still after it.
+    let (mut h, a1) = start();
+    let slot = h.len();
+    h.submit("j2", "other", 1_050);
+    let submit_seq = h.seq_at(slot).unwrap();
+    h.capability(&a1, 1_100, 1_100, Accepted, Some(3_000));
+    h.swap_seq_with_next_ledger(slot);
+    h.answer_names(submit_seq);
+    check(&finish(h, &a1), "ledger-completeness", &[]);
+}
+
+#[test]
 fn ledger_completeness_answer_without_its_entry() {
     let (mut h, a1) = start();
     // ack-before-commit: the answer names seq N, the ledger gave N to the next entry.
