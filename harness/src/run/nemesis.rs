@@ -153,9 +153,8 @@ async fn start(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     // results pick a claim the runner already finished; an impersonation, another's claim.
     let mid_deployment =
         fault.runner.is_some() && !matches!(fault.variant, Variant::Replay | Variant::Conflict | Variant::Impersonate);
-    let bound_ms = 2 * shared.config.lease_ms;
     if mid_deployment && !wait_busy(shared, index).await {
-        let why = format!("runner r{} held no claim within {bound_ms} ms: nothing to hit", index + 1);
+        let why = format!("runner r{} held no claim within {} ms: nothing to hit", index + 1, claim_wait_ms(shared));
         record_start(&shared.recorder, fault, try_number, Err(why), false);
         return Started::Ineffective;
     }
@@ -168,7 +167,7 @@ async fn start(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
         Variant::TargetSkew { offset_ms } => target_clock(shared, *offset_ms).await,
         Variant::KillReplica { replica } => kill_replica(shared, *replica as usize).await,
         Variant::ReplicaSkew { .. } | Variant::DbLatency { .. } | Variant::DbCut { .. } | Variant::CommitCut { .. } => {
-            on_database(shared, &fault.variant, true).await
+            on_database(shared, fault, true).await
         }
         variant => start_on(&shared.cluster, index, variant, &toxic_name(fault)).await,
     };
@@ -265,7 +264,7 @@ async fn heal(shared: &Shared, fault: &Fault) {
             | Variant::DbCut { .. }
             | Variant::CommitCut { .. } => {
                 drop(cluster);
-                on_database(shared, &fault.variant, false).await
+                on_database(shared, fault, false).await
             }
             Variant::Replay
             | Variant::Conflict
@@ -284,11 +283,12 @@ async fn enable_links(cluster: &Cluster, index: usize) -> Result<(), String> {
 }
 
 /// Starts (`on`) or heals a fault on one replica's clock or on its link to the database.
-async fn on_database(shared: &Shared, variant: &Variant, on: bool) -> Result<(), String> {
+async fn on_database(shared: &Shared, fault: &Fault, on: bool) -> Result<(), String> {
+    let variant = &fault.variant;
     let cluster = shared.cluster.lock().await;
     let replica = variant.replica().unwrap_or(0) as usize % cluster.system.replicas.len().max(1);
     let link = super::cluster::db_link(replica);
-    let name = format!("fencelab-{}", variant.name());
+    let name = toxic_name(fault);
     let toxic = |kind| Toxic::new(kind).on(Stream::Upstream).named(&name);
     let done = match (variant, on) {
         (Variant::ReplicaSkew { offset_ms, .. }, on) => {
@@ -465,14 +465,19 @@ async fn cross(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     Started::Sent
 }
 
-/// What `pick` finds among the running claims, looked for (every 50 ms) for at most 2
-/// leases, as a fault on a runner waits for its runner to hold a claim.
+/// How long a fault looks for the claims it needs before the try is ineffective: 2 leases.
+fn claim_wait_ms(shared: &Shared) -> u64 {
+    2 * shared.config.lease_ms
+}
+
+/// What `pick` finds among the running claims, looked for (every 50 ms) for at most
+/// [`claim_wait_ms`], as a fault on a runner waits for its runner to hold a claim.
 async fn awaited<T>(
     shared: &Shared,
     operator: &protocol::client::Client,
     pick: impl Fn(Vec<ClaimRef>) -> Option<T>,
 ) -> Option<T> {
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(2 * shared.config.lease_ms);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(claim_wait_ms(shared));
     loop {
         if let Some(found) = pick(running_claims(operator).await) {
             return Some(found);
@@ -538,7 +543,7 @@ pub async fn heal_all(cluster: &Arc<Mutex<Cluster>>, config: &RunConfig) -> Resu
     Ok(())
 }
 
-/// How long a held step is watched for before it is let go, between two looks.
+/// Between two looks at whether a held step has come late enough.
 const HOLD_POLL_MS: u64 = 50;
 
 /// Holds one of runner `index`'s target steps in the network and cuts its control link, so
@@ -591,11 +596,12 @@ async fn hold_step(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     record_with(&shared.recorder, fault, "start", cut, fields);
     let bound = tokio::time::Instant::now() + Duration::from_millis(latency_ms);
     let late = matches!(fault.variant, Variant::LateStep { .. });
+    let mut steps_read = 0;
     let seen_late = loop {
         let why = if late {
             lease_ended(&operator, &claim).await
         } else {
-            newer_fence_applied(target.as_ref(), &key, claim.fence).await
+            newer_fence_applied(target.as_ref(), &mut steps_read, &key, claim.fence).await
         };
         if why.is_some() || tokio::time::Instant::now() >= bound {
             break why;
@@ -650,9 +656,16 @@ async fn lease_ended(operator: &protocol::client::Client, claim: &ClaimRef) -> O
         .then(|| format!("the control plane holds {} {}: its lease ended", attempt.id, state.as_str().unwrap_or("?")))
 }
 
-/// Which newer fence the target applied on `key`, when it has applied one above `fence`.
-async fn newer_fence_applied(target: Option<&protocol::client::Client>, key: &str, fence: u64) -> Option<String> {
-    let steps = target?.steps(10_000_000).await.ok()?;
+/// Which newer fence the target applied on `key`, when it has applied one above `fence`,
+/// reading its step log from record `read` on (and moving `read` past what it read).
+async fn newer_fence_applied(
+    target: Option<&protocol::client::Client>,
+    read: &mut usize,
+    key: &str,
+    fence: u64,
+) -> Option<String> {
+    let steps = target?.steps_after(*read).await.ok()?;
+    *read += steps.len();
     let newer = steps.iter().filter(|step| step.applied && step.deployment_key == key && step.fence > fence);
     newer.map(|step| step.fence).max().map(|newer| format!("the target applied fence {newer} on {key}"))
 }
