@@ -14,8 +14,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use harness::run::cluster::Cluster;
-use harness::run::config::{validate, RunArgs};
+use engine::run::cluster::Cluster;
+use harness::args::RunArgs;
 
 const STARTS: usize = 10;
 const RUN_SECONDS: u64 = 20;
@@ -36,7 +36,7 @@ fn args(store: &Path, system: Option<&Path>) -> RunArgs {
 }
 
 async fn startup(store: &Path, system: Option<&Path>) {
-    let config = validate(&args(store, system), 1).expect("valid flags");
+    let config = args(store, system).config(1).expect("valid flags");
     let mut times_ms = Vec::new();
     let kind = if system.is_some() { "containers" } else { "processes" };
     for index in 0..STARTS {
@@ -142,7 +142,7 @@ fn cpu_share(store: &Path, system: Option<&Path>) {
 async fn main() {
     let store = tempfile::tempdir().expect("temp dir");
     startup(store.path(), None).await;
-    let containers = match harness::system::container::unavailable() {
+    let containers = match system::container::unavailable() {
         Some(why) => {
             println!("containers: not measured ({why})");
             None

@@ -1,11 +1,13 @@
-//! The `fencelab` command line. Exit codes follow Jepsen's: 0 valid, 1 invalid, 2 unknown,
-//! 254 bad arguments, 255 internal error.
+//! The `fencelab` command line. Every command returns its verdict as an [`Exit`] or a
+//! [`CommandError`]; only [`main`] prints an error and exits. Exit codes follow Jepsen's:
+//! 0 valid, 1 invalid, 2 unknown, 254 bad arguments, 255 internal error.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::error::CommandError;
 use crate::exit::Exit;
 
 #[derive(Parser)]
@@ -18,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the lab under faults and record one history (the main job).
-    Run(Box<crate::run::config::RunArgs>),
+    Run(Box<crate::args::RunArgs>),
     /// Run a lab process (control plane, target, runner): the lab's own command line.
     #[command(disable_help_flag = true)]
     Lab {
@@ -47,7 +49,7 @@ enum Command {
     },
     /// For every planted bug, short runs with the faults that expose it, and the correct lab
     /// under every fault: a table of bug × detected, also written as JSON.
-    Matrix(crate::matrix::MatrixArgs),
+    Matrix(crate::args::MatrixArgs),
     /// Run a recorded run again (its config and realised fault schedule) and say whether the
     /// same anomalies appeared.
     Replay {
@@ -116,7 +118,7 @@ enum Command {
     Bugs,
     /// Check a system against the contract before chaos: deterministic single-step cases
     /// over HTTP, one line each, conform.json and junit.xml (`docs/conform.md`).
-    Conform(crate::conform::ConformArgs),
+    Conform(crate::args::ConformArgs),
     /// The lab as container images, built locally from this binary (no registry).
     Image {
         #[command(subcommand)]
@@ -141,16 +143,27 @@ struct HistoryArgs {
     limit: usize,
 }
 
+/// The system a scenario runs against.
+#[derive(Clone, Debug, Default, clap::Args)]
+struct SystemArgs {
+    /// The system under test: a system file (`docs/system.md`; default: the lab).
+    #[arg(long)]
+    system: Option<std::path::PathBuf>,
+    /// A variant the system file declares (repeatable).
+    #[arg(long = "variant")]
+    variants: Vec<String>,
+}
+
 #[derive(Subcommand)]
 enum ImageCommand {
     /// Build the lab's image (`images/lab/Dockerfile`: this binary and the libraries it
     /// loads, FROM scratch) and its Toxiproxy image; skipped when up to date.
     Build {
         /// The lab's image (entrypoint `fencelab`).
-        #[arg(long, default_value = crate::image::LAB_TAG)]
+        #[arg(long, default_value = system::image::LAB_TAG)]
         tag: String,
         /// The Toxiproxy image (entrypoint `fencelab toxiproxy`).
-        #[arg(long, default_value = crate::image::TOXIPROXY_TAG)]
+        #[arg(long, default_value = system::image::TOXIPROXY_TAG)]
         toxiproxy_tag: String,
         /// Build even when the images are up to date.
         #[arg(long)]
@@ -167,8 +180,28 @@ enum ScenarioCommand {
         #[arg(long, default_value = "store")]
         store: std::path::PathBuf,
         #[command(flatten)]
-        system: crate::scenario::SystemChoice,
+        system: SystemArgs,
     },
+}
+
+/// The name a command's messages start with (`fencelab run: …`).
+fn name(command: &Command) -> &'static str {
+    match command {
+        Command::Run(_) => "run",
+        Command::Lab { .. } => "lab",
+        Command::Toxiproxy { .. } => "toxiproxy",
+        Command::Check { .. } => "check",
+        Command::Matrix(_) => "matrix",
+        Command::Replay { .. } => "replay",
+        Command::Shrink { .. } => "shrink",
+        Command::Suite { .. } => "suite",
+        Command::Merge { .. } => "merge",
+        Command::Diff { .. } => "diff",
+        Command::Bugs => "bugs",
+        Command::Conform(_) => "conform",
+        Command::Image { .. } => "image build",
+        Command::Scenario { .. } => "scenario",
+    }
 }
 
 pub fn main() -> ExitCode {
@@ -177,44 +210,46 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => {
             let _ = error.print();
-            return if error.use_stderr() { Exit::BadArguments.into() } else { ExitCode::SUCCESS };
+            return if error.use_stderr() { crate::exit::code(Exit::BadArguments) } else { ExitCode::SUCCESS };
         }
     };
-    match cli.command {
-        Command::Run(args) => run_command(*args),
-        Command::Lab { args } => {
-            let program = std::ffi::OsString::from("fencelab lab");
-            lab::cli::main_from(std::iter::once(program).chain(args))
+    if let Command::Lab { args } = cli.command {
+        let program = std::ffi::OsString::from("fencelab lab");
+        return lab::cli::main_from(std::iter::once(program).chain(args));
+    }
+    let command = name(&cli.command);
+    match execute(cli.command) {
+        Ok(exit) => crate::exit::code(exit),
+        Err(error) => {
+            eprintln!("fencelab {command}: {error}");
+            crate::exit::code(error.exit())
         }
+    }
+}
+
+fn execute(command: Command) -> Result<Exit, CommandError> {
+    match command {
+        Command::Run(args) => run_command(*args),
+        Command::Lab { .. } => unreachable!("the lab's command line is answered before"),
         Command::Toxiproxy { listen, host, port, seed } => {
             let listen = SocketAddr::new(host.unwrap_or(listen.ip()), port.unwrap_or(listen.port()));
-            let runtime = match runtime("toxiproxy") {
-                Ok(runtime) => runtime,
-                Err(code) => return code,
-            };
-            match runtime.block_on(proxy::serve_forever(listen, seed)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(error) => {
-                    eprintln!("fencelab toxiproxy: {error}");
-                    Exit::Internal.into()
-                }
-            }
+            runtime()?.block_on(proxy::serve_forever(listen, seed)).map_err(|error| internal(error.to_string()))?;
+            Ok(Exit::Valid)
         }
         Command::Check { folder } => {
             if !folder.join("history.jsonl").is_file() {
-                eprintln!("fencelab check: {} holds no history.jsonl", folder.display());
-                return Exit::BadArguments.into();
+                return Err(bad(format!("{} holds no history.jsonl", folder.display())));
             }
             let command = std::fs::read_to_string(folder.join("run.json"))
                 .ok()
-                .and_then(|text| serde_json::from_str::<crate::check::RunMeta>(&text).ok())
+                .and_then(|text| serde_json::from_str::<engine::check::RunMeta>(&text).ok())
                 .map_or_else(String::new, |meta| meta.command);
             verdict(&folder, &command)
         }
         Command::Matrix(args) => matrix_command(&args),
         Command::Replay { folder, tries, store } => replay_command(&folder, tries, &store),
         Command::Shrink { folder, tries, checkers, out, work, confirm } => {
-            let options = crate::shrink::Options {
+            let options = campaign::shrink::Options {
                 out: out.unwrap_or_else(|| folder.join("shrunk.toml")),
                 work: work.unwrap_or_else(|| folder.join("shrink")),
                 folder,
@@ -224,265 +259,246 @@ pub fn main() -> ExitCode {
             };
             shrink_command(&options)
         }
-        Command::Suite { file, shard, out, history } => match crate::trends::validate(history.dir, history.limit) {
-            Ok(history) => suite_command(&file, shard.as_deref(), out, history),
-            Err(message) => bad_arguments(&message),
-        },
-        Command::Merge { out, shards, history } => match crate::trends::validate(history.dir, history.limit) {
-            Ok(history) => merge_command(&out, &shards, history),
-            Err(message) => bad_arguments(&message),
-        },
-        Command::Scenario { command: ScenarioCommand::Run { file, store, system } } => {
-            crate::scenario::main(&file, &store, &system)
+        Command::Suite { file, shard, out, history } => {
+            let history = campaign::trends::validate(history.dir, history.limit).map_err(bad)?;
+            suite_command(&file, shard.as_deref(), out, history)
         }
-        Command::Diff { run_a, run_b } => diff_command(&run_a, &run_b),
-        Command::Conform(args) => crate::conform::main(&args),
+        Command::Merge { out, shards, history } => {
+            let history = campaign::trends::validate(history.dir, history.limit).map_err(bad)?;
+            merge_command(&out, &shards, history)
+        }
+        Command::Scenario { command: ScenarioCommand::Run { file, store, system } } => {
+            let system = engine::scenario::SystemChoice { system: system.system, variants: system.variants };
+            scenario_command(&file, &store, &system)
+        }
+        Command::Diff { run_a, run_b } => {
+            let a = campaign::diff::read_side(&run_a).map_err(bad)?;
+            let b = campaign::diff::read_side(&run_b).map_err(bad)?;
+            print!("{}", results::diff::diff_text(&a, &b));
+            Ok(Exit::Valid)
+        }
+        Command::Conform(args) => conform_command(&args),
         Command::Image { command: ImageCommand::Build { tag, toxiproxy_tag, force } } => {
-            crate::image::main(&tag, &toxiproxy_tag, force)
+            image_command(&tag, &toxiproxy_tag, force)
         }
         Command::Bugs => {
             print!("{}", lab::bugs::listing());
-            ExitCode::SUCCESS
+            Ok(Exit::Valid)
         }
     }
 }
 
-fn run_command(args: crate::run::config::RunArgs) -> ExitCode {
+fn bad(message: impl Into<String>) -> CommandError {
+    CommandError::BadArguments(message.into())
+}
+
+fn internal(message: impl Into<String>) -> CommandError {
+    CommandError::Internal(message.into())
+}
+
+/// The one tokio runtime of a command; failing to start one is an internal error.
+fn runtime() -> Result<tokio::runtime::Runtime, CommandError> {
+    tokio::runtime::Runtime::new().map_err(|error| internal(format!("cannot start a tokio runtime: {error}")))
+}
+
+/// The running `fencelab` binary, which runs the children.
+fn program() -> Result<std::path::PathBuf, CommandError> {
+    std::env::current_exe().map_err(|error| internal(format!("cannot find this program: {error}")))
+}
+
+fn run_command(args: crate::args::RunArgs) -> Result<Exit, CommandError> {
     let clock_seed =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    let config = match crate::run::config::validate(&args, clock_seed) {
-        Ok(config) => config,
-        Err(message) => return bad_arguments(&message),
-    };
-    let throwaway = config.db == crate::run::config::Db::Postgres && config.database_url.is_none();
+    let config = args.config(clock_seed).map_err(bad)?;
+    let throwaway = config.db == system::Db::Postgres && config.database_url.is_none();
     if let Some(why) = lab::pg::unavailable().filter(|_| throwaway) {
-        return bad_arguments(&format!("--db postgres: {why} (or give --database-url)"));
+        return Err(bad(format!("--db postgres: {why} (or give --database-url)")));
     }
-    let runtime = match runtime("run") {
-        Ok(runtime) => runtime,
-        Err(code) => return code,
-    };
+    let (runtime, program) = (runtime()?, program()?);
     if let Some(url) = &config.toxiproxy_url {
         let reachable = proxy::Client::new(url).map_err(|error| error.to_string());
         let version = runtime.block_on(async { reachable?.version().await.map_err(|error| error.to_string()) });
         if let Err(error) = version {
-            return bad_arguments(&format!("--toxiproxy-url {url} is not a reachable Toxiproxy: {error}"));
+            return Err(bad(format!("--toxiproxy-url {url} is not a reachable Toxiproxy: {error}")));
         }
     }
-    let folder = match crate::run::create_folder(&config) {
-        Ok(folder) => folder,
-        Err(message) => return bad_arguments(&message),
-    };
+    let folder = engine::run::create_folder(&config).map_err(bad)?;
     eprintln!("fencelab: seed {}; run folder {}", config.seed, folder.display());
     let command = config.command_in(&folder);
-    match runtime.block_on(crate::run::execute(config, folder, lab::web::termination())) {
-        Ok(outcome) => {
-            summary(&outcome, &command);
-            verdict(&outcome.folder, &command)
-        }
-        Err(error) => {
-            eprintln!("fencelab run: {error:#}");
-            eprintln!("repeat with: {command}");
-            start_error_exit(&error).into()
-        }
-    }
+    let driven = runtime
+        .block_on(engine::run::execute(config, folder, &program, lab::web::termination()))
+        .map_err(|error| CommandError::from(error).repeat_with(&command))?;
+    summary(&driven, &command);
+    Ok(print_verdict(&driven.folder, &driven.run, &command))
 }
 
-/// 254 when the system could not start because of something the user named wrongly (a
-/// program that is not there), else 255.
-pub fn start_error_exit(error: &anyhow::Error) -> Exit {
-    match error.downcast_ref::<crate::system::StartError>() {
-        Some(crate::system::StartError::Named(_)) => Exit::BadArguments,
-        _ => Exit::Internal,
-    }
+/// Checks a run folder again and prints its verdict.
+fn verdict(folder: &std::path::Path, command: &str) -> Result<Exit, CommandError> {
+    let (_, run) = engine::check::check_folder(folder)
+        .map_err(|error| internal(format!("cannot check {}: {error:#}", folder.display())))?;
+    Ok(print_verdict(folder, &run, command))
 }
 
-fn diff_command(run_a: &std::path::Path, run_b: &std::path::Path) -> ExitCode {
-    match (crate::diff::read_side(run_a), crate::diff::read_side(run_b)) {
-        (Ok(a), Ok(b)) => {
-            print!("{}", results::diff::diff_text(&a, &b));
-            Exit::Valid.into()
-        }
-        (Err(message), _) | (_, Err(message)) => {
-            eprintln!("fencelab diff: {message}");
-            Exit::BadArguments.into()
-        }
+/// Prints the verdict table of a checked run; answers its exit.
+fn print_verdict(folder: &std::path::Path, run: &results::Run, command: &str) -> Exit {
+    for result in &run.checkers {
+        let (word, detail) = match &result.verdict {
+            checkers::Verdict::Valid => ("valid", String::new()),
+            checkers::Verdict::Invalid { anomalies } => ("INVALID", format!("{} anomalies", anomalies.len())),
+            checkers::Verdict::Unknown { reason } => ("unknown", reason.clone()),
+        };
+        println!("  {:<24} {:<8} {detail}", result.checker, word);
     }
-}
-
-fn bad_arguments(message: &str) -> ExitCode {
-    eprintln!("fencelab run: {message}");
-    Exit::BadArguments.into()
-}
-
-/// Checks a run folder, prints the verdict table, and answers the exit code.
-fn verdict(folder: &std::path::Path, command: &str) -> ExitCode {
-    match crate::check::check_folder(folder) {
-        Ok((overall, run)) => {
-            for result in &run.checkers {
-                let (word, detail) = match &result.verdict {
-                    checkers::Verdict::Valid => ("valid", String::new()),
-                    checkers::Verdict::Invalid { anomalies } => ("INVALID", format!("{} anomalies", anomalies.len())),
-                    checkers::Verdict::Unknown { reason } => ("unknown", reason.clone()),
-                };
-                println!("  {:<24} {:<8} {detail}", result.checker, word);
-            }
-            for anomaly in run
-                .checkers
-                .iter()
-                .filter_map(|r| match &r.verdict {
-                    checkers::Verdict::Invalid { anomalies } => Some(anomalies),
-                    _ => None,
-                })
-                .flatten()
-                .take(10)
-            {
-                println!("  ! {}: {}", anomaly.checker, anomaly.message);
-            }
-            println!("verdict      {} (report: {})", overall.as_str(), folder.join("report.html").display());
-            if overall != results::Overall::Valid {
-                println!("repeat with  {command}");
-            }
-            Exit::of(overall).into()
-        }
-        Err(error) => {
-            eprintln!("fencelab: cannot check {}: {error:#}", folder.display());
-            Exit::Internal.into()
-        }
+    let anomalies = run.checkers.iter().filter_map(|r| match &r.verdict {
+        checkers::Verdict::Invalid { anomalies } => Some(anomalies),
+        _ => None,
+    });
+    for anomaly in anomalies.flatten().take(10) {
+        println!("  ! {}: {}", anomaly.checker, anomaly.message);
     }
+    let overall = run.overall();
+    println!("verdict      {} (report: {})", overall.as_str(), folder.join("report.html").display());
+    if overall != results::Overall::Valid {
+        println!("repeat with  {command}");
+    }
+    overall.exit()
 }
 
 /// The one-screen summary at the end of a run.
-fn summary(outcome: &crate::run::RunEnd, command: &str) {
+fn summary(driven: &engine::driver::Driven, command: &str) {
+    let jobs = &driven.records.jobs;
     let mut states = std::collections::BTreeMap::new();
-    for job in &outcome.jobs {
+    for job in jobs {
         *states.entry(format!("{:?}", job.state).to_lowercase()).or_insert(0) += 1;
     }
-    let attempts: usize = outcome.jobs.iter().map(|job| job.attempts.len()).sum();
-    println!("run folder   {}", outcome.folder.display());
-    println!("healthy in   {} ms", outcome.healthy_ms);
-    println!("faults       {}", outcome.faults);
-    println!("jobs         {} ({} attempts): {:?}", outcome.jobs.len(), attempts, states);
-    println!("history      {} events", outcome.events);
-    println!("complete     {}", if outcome.complete { "yes" } else { "no: interrupted, or jobs did not settle" });
+    let attempts: usize = jobs.iter().map(|job| job.attempts.len()).sum();
+    println!("run folder   {}", driven.folder.display());
+    println!("healthy in   {} ms", driven.healthy_ms);
+    println!("faults       {}", driven.faults);
+    println!("jobs         {} ({} attempts): {:?}", jobs.len(), attempts, states);
+    println!("history      {} events", driven.events);
+    println!("complete     {}", if driven.complete { "yes" } else { "no: interrupted, or jobs did not settle" });
     println!("command      {command}");
 }
 
-/// A tokio runtime for `command`; failing to start one is an internal error (255).
-pub(crate) fn runtime(command: &str) -> Result<tokio::runtime::Runtime, ExitCode> {
-    tokio::runtime::Runtime::new().map_err(|error| {
-        eprintln!("fencelab {command}: cannot start a tokio runtime: {error}");
-        Exit::Internal.into()
-    })
-}
-
-/// The running `fencelab` binary, which runs the children; an error exits 255.
-pub(crate) fn program(command: &str) -> Result<std::path::PathBuf, ExitCode> {
-    std::env::current_exe().map_err(|error| {
-        eprintln!("fencelab {command}: {error}");
-        Exit::Internal.into()
-    })
-}
-
-fn matrix_command(args: &crate::matrix::MatrixArgs) -> ExitCode {
-    let runtime = match runtime("matrix") {
-        Ok(runtime) => runtime,
-        Err(code) => return code,
+fn scenario_command(
+    file: &std::path::Path,
+    store: &std::path::Path,
+    system: &engine::scenario::SystemChoice,
+) -> Result<Exit, CommandError> {
+    let program = program()?;
+    engine::scenario::load(file)?;
+    let runtime = runtime()?;
+    let report =
+        runtime.block_on(engine::scenario::run_file(file, store, &program, system, lab::web::termination()))?;
+    let word = match report.outcome {
+        Exit::Valid => "passed",
+        Exit::Invalid => "FAILED",
+        _ => "unknown",
     };
-    let program = match program("matrix") {
-        Ok(program) => program,
-        Err(code) => return code,
-    };
-    match runtime.block_on(crate::matrix::run(args, &program)) {
-        Ok(matrix) => {
-            print!("{}", crate::matrix::table(&matrix));
-            println!("matrix.json in {}", args.store.display());
-            Exit::passed(matrix.rows.iter().all(crate::matrix::Row::holds)).into()
-        }
-        Err(error) => {
-            eprintln!("fencelab matrix: {error:#}");
-            Exit::Internal.into()
-        }
+    println!("scenario     {word} (report: {})", report.folder.join("report.html").display());
+    if report.outcome != Exit::Valid {
+        println!("repeat with  fencelab scenario run {}{}", file.display(), system.words());
     }
+    Ok(report.outcome)
 }
 
-fn replay_command(folder: &std::path::Path, tries: u32, store: &std::path::Path) -> ExitCode {
-    let Some(original) = crate::replay::invalid_checkers(folder) else {
-        eprintln!("fencelab replay: {} holds no results.json", folder.display());
-        return Exit::BadArguments.into();
+fn conform_command(args: &crate::args::ConformArgs) -> Result<Exit, CommandError> {
+    let options = args.options();
+    let prepared = conform::prepare(&options, &program()?)?;
+    let (out, command) = (prepared.out.clone(), prepared.command.clone());
+    let doc = runtime()?
+        .block_on(conform::run(prepared, &options))
+        .map_err(|error| CommandError::from(error).repeat_with(&command))?;
+    for case in &doc.cases {
+        println!("{}", conform::report::line(case));
+    }
+    let counts = doc.counts;
+    println!(
+        "conform      {}: {} passed, {} failed, {} skipped in {} ms ({} cases)",
+        doc.overall,
+        counts.pass,
+        counts.fail,
+        counts.skip,
+        doc.duration_ms,
+        doc.cases.len()
+    );
+    println!("output       {} (conform.json, junit.xml)", out.display());
+    if doc.overall != results::Overall::Valid {
+        println!("repeat with  {}", doc.command);
+    }
+    Ok(doc.overall.exit())
+}
+
+fn image_command(tag: &str, toxiproxy_tag: &str, force: bool) -> Result<Exit, CommandError> {
+    let (runtime, binary) = (runtime()?, program()?);
+    let said = runtime.block_on(system::image::build(&binary, tag, toxiproxy_tag, force)).map_err(|message| {
+        internal(format!("{message}\nrepeat with: fencelab image build --tag {tag} --toxiproxy-tag {toxiproxy_tag}"))
+    })?;
+    for line in said {
+        println!("{line}");
+    }
+    Ok(Exit::Valid)
+}
+
+fn matrix_command(args: &crate::args::MatrixArgs) -> Result<Exit, CommandError> {
+    let (runtime, program) = (runtime()?, program()?);
+    let matrix = runtime.block_on(campaign::matrix::run(&args.options(), &program))?;
+    print!("{}", campaign::matrix::table(&matrix));
+    println!("matrix.json in {}", args.store.display());
+    Ok(Exit::passed(matrix.rows.iter().all(campaign::matrix::Row::holds)))
+}
+
+fn replay_command(folder: &std::path::Path, tries: u32, store: &std::path::Path) -> Result<Exit, CommandError> {
+    let Some(original) = campaign::replay::invalid_checkers(folder) else {
+        return Err(bad(format!("{} holds no results.json", folder.display())));
     };
-    let (runtime, program) = match runtime("replay").and_then(|runtime| Ok((runtime, program("replay")?))) {
-        Ok(both) => both,
-        Err(code) => return code,
-    };
+    let (runtime, program) = (runtime()?, program()?);
     println!("original anomalies in: {:?}", original);
     let mut reproduced = 0;
     for index in 1..=tries.max(1) {
         let store = store.join(format!("replay-{}-{index}", std::process::id()));
-        match runtime.block_on(crate::replay::replay(&program, folder, store)) {
-            Ok(replayed) => {
-                reproduced += u32::from(replayed.reproduced);
-                let word = if replayed.reproduced { "reproduced" } else { "NOT reproduced" };
-                println!(
-                    "replay {index}: {word}: {} in {:?} ({:?})",
-                    replayed.cell.verdict, replayed.checkers, replayed.cell.folder
-                );
-            }
-            Err(error) => {
-                eprintln!("fencelab replay: {error}");
-                return Exit::BadArguments.into();
-            }
-        }
+        let replayed = runtime.block_on(campaign::replay::replay(&program, folder, store)).map_err(bad)?;
+        reproduced += u32::from(replayed.reproduced);
+        let word = if replayed.reproduced { "reproduced" } else { "NOT reproduced" };
+        println!(
+            "replay {index}: {word}: {} in {:?} ({:?})",
+            replayed.cell.verdict, replayed.checkers, replayed.cell.folder
+        );
     }
     println!("{reproduced} of {} replays reproduced the anomalies", tries.max(1));
-    Exit::passed(reproduced == tries.max(1)).into()
+    Ok(Exit::passed(reproduced == tries.max(1)))
 }
 
-fn shrink_command(options: &crate::shrink::Options) -> ExitCode {
-    if !(1..=crate::shrink::TRIES_MAX).contains(&options.tries) {
-        return bad_arguments(&format!("--tries must be 1..={}", crate::shrink::TRIES_MAX));
+fn shrink_command(options: &campaign::shrink::Options) -> Result<Exit, CommandError> {
+    if !(1..=campaign::shrink::TRIES_MAX).contains(&options.tries) {
+        return Err(bad(format!("--tries must be 1..={}", campaign::shrink::TRIES_MAX)));
     }
-    if options.confirm > crate::shrink::CONFIRM_MAX {
-        return bad_arguments(&format!("--confirm must be 0..={}", crate::shrink::CONFIRM_MAX));
+    if options.confirm > campaign::shrink::CONFIRM_MAX {
+        return Err(bad(format!("--confirm must be 0..={}", campaign::shrink::CONFIRM_MAX)));
     }
     let folder = std::fs::canonicalize(&options.folder).unwrap_or_else(|_| options.folder.clone());
-    let options = crate::shrink::Options { folder, ..options.clone() };
+    let options = campaign::shrink::Options { folder, ..options.clone() };
     for checker in &options.checkers {
         if !checkers::names().iter().any(|(name, _)| name == checker) {
-            return bad_arguments(&format!("--checker: unknown checker `{checker}`"));
+            return Err(bad(format!("--checker: unknown checker `{checker}`")));
         }
     }
-    if let Err(message) = crate::shrink::read_original(&options.folder, &options.checkers) {
-        return bad_arguments(&message);
-    }
-    let runtime = match runtime("shrink") {
-        Ok(runtime) => runtime,
-        Err(code) => return code,
-    };
-    let program = match program("shrink") {
-        Ok(program) => program,
-        Err(code) => return code,
-    };
-    match runtime.block_on(crate::shrink::shrink(&program, &options)) {
-        Ok(shrunk) => {
-            print!("{}", crate::shrink::table(&shrunk));
-            println!("tries      {} (details: {})", shrunk.tries.len(), options.work.join("shrink.json").display());
-            match &shrunk.command {
-                Some(command) => {
-                    println!("confirmed  {} of {} runs reproduced", shrunk.confirmed.0, shrunk.confirmed.1);
-                    println!("scenario   {}", options.out.display());
-                    println!("repeat with  {command}");
-                    ExitCode::SUCCESS
-                }
-                None => {
-                    println!("the anomaly did not reproduce as a scenario: nothing written");
-                    Exit::Invalid.into()
-                }
-            }
+    campaign::shrink::read_original(&options.folder, &options.checkers).map_err(bad)?;
+    let (runtime, program) = (runtime()?, program()?);
+    let shrunk = runtime.block_on(campaign::shrink::shrink(&program, &options)).map_err(internal)?;
+    print!("{}", campaign::shrink::table(&shrunk));
+    println!("tries      {} (details: {})", shrunk.tries.len(), options.work.join("shrink.json").display());
+    match &shrunk.command {
+        Some(command) => {
+            println!("confirmed  {} of {} runs reproduced", shrunk.confirmed.0, shrunk.confirmed.1);
+            println!("scenario   {}", options.out.display());
+            println!("repeat with  {command}");
+            Ok(Exit::Valid)
         }
-        Err(message) => {
-            eprintln!("fencelab shrink: {message}");
-            Exit::Internal.into()
+        None => {
+            println!("the anomaly did not reproduce as a scenario: nothing written");
+            Ok(Exit::Invalid)
         }
     }
 }
@@ -491,47 +507,31 @@ fn suite_command(
     file: &std::path::Path,
     shard: Option<&str>,
     out: Option<std::path::PathBuf>,
-    history: Option<crate::trends::History>,
-) -> ExitCode {
-    let suite = match crate::suite::read(file) {
-        Ok(suite) => suite,
-        Err(message) => return bad_arguments(&message),
-    };
-    let shard = match shard.map(crate::suite::parse_shard).transpose() {
-        Ok(shard) => shard,
-        Err(message) => return bad_arguments(&message),
-    };
+    history: Option<campaign::trends::History>,
+) -> Result<Exit, CommandError> {
+    let suite = campaign::suite::read(file).map_err(bad)?;
+    let shard = shard.map(campaign::suite::parse_shard).transpose().map_err(bad)?;
     let default_out = match shard {
         Some((i, n)) => format!("store/suite-{}-shard-{i}-of-{n}", suite.name),
         None => format!("store/suite-{}", suite.name),
     };
     let out = out.unwrap_or_else(|| default_out.into());
-    if let Err(error) = std::fs::create_dir_all(&out) {
-        return bad_arguments(&format!("--out {}: {error}", out.display()));
-    }
-    let earlier = match history.map(|history| crate::trends::read_nights(&history, &out)).transpose() {
-        Ok(earlier) => earlier,
-        Err(message) => return bad_arguments(&message),
-    };
-    let (runtime, program) = match runtime("suite").and_then(|runtime| Ok((runtime, program("suite")?))) {
-        Ok(both) => both,
-        Err(code) => return code,
-    };
-    let result = runtime.block_on(crate::suite::execute(&suite, shard, &program, &out));
+    std::fs::create_dir_all(&out).map_err(|error| bad(format!("--out {}: {error}", out.display())))?;
+    let earlier = history.map(|history| campaign::trends::read_nights(&history, &out)).transpose().map_err(bad)?;
+    let (runtime, program) = (runtime()?, program()?);
+    let result = runtime.block_on(campaign::suite::execute(&suite, shard, &program, &out));
     finish_suite(&result, &out, earlier)
 }
 
 fn finish_suite(
-    result: &crate::suite::SuiteResult,
+    result: &campaign::suite::SuiteResult,
     out: &std::path::Path,
     earlier: Option<Vec<results::trends::Night>>,
-) -> ExitCode {
+) -> Result<Exit, CommandError> {
     let nights = earlier.as_ref().map_or(0, Vec::len);
-    let trends = crate::trends::section(earlier, result, out);
-    if let Err(error) = crate::suite::write_with_trends(result, out, &trends) {
-        eprintln!("fencelab: cannot write the suite's outputs into {}: {error}", out.display());
-        return Exit::Internal.into();
-    }
+    let trends = campaign::trends::section(earlier, result, out);
+    campaign::suite::write_with_trends(result, out, &trends)
+        .map_err(|error| internal(format!("cannot write the suite's outputs into {}: {error}", out.display())))?;
     for entry in &result.entries {
         let word = if entry.passed { "pass" } else { "FAIL" };
         println!("{word}  {:<32} seed {:<6} {}", entry.name, entry.seed, entry.verdict);
@@ -540,30 +540,20 @@ fn finish_suite(
         println!("trends: over {nights} earlier nights and this one");
     }
     println!("index: {}", out.join("index.html").display());
-    crate::suite::exit(result).into()
+    Ok(campaign::suite::exit(result))
 }
 
 fn merge_command(
     out: &std::path::Path,
     shards: &[std::path::PathBuf],
-    history: Option<crate::trends::History>,
-) -> ExitCode {
+    history: Option<campaign::trends::History>,
+) -> Result<Exit, CommandError> {
     let mut results = Vec::new();
     for shard in shards {
-        match crate::suite::read_result(shard) {
-            Ok(result) => results.push((shard.clone(), result)),
-            Err(message) => return bad_arguments(&message),
-        }
+        results.push((shard.clone(), campaign::suite::read_result(shard).map_err(bad)?));
     }
-    if let Err(error) = std::fs::create_dir_all(out) {
-        return bad_arguments(&format!("--out {}: {error}", out.display()));
-    }
-    let earlier = match history.map(|history| crate::trends::read_nights(&history, out)).transpose() {
-        Ok(earlier) => earlier,
-        Err(message) => return bad_arguments(&message),
-    };
-    match crate::suite::merge(results, out) {
-        Ok(merged) => finish_suite(&merged, out, earlier),
-        Err(message) => bad_arguments(&message),
-    }
+    std::fs::create_dir_all(out).map_err(|error| bad(format!("--out {}: {error}", out.display())))?;
+    let earlier = history.map(|history| campaign::trends::read_nights(&history, out)).transpose().map_err(bad)?;
+    let merged = campaign::suite::merge(results, out).map_err(bad)?;
+    finish_suite(&merged, out, earlier)
 }

@@ -1,18 +1,9 @@
-//! The harness: fencelab's command line, and the glue that starts and drives the lab and
-//! the fault proxy. The work itself lives in the libraries it calls (`lab`, `proxy`).
+//! The `fencelab` command line, and only that: the clap types, one tokio runtime per
+//! command, and the one error enum mapped to the one exit table. The work lives in the
+//! libraries it calls: `system` (starting any system), `engine` (runs and scenarios),
+//! `conform` (the conformance suite), `campaign` (matrix, suites, replay, shrink, diff).
 
-pub mod check;
+pub mod args;
 pub mod cli;
-pub mod conform;
-pub mod diff;
+pub mod error;
 pub mod exit;
-pub mod image;
-pub mod matrix;
-pub mod replay;
-pub mod run;
-pub mod runs;
-pub mod scenario;
-pub mod shrink;
-pub mod suite;
-pub mod system;
-pub mod trends;

@@ -22,9 +22,11 @@
 //! ```
 
 mod event;
+mod exit;
 mod io;
 mod vocab;
 
 pub use event::{Decision, Event, EventType};
+pub use exit::Exit;
 pub use io::{log_line, read, Error, Writer};
 pub use vocab::{ClosedBy, Op, OutcomeWord, Process, Reason, RecordedAs, Role};

@@ -4,6 +4,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+use history::Exit;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -133,8 +135,24 @@ struct RunnerArgs {
     log: Option<PathBuf>,
 }
 
+/// The `fencelab-lab` program: its panic hook, then its command line.
 pub fn main() -> ExitCode {
+    install_panic_hook();
     main_from(std::env::args_os())
+}
+
+/// The exit code of `exit`, from the one table (`history::Exit`).
+pub fn code(exit: Exit) -> ExitCode {
+    ExitCode::from(exit.code())
+}
+
+/// Makes a panic print its message and location and exit 255 (an internal error), not
+/// Rust's 101, which is no row of the exit table.
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("fencelab-lab: internal error: {info}");
+        std::process::exit(i32::from(Exit::Internal.code()));
+    }));
 }
 
 /// Runs the command line given as `args` (the first is the program name).
@@ -143,7 +161,7 @@ pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
         Ok(cli) => cli,
         Err(error) => {
             let _ = error.print();
-            return if error.use_stderr() { ExitCode::from(254) } else { ExitCode::SUCCESS };
+            return if error.use_stderr() { code(Exit::BadArguments) } else { ExitCode::SUCCESS };
         }
     };
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
@@ -151,7 +169,7 @@ pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
         Ok(code) => code,
         Err(error) => {
             eprintln!("fencelab-lab: {error:#}");
-            ExitCode::from(255)
+            code(Exit::Internal)
         }
     }
 }

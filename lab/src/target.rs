@@ -50,6 +50,18 @@ impl std::fmt::Display for Mode {
     }
 }
 
+impl std::str::FromStr for Mode {
+    type Err = String;
+
+    /// A mode by its name, in any case.
+    fn from_str(word: &str) -> Result<Mode, String> {
+        [Mode::Fenced, Mode::Idempotent, Mode::Unfenced]
+            .into_iter()
+            .find(|mode| mode.name().eq_ignore_ascii_case(word))
+            .ok_or_else(|| format!("`{word}` is not a target mode: `fenced`, `idempotent` or `unfenced`"))
+    }
+}
+
 /// Longest a step may run on the target (10 minutes).
 pub const STEP_DURATION_MS_MAX: u64 = 600_000;
 /// Most step records kept in memory for reads; the log file keeps all.

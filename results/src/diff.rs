@@ -246,6 +246,7 @@ mod tests {
             started_at: "2026-12-01T00:00:00Z".into(),
             duration_ms,
             config: json!({}),
+            complete: true,
             schedule: json!([]),
             checkers: vec![
                 CheckerResult { checker: "stale-completion".into(), description: "d".into(), verdict },

@@ -72,7 +72,7 @@ fn header(out: &mut String, run: &Run) {
         seed = run.seed,
         started = esc(&run.started_at),
         secs = run.duration_ms as f64 / 1000.0,
-        code = overall.exit_code(),
+        code = overall.exit().code(),
         command = esc(&run.command),
     );
 }

@@ -25,7 +25,11 @@ pub struct ResultsDoc {
     pub started_at: String,
     pub duration_ms: u64,
     pub overall: Overall,
+    /// The exit code of the process that checked it: `overall`'s, from the one table.
     pub exit_code: i32,
+    /// Whether the run reached its end (absent in older files: read as complete).
+    #[serde(default = "complete_default")]
+    pub complete: bool,
     pub anomaly_count: usize,
     pub checkers: Vec<CheckerDoc>,
     /// The run's config, verbatim.
@@ -41,6 +45,10 @@ pub struct ResultsDoc {
     /// older files).
     #[serde(default)]
     pub fault_coverage: BTreeMap<String, crate::coverage::FaultCoverage>,
+}
+
+fn complete_default() -> bool {
+    true
 }
 
 /// One checker's result in `results.json`.
@@ -118,7 +126,8 @@ pub fn results_json(run: &Run, events: &[Event]) -> String {
         started_at: run.started_at.clone(),
         duration_ms: run.duration_ms,
         overall,
-        exit_code: overall.exit_code(),
+        exit_code: i32::from(overall.exit().code()),
+        complete: run.complete,
         anomaly_count: checkers.iter().map(|c| c.anomaly_count).sum(),
         checkers,
         config: run.config.clone(),

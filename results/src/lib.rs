@@ -9,7 +9,7 @@ pub mod diff;
 pub mod escape;
 mod html;
 mod json;
-mod junit;
+pub mod junit;
 mod model;
 pub mod plots;
 pub mod story;
@@ -40,12 +40,19 @@ pub struct Run {
     /// The realised fault schedule: an array of `{at_ms, duration_ms, kind, runner, variant...}`.
     pub schedule: serde_json::Value,
     pub checkers: Vec<CheckerResult>,
+    /// Whether the run reached its end: not interrupted, every job settled. A run that did
+    /// not is unknown unless an anomaly stands on its own.
+    pub complete: bool,
 }
 
 impl Run {
-    /// The run's overall verdict, from its checker results.
+    /// The run's overall verdict, from its checker results and its completeness: valid
+    /// checkers of an incomplete run make it unknown (nothing proves the rest was valid).
     pub fn overall(&self) -> Overall {
-        Overall::from_checkers(&self.checkers)
+        match Overall::from_checkers(&self.checkers) {
+            Overall::Valid if !self.complete => Overall::Unknown,
+            overall => overall,
+        }
     }
 }
 
@@ -73,12 +80,12 @@ impl Overall {
         }
     }
 
-    /// The process exit code for this verdict: 0 valid, 1 invalid, 2 unknown.
-    pub fn exit_code(self) -> i32 {
+    /// The exit this verdict answers with (`history::Exit`, the one table).
+    pub fn exit(self) -> history::Exit {
         match self {
-            Overall::Valid => 0,
-            Overall::Invalid => 1,
-            Overall::Unknown => 2,
+            Overall::Valid => history::Exit::Valid,
+            Overall::Invalid => history::Exit::Invalid,
+            Overall::Unknown => history::Exit::Unknown,
         }
     }
 

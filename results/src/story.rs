@@ -463,6 +463,7 @@ mod tests {
             started_at: "2026-01-01T00:00:00Z".into(),
             duration_ms: 3000,
             config: json!({}),
+            complete: true,
             schedule: json!([{"at_ms": 600, "duration_ms": 2000, "kind": "delayed-heartbeats", "runner": "r1"}]),
             checkers: vec![
                 CheckerResult { checker: "other".into(), description: "d".into(), verdict: Verdict::Valid },

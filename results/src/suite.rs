@@ -75,33 +75,19 @@ pub fn index_html_with_trends(result: &SuiteResult, trends: &str) -> String {
 
 /// One aggregated JUnit file: a test case per run.
 pub fn junit_xml(result: &SuiteResult) -> String {
-    use crate::escape::xml;
-    let failures = result.entries.iter().filter(|entry| !entry.passed && !entry.verdict.is_skipped()).count();
-    let skipped = result.entries.iter().filter(|entry| entry.verdict.is_skipped()).count();
-    let mut out = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"fencelab.suite.{}\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\">\n",
-        xml(&result.suite),
-        result.entries.len()
-    );
+    use crate::junit::{case, render, suite, Outcome};
+    let name = format!("fencelab.suite.{}", result.suite);
+    let mut cases = suite(&name, None, "", &[]);
     for entry in &result.entries {
-        out.push_str(&format!(
-            "  <testcase classname=\"fencelab.suite.{}\" name=\"{}-s{}\">",
-            xml(&result.suite),
-            xml(&entry.name),
-            entry.seed
-        ));
-        if entry.verdict.is_skipped() {
-            out.push_str(&format!("<skipped message=\"{}\"/>", xml(&entry.verdict.to_string())));
+        let outcome = if entry.verdict.is_skipped() {
+            Outcome::Skipped { message: entry.verdict.to_string() }
         } else if !entry.passed {
             let message = format!("expected {}, got {}; repeat with: {}", entry.expect, entry.verdict, entry.command);
-            out.push_str(&format!(
-                "<failure type=\"{}\" message=\"{}\"/>",
-                xml(&entry.verdict.to_string()),
-                xml(&message)
-            ));
-        }
-        out.push_str("</testcase>\n");
+            Outcome::Failed { kind: entry.verdict.to_string(), message, body: String::new() }
+        } else {
+            Outcome::Passed
+        };
+        cases.add_test_case(case(&format!("{}-s{}", entry.name, entry.seed), &name, None, outcome));
     }
-    out.push_str("</testsuite>\n");
-    out
+    render(&name, vec![cases])
 }

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use harness::conform::case::Status;
-use harness::conform::report::{self, ConformDoc};
+use conform::case::Status;
+use conform::report::{self, ConformDoc};
 
 use super::run::{leftovers_within, postgres_or_skip};
 use super::system::lab_file;
@@ -133,16 +133,16 @@ async fn the_postgresql_lab_passes_every_case() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_planted_bug_fails_the_cases_of_its_rule() {
-    let declared: Vec<String> = harness::system::SystemFile::lab().variants.into_keys().collect();
+    let declared: Vec<String> = system::SystemFile::lab().variants.into_keys().collect();
     let caught = CAUGHT.iter().map(|(variant, _)| variant.to_string());
     let mut listed: Vec<String> = caught.chain(FAULTS_ONLY.iter().map(|(variant, _)| variant.to_string())).collect();
     listed.sort();
     assert_eq!(listed, declared, "every variant of systems/lab.toml has its row");
-    let lab = harness::system::SystemFile::lab();
+    let lab = system::SystemFile::lab();
     for (name, _) in FAULTS_ONLY {
         let variant = &lab.variants[*name];
         assert!(variant.nemesis.is_some(), "{name} names the faults that expose it");
-        assert_eq!(variant.db, Some(harness::run::config::Db::Postgres), "{name} needs PostgreSQL");
+        assert_eq!(variant.db, Some(engine::run::config::Db::Postgres), "{name} needs PostgreSQL");
     }
     let mut waiting = CAUGHT.iter();
     let mut running = tokio::task::JoinSet::new();

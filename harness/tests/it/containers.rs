@@ -23,7 +23,7 @@ const RUN_WAIT_MAX: Duration = Duration::from_secs(240);
 
 /// Whether Docker is missing (the test then returns after saying so).
 fn skipped() -> bool {
-    let Some(why) = harness::system::container::unavailable() else { return false };
+    let Some(why) = system::container::unavailable() else { return false };
     eprintln!("SKIPPED: {why}");
     let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
     assert!(!require_all, "no Docker daemon answers, and FENCELAB_REQUIRE_ALL=1: {why}");
@@ -80,7 +80,7 @@ fn folders(store: &Path) -> Vec<PathBuf> {
 
 /// How many containers run folder `folder` has (any state).
 async fn containers_of(folder: &Path) -> usize {
-    harness::system::container::of_run(folder).await.expect("the daemon lists containers").len()
+    system::container::of_run(folder).await.expect("the daemon lists containers").len()
 }
 
 /// Waits (bounded) until `folder` has no container; how many are left.
@@ -278,7 +278,7 @@ async fn an_image_that_cannot_preload_libfaketime_is_refused_for_clock_skew() {
     if skipped() {
         return;
     }
-    if harness::run::cluster::libfaketime().is_none() {
+    if engine::run::cluster::libfaketime().is_none() {
         let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
         assert!(!require_all, "libfaketime is not installed (Debian: faketime), and FENCELAB_REQUIRE_ALL=1");
         eprintln!("SKIPPED: libfaketime is not installed");

@@ -42,6 +42,7 @@ fn run_folder(folder: &Path, command: &str, duration_ms: u64, anomalies: usize, 
         config: serde_json::json!({"seed": 5}),
         schedule: serde_json::to_value(faults).unwrap(),
         checkers: vec![CheckerResult { checker: "stale-completion".into(), description: "d".into(), verdict }],
+        complete: true,
     };
     std::fs::create_dir_all(folder).unwrap();
     std::fs::write(folder.join("results.json"), results::results_json(&run, &[])).unwrap();

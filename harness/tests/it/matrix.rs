@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use harness::matrix::{exposing_faults, run_cell, store_args, Cell};
+use campaign::matrix::{exposing_faults, run_cell, store_args, Cell};
 use lab::bugs::Bug;
 
 /// Seconds of each run.
@@ -65,7 +65,7 @@ const KINDS: &[(&str, &[&str])] = &[
 fn missing(bug: Bug, cells: &[Cell]) -> Vec<&'static str> {
     let shown: std::collections::BTreeSet<String> = cells
         .iter()
-        .filter_map(|cell| harness::runs::anomaly_kinds(cell.folder.as_deref()?))
+        .filter_map(|cell| campaign::runs::anomaly_kinds(cell.folder.as_deref()?))
         .flatten()
         .map(|(checker, kind)| format!("{checker}/{kind}"))
         .collect();

@@ -70,7 +70,7 @@ async fn the_correct_lab_on_postgresql_with_replicas_is_valid_under_every_fault(
         .filter_map(|value| value["variant"]["how"].as_str().map(str::to_string))
         .collect();
     let mut expected = vec!["commit-cut", "db-cut", "db-latency"];
-    if harness::run::cluster::libfaketime().is_some() {
+    if engine::run::cluster::libfaketime().is_some() {
         expected.push("replica-skew");
     }
     for how in expected {

@@ -27,7 +27,7 @@ impl Finished {
     }
 
     pub fn history(&self) -> Vec<Event> {
-        harness::check::read_history(&self.folder().join("history.jsonl")).expect("a valid history")
+        engine::check::read_history(&self.folder().join("history.jsonl")).expect("a valid history")
     }
 }
 
@@ -342,7 +342,7 @@ async fn a_step_held_past_its_lease_is_refused_and_applying_it_is_caught() {
 /// behind the control plane's by the offset, and the correct lab stays valid.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_target_clock_moved_behind_shows_in_its_step_log() {
-    if harness::run::cluster::libfaketime().is_none() {
+    if engine::run::cluster::libfaketime().is_none() {
         let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
         assert!(!require_all, "libfaketime is not installed (Debian: faketime), and FENCELAB_REQUIRE_ALL=1");
         eprintln!("SKIPPED: libfaketime is not installed: the target's clock cannot be moved");
@@ -598,4 +598,30 @@ async fn a_database_that_dies_mid_run_makes_the_run_unknown_and_says_why() {
     let results = std::fs::read_to_string(finished.folder().join("results.json")).unwrap();
     assert!(results.contains("the control plane's ledger could not be read"), "{results}");
     assert!(results.contains("503"), "the control plane said the database was unavailable: {results}");
+}
+
+/// A run whose target is gone before its step log is collected is unknown (exit 2), the
+/// reason in results.json and its exit code 2 too: the step log is not read as empty (with
+/// no steps a run can look valid). The system is the lab with its target under
+/// `timeout -s KILL`, so that it dies during the run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_whose_target_died_before_collection_is_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../systems/lab.toml")).unwrap();
+    let dying = lab.replacen(
+        "\"{fencelab}\", \"lab\", \"target\"",
+        "\"timeout\", \"-s\", \"KILL\", \"6\", \"{fencelab}\", \"lab\", \"target\"",
+        1,
+    );
+    assert_ne!(dying, lab, "the target's command was found in systems/lab.toml");
+    let system = dir.path().join("dying-target.toml");
+    std::fs::write(&system, dying).unwrap();
+    let system = system.display().to_string();
+    let args = ["--system", &system, "--time-limit", "8", "--recovery-limit", "5", "--seed", "4", "--nemesis", "none"];
+    let finished = run(&args).await;
+    assert_eq!(finished.code, Some(2), "{}\n{}", finished.stdout, finished.stderr);
+    let results = std::fs::read_to_string(finished.folder().join("results.json")).unwrap();
+    assert!(results.contains("the target's step log could not be read"), "{results}");
+    let doc = results::read_results(&results).unwrap();
+    assert_eq!((doc.overall, doc.exit_code), (results::Overall::Unknown, 2), "results.json is the process's verdict");
 }

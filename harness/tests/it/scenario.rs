@@ -135,7 +135,7 @@ async fn a_pinned_submit_is_claimed_by_the_runner_it_names() {
 #[test]
 fn every_shipped_scenario_round_trips_through_its_types() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../workloads/scenarios");
-    let checkers = harness::scenario::checker_names();
+    let checkers = engine::scenario::checker_names();
     let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|entry| entry.unwrap().path()).collect();
     files.sort();
     assert!(files.len() >= 18, "{} scenarios in {}", files.len(), dir.display());
@@ -149,4 +149,40 @@ fn every_shipped_scenario_round_trips_through_its_types() {
         assert_eq!(again.steps.len(), scenario.steps.len());
         assert_eq!(again.expects.len(), scenario.expects.len());
     }
+}
+
+/// A scenario whose control plane is gone before its records are collected is unknown
+/// (exit 2) and says what could not be read: the ledger and the jobs are not read as empty.
+/// The system is the lab with its control plane under `timeout -s KILL`, so that it dies
+/// a few seconds after it started, while the scenario's last step waits.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scenario_whose_control_plane_died_before_collection_is_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../systems/lab.toml")).unwrap();
+    let dying = lab.replacen(
+        "\"{fencelab}\", \"lab\", \"control-plane\"",
+        "\"timeout\", \"-s\", \"KILL\", \"8\", \"{fencelab}\", \"lab\", \"control-plane\"",
+        1,
+    );
+    assert_ne!(dying, lab, "the control plane's command was found in systems/lab.toml");
+    let system = dir.path().join("dying.toml");
+    std::fs::write(&system, dying).unwrap();
+    let text = "name = \"dying\"\nrunners = 1\n\n[[step]]\naction = \"submit\"\njob = \"j\"\nkey = \"k\"\n\n\
+                [[step]]\naction = \"elapse\"\nms = 12000\n\n[[expect]]\njob = \"j\"\nstate = \"succeeded\"\n";
+    let file = dir.path().join("dying.toml.scenario");
+    std::fs::write(&file, text).unwrap();
+    let store = dir.path().join("store");
+    let args = [
+        "scenario".as_ref(),
+        "run".as_ref(),
+        file.as_os_str(),
+        "--store".as_ref(),
+        store.as_os_str(),
+        "--system".as_ref(),
+        system.as_os_str(),
+    ];
+    let (code, output) = super::fencelab_output(&args, SCENARIO_WAIT_MAX).await;
+    assert_eq!(code, Some(2), "{output}");
+    assert!(output.contains("ledger could not be read"), "the reason is said: {output}");
+    assert!(output.contains("scenario     unknown"), "{output}");
 }

@@ -58,7 +58,7 @@ args = ["--runners", "1", "--schedule", "{}"]
 }
 
 fn table(folder: &Path) -> Vec<(usize, String, u64, bool)> {
-    harness::suite::read_result(folder).unwrap().table()
+    campaign::suite::read_result(folder).unwrap().table()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -68,7 +68,7 @@ async fn two_shards_merged_give_the_same_table_as_the_whole_suite() {
     let out = |name: &str| dir.path().join(name).display().to_string();
     // Two earlier nights for the whole suite's trends: `correct` seed 1 failed on the first.
     for (night, passed) in [("2026-12-01", false), ("2026-12-02", true)] {
-        let entry = harness::suite::Entry {
+        let entry = campaign::suite::Entry {
             index: 0,
             name: "correct".into(),
             seed: 1,
@@ -84,8 +84,8 @@ async fn two_shards_merged_give_the_same_table_as_the_whole_suite() {
             bugs: vec![],
             checkers: vec![],
         };
-        let result = harness::suite::SuiteResult { suite: "small".into(), entries: vec![entry] };
-        harness::suite::write(&result, &dir.path().join("nights").join(night)).unwrap();
+        let result = campaign::suite::SuiteResult { suite: "small".into(), entries: vec![entry] };
+        campaign::suite::write(&result, &dir.path().join("nights").join(night)).unwrap();
     }
     let whole_args = ["suite".into(), suite.clone(), "--out".into(), out("whole"), "--history".into(), out("nights")];
     let first_args = ["suite".into(), suite.clone(), "--shard".into(), "1/2".into(), "--out".into(), out("s1")];
@@ -118,7 +118,7 @@ async fn two_shards_merged_give_the_same_table_as_the_whole_suite() {
     let caught = "<tr><td>overwrite-terminal-result</td><td class=\"none\">—</td><td class=\"none\">—</td>\
                   <td class=\"pass\">2/2</td></tr>";
     assert!(whole_index.contains(caught), "both runs planting it caught it:\n{whole_index}");
-    let entries = harness::suite::read_result(&dir.path().join("whole")).unwrap().entries;
+    let entries = campaign::suite::read_result(&dir.path().join("whole")).unwrap().entries;
     assert_eq!(entries[2].bugs, ["overwrite-terminal-result"]);
     assert!(entries[2].checkers.contains(&"terminal-stability".to_string()), "{:?}", entries[2].checkers);
     let junit = std::fs::read_to_string(dir.path().join("merged/junit.xml")).unwrap();

@@ -1,8 +1,12 @@
 //! Architecture invariants that a test enforces, so ARCHITECTURE.md cannot drift from the
-//! code (as rust-analyzer's `tidy.rs`): the pure crates depend on nothing that reaches the
-//! outside world and their sources touch no file system, network, process, clock or
-//! runtime; every Rust file opens with a `//!` comment; operation names are written only
-//! through `history::Op`, never as string literals compared against an event.
+//! code (as rust-analyzer's `tidy.rs`): which workspace crate may depend on which (the
+//! table below, so no dependency circle and no shortcut appears); no crate above a quarter
+//! of the workspace's source lines and the binary's crate thin; the pure crates depend on
+//! nothing that reaches the outside world and their sources touch no file system,
+//! network, process, clock or runtime; every Rust file opens with a `//!` comment;
+//! operation names are written only through `history::Op`, never as string literals
+//! compared against an event; and the figures the documents state (checkers, fault
+//! variants, conformance cases) are the code's.
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +32,31 @@ const FORBIDDEN_DEPENDENCIES: &[&str] = &[
 /// Paths a pure crate's source may not name.
 const FORBIDDEN_PATHS: &[&str] =
     &["std::fs", "std::net", "std::process", "std::thread", "std::env", "tokio::", "SystemTime", "Instant::", "File::"];
+
+/// Every workspace crate and the workspace crates it may depend on (normal dependencies).
+/// ARCHITECTURE.md draws this table; a dependency outside it fails.
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("history", &[]),
+    ("protocol", &["history"]),
+    ("checkers", &["history"]),
+    ("workloads", &["history"]),
+    ("results", &["history", "checkers", "workloads"]),
+    ("proxy", &[]),
+    ("lab", &["history", "protocol"]),
+    ("system", &["history", "protocol", "workloads", "lab"]),
+    ("engine", &["history", "protocol", "workloads", "checkers", "results", "proxy", "lab", "system"]),
+    ("conform", &["history", "protocol", "checkers", "results", "system"]),
+    ("campaign", &["history", "checkers", "workloads", "results", "lab", "system", "engine"]),
+    (
+        "harness",
+        &["history", "checkers", "workloads", "results", "proxy", "lab", "system", "engine", "conform", "campaign"],
+    ),
+];
+
+/// The most source lines any one crate may hold, as a share of the workspace's.
+const CRATE_SHARE_MAX: f64 = 0.25;
+/// The most source lines of the binary's crate: the command line and nothing else.
+const HARNESS_LINES_MAX: usize = 2_000;
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
@@ -113,8 +142,49 @@ fn relative(path: &Path) -> String {
     path.strip_prefix(workspace()).unwrap_or(path).display().to_string()
 }
 
+/// What breaks the dependency table: a workspace crate depending on one it may not, or a
+/// crate the table does not know.
+fn dependency_violations(krate: &str, manifest: &str) -> Vec<String> {
+    let workspace: Vec<&str> = ALLOWED.iter().map(|(name, _)| *name).collect();
+    let Some((_, allowed)) = ALLOWED.iter().find(|(name, _)| *name == krate) else {
+        return vec![format!("{krate}: a crate the dependency table in tidy.rs does not know")];
+    };
+    dependencies(manifest)
+        .into_iter()
+        .filter(|name| workspace.contains(&name.as_str()) && !allowed.contains(&name.as_str()))
+        .map(|name| format!("{krate}/Cargo.toml: `{krate}` may not depend on `{name}` (ARCHITECTURE.md)"))
+        .collect()
+}
+
+/// Source lines per crate, and what is over the limits.
+fn size_violations(lines: &[(String, usize)]) -> Vec<String> {
+    let total: usize = lines.iter().map(|(_, count)| count).sum();
+    let mut found = Vec::new();
+    for (krate, count) in lines {
+        if *count as f64 > CRATE_SHARE_MAX * total as f64 {
+            found.push(format!(
+                "{krate}/src holds {count} of {total} lines, above a quarter: two crates waiting to be split"
+            ));
+        }
+        if krate == "harness" && *count > HARNESS_LINES_MAX {
+            found.push(format!(
+                "harness/src holds {count} lines, above {HARNESS_LINES_MAX}: the binary's crate is the command line"
+            ));
+        }
+    }
+    found
+}
+
 #[test]
 fn tidy_rules_catch_planted_violations() {
+    let engine = "[package]\nname = \"engine\"\n[dependencies]\nsystem.workspace = true\nconform.workspace = true\n";
+    assert_eq!(dependency_violations("engine", engine).len(), 1, "engine → conform is outside the table");
+    let conform = "[dependencies]\nsystem.workspace = true\nengine.workspace = true\n";
+    assert_eq!(dependency_violations("conform", conform).len(), 1, "conform never depends on engine");
+    assert_eq!(dependency_violations("newcrate", "").len(), 1, "an unknown crate is named");
+    let sizes = [("harness", 2_100), ("lab", 6_000), ("engine", 4_000), ("checkers", 4_000), ("results", 4_000)];
+    let sizes: Vec<(String, usize)> = sizes.iter().map(|(name, lines)| (name.to_string(), *lines)).collect();
+    assert_eq!(size_violations(&sizes).len(), 2, "lab above a quarter and harness above its limit");
     let manifest = "[package]\nname = \"checkers\"\n[dependencies]\nhistory.workspace = true\ntokio = { workspace = true }\n[dev-dependencies]\ntempfile = \"3\"\n";
     assert_eq!(manifest_violations("checkers", manifest).len(), 1, "tokio is flagged, dev-dependencies are not");
     assert_eq!(pure_source_violations("x.rs", "//! ok\nlet t = std::time::Instant::now();\n").len(), 1);
@@ -123,6 +193,79 @@ fn tidy_rules_catch_planted_violations() {
     assert_eq!(op_literal_violations("x.rs", "if event.f == \"heartbeat\" {").len(), 1);
     assert_eq!(op_literal_violations("x.rs", "Event::new(0, p, EventType::Ok, \"claim\")").len(), 1);
     assert_eq!(op_literal_violations("x.rs", "if event.f == Op::Heartbeat {").len(), 0);
+}
+
+/// The workspace's crates (every folder with a Cargo.toml), in name order.
+fn crates() -> Vec<String> {
+    let mut crates: Vec<String> = std::fs::read_dir(workspace())
+        .unwrap()
+        .flatten()
+        .filter(|entry| entry.path().join("Cargo.toml").is_file() && entry.path().join("src").is_dir())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    crates.sort();
+    crates
+}
+
+#[test]
+fn every_crate_depends_only_on_what_the_table_allows_and_none_outgrows_a_quarter() {
+    let root = workspace();
+    let mut violations = Vec::new();
+    let mut lines = Vec::new();
+    let crates = crates();
+    assert!(crates.len() >= 12, "the workspace's crates were not found: {crates:?}");
+    for krate in &crates {
+        let manifest = std::fs::read_to_string(root.join(krate).join("Cargo.toml")).unwrap();
+        violations.extend(dependency_violations(krate, &manifest));
+        let mut files = Vec::new();
+        rust_files(&root.join(krate).join("src"), &mut files);
+        let count = files.iter().map(|file| std::fs::read_to_string(file).unwrap().lines().count()).sum();
+        lines.push((krate.clone(), count));
+    }
+    violations.extend(size_violations(&lines));
+    assert!(violations.is_empty(), "crate boundaries broken:\n{}", violations.join("\n"));
+}
+
+/// Every place a document states `figure` next to `words` (`"17 variants"`), as
+/// (file, the number written).
+fn stated(words: &str) -> Vec<(String, usize)> {
+    let mut found = Vec::new();
+    let mut documents = vec![workspace().join("README.md"), workspace().join("ARCHITECTURE.md")];
+    documents.extend(std::fs::read_dir(workspace().join("docs")).unwrap().flatten().map(|entry| entry.path()));
+    for path in documents.into_iter().filter(|path| path.extension().is_some_and(|ext| ext == "md")) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let flat = text.replace('\n', " ");
+        let mut rest = flat.as_str();
+        while let Some(at) = rest.find(words) {
+            let before = rest[..at].trim_end();
+            let digits: String = before.chars().rev().take_while(char::is_ascii_digit).collect();
+            if let Ok(number) = digits.chars().rev().collect::<String>().parse() {
+                found.push((relative(&path), number));
+            }
+            rest = &rest[at + words.len()..];
+        }
+    }
+    found
+}
+
+#[test]
+fn the_figures_the_documents_state_are_the_codes() {
+    let checks = [
+        (" fault variants", workloads::faults::FaultKind::ALL.iter().map(|kind| kind.variants().len()).sum::<usize>()),
+        (" checkers, among them", checkers::names().len()),
+        (" deterministic", conform::case_count() - 1),
+        (" cases, all passing", conform::case_count()),
+        (" bad inputs that must change nothing", conform::input_count()),
+    ];
+    let mut wrong = Vec::new();
+    for (words, actual) in checks {
+        let said = stated(words);
+        assert!(!said.is_empty(), "no document states a figure before `{words}`");
+        for (file, number) in said.into_iter().filter(|(_, number)| *number != actual) {
+            wrong.push(format!("{file}: {number}{words}, the code has {actual}"));
+        }
+    }
+    assert!(wrong.is_empty(), "documents out of date:\n{}", wrong.join("\n"));
 }
 
 #[test]
@@ -139,12 +282,9 @@ fn the_workspace_keeps_its_architecture_invariants() {
         }
     }
     let mut files = Vec::new();
-    for entry in std::fs::read_dir(&root).unwrap() {
-        let dir = entry.unwrap().path();
-        if dir.join("Cargo.toml").is_file() {
-            for part in ["src", "tests", "benches"] {
-                rust_files(&dir.join(part), &mut files);
-            }
+    for krate in crates() {
+        for part in ["src", "tests", "benches"] {
+            rust_files(&root.join(&krate).join(part), &mut files);
         }
     }
     assert!(files.len() > 50, "the workspace's Rust files were not found under {}", root.display());

@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::time::Duration;
 
-use harness::suite::{read_result, write, Entry, SuiteResult};
+use campaign::suite::{read_result, write, Entry, SuiteResult};
 
 const BOUND: Duration = Duration::from_secs(120);
 

@@ -156,6 +156,7 @@ pub fn run_with(anomalies: Vec<Anomaly>) -> Run {
             "nemesis": ["delayed-heartbeats"],
             "bugs": [],
         }),
+        complete: true,
         schedule: json!([
             {"at_ms": 1200, "duration_ms": 2800, "kind": "delayed-heartbeats", "runner": "r1", "variant": "3x"}
         ]),

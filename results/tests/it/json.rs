@@ -116,9 +116,28 @@ fn overall_from_checkers() {
     assert_eq!(Overall::from_checkers(&[valid.clone(), unknown]), Overall::Unknown);
     assert_eq!(Overall::from_checkers(&[valid]), Overall::Valid);
     assert_eq!(Overall::from_checkers(&[]), Overall::Unknown);
-    let codes: Vec<i32> = [Overall::Valid, Overall::Invalid, Overall::Unknown].map(Overall::exit_code).to_vec();
+    let codes = [Overall::Valid, Overall::Invalid, Overall::Unknown].map(|overall| overall.exit().code());
     assert_eq!(codes, [0, 1, 2]);
     assert_eq!(serde_json::to_value(Overall::Unknown).unwrap(), "unknown");
+}
+
+#[test]
+fn an_incomplete_run_is_unknown_unless_an_anomaly_stands_and_the_file_says_so() {
+    let mut run = fixture::run_with(vec![]);
+    run.checkers = vec![result(Verdict::Valid)];
+    run.complete = false;
+    assert_eq!(run.overall(), Overall::Unknown, "valid checkers of an unsettled run prove nothing");
+    let doc = results::read_results(&results::results_json(&run, &[])).unwrap();
+    assert_eq!(
+        (doc.overall, doc.exit_code, doc.complete),
+        (Overall::Unknown, 2, false),
+        "results.json is the process's"
+    );
+    run.checkers.push(result(Verdict::Invalid { anomalies: vec![] }));
+    assert_eq!(run.overall(), Overall::Invalid, "an anomaly stands on its own");
+    run.complete = true;
+    run.checkers.truncate(1);
+    assert_eq!(run.overall(), Overall::Valid);
 }
 
 #[test]

@@ -72,12 +72,15 @@ fn all<'a>(elements: &'a [Element], name: &str) -> Vec<&'a Element> {
 fn one_suite_with_counts() {
     let (xml, elements) = rendered();
     assert!(xml.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>"));
-    assert_eq!(elements[0].name, "testsuite", "the suite is the root");
-    let suite = &elements[0].attrs;
+    assert_eq!(elements[0].name, "testsuites", "one report holds the suite");
+    assert_eq!(elements[1].name, "testsuite");
+    assert_eq!(all(&elements, "testsuite").len(), 1, "one suite");
+    let suite = &elements[1].attrs;
     assert_eq!(suite["name"], "fencelab.stale-write");
     assert_eq!((suite["tests"].as_str(), suite["failures"].as_str(), suite["errors"].as_str()), ("3", "1", "1"));
     assert_eq!(suite["time"], "6.000");
     assert_eq!(suite["timestamp"], "2026-01-02T03:04:05Z");
+    assert_eq!(suite["skipped"], "0");
 }
 
 #[test]
@@ -131,9 +134,10 @@ fn multi_line_and_control_characters_stay_well_formed() {
     run.checkers[2].verdict = checkers::Verdict::Unknown { reason: "line one\nline <two>\u{1}]]>".into() };
     run.test_name = "a\"b'c<d>&e".into();
     let elements = parse(&junit_xml(&run));
-    assert_eq!(elements[0].attrs["name"], "fencelab.a\"b'c<d>&e");
+    assert_eq!(elements[1].attrs["name"], "fencelab.a\"b'c<d>&e");
     let error = all(&elements, "error")[0];
-    assert_eq!(error.attrs["message"], "line one\nline <two>\u{FFFD}]]>");
+    // A control character XML 1.0 cannot hold is left out; the rest is kept as it was.
+    assert_eq!(error.attrs["message"], "line one\nline <two>]]>");
 }
 
 #[test]

@@ -1,0 +1,345 @@
+//! The matrix: proof that the checkers can fail. For every planted bug, short runs with the
+//! faults that expose it; for the correct lab, runs under every fault. Each run is a real
+//! `fencelab run` in a process of its own; the table says which bug was detected, by which
+//! checker, and how many seconds into the run its first anomaly's evidence sits.
+
+use std::path::{Path, PathBuf};
+
+use lab::bugs::Bug;
+use serde::Serialize;
+use workloads::faults::{Fault, FaultKind};
+
+pub use crate::runs::{run_child, Cell, RunSpec};
+
+/// What a matrix is asked to run (the command line's flags).
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub seeds: u64,
+    pub correct_seeds: u64,
+    pub time_limit: u64,
+    pub first_seed: u64,
+    pub parallel: usize,
+    pub nemesis: Option<String>,
+    pub bugs: Vec<Bug>,
+    pub system: Option<PathBuf>,
+    pub variants: Vec<String>,
+    pub db: system::Db,
+    pub control_planes: u32,
+    pub store: PathBuf,
+}
+
+/// The faults that expose each planted bug: its variant's `nemesis` in `systems/lab.toml`.
+pub fn exposing_faults(bug: Bug) -> String {
+    let lab = system::SystemFile::lab();
+    lab.variants.get(bug.name()).and_then(|variant| variant.nemesis.clone()).unwrap_or_else(|| "all".to_string())
+}
+
+/// The `fencelab run` flags a planted bug needs beyond its faults: a bug that needs
+/// PostgreSQL (its variant's `db`) runs there with three replicas.
+pub fn store_args(bug: Bug) -> Vec<String> {
+    let lab = system::SystemFile::lab();
+    match lab.variants.get(bug.name()).and_then(|variant| variant.db) {
+        Some(db) => vec!["--db".into(), db.name().into(), "--control-planes".into(), "3".into()],
+        None => vec![],
+    }
+}
+
+/// Runs one matrix cell: `fencelab run` of the bug (or the correct lab) under `nemesis`,
+/// on the store the bug needs ([`store_args`]).
+pub async fn run_cell(
+    program: &Path,
+    store: &Path,
+    bug: Option<Bug>,
+    nemesis: &str,
+    seed: u64,
+    time_limit: u64,
+) -> Cell {
+    let exposing = bug.map(exposing_faults).unwrap_or_else(|| "all".to_string());
+    let row = Line { name: bug.map(|bug| bug.name().to_string()), bug, nemesis: nemesis.to_string(), exposing };
+    let extra = bug.map(store_args).unwrap_or_default();
+    run_line(program, store, None, &row, seed, time_limit, extra).await
+}
+
+/// One row of the matrix: a planted bug of the lab, a variant of a system file, or the
+/// correct system (`name` none).
+#[derive(Clone, Debug)]
+struct Line {
+    name: Option<String>,
+    bug: Option<Bug>,
+    nemesis: String,
+    /// The faults that expose it (its variant's `nemesis`), whatever the run's are.
+    exposing: String,
+}
+
+async fn run_line(
+    program: &Path,
+    store: &Path,
+    system: Option<&Path>,
+    line: &Line,
+    seed: u64,
+    time_limit: u64,
+    extra: Vec<String>,
+) -> Cell {
+    let variants = match (&line.name, line.bug) {
+        (Some(name), None) => vec![name.clone()],
+        _ => vec![],
+    };
+    let spec = RunSpec {
+        test_name: line.name.clone().unwrap_or_else(|| "correct".to_string()),
+        bugs: line.bug.into_iter().collect(),
+        system: system.map(Path::to_path_buf),
+        variants,
+        nemesis: line.nemesis.clone(),
+        seed,
+        time_limit,
+        extra,
+    };
+    run_child(program, store, &spec).await
+}
+
+/// The matrix's rows: every planted bug (or the system file's variants) and the correct
+/// system; and the variants left out because they need another store than `--db`.
+fn lines(args: &Options) -> anyhow::Result<(Vec<Line>, Vec<String>)> {
+    let needs_other_db = |file: &system::SystemFile, name: &str| {
+        file.variants.get(name).and_then(|variant| variant.db).filter(|db| *db != args.db)
+    };
+    let mut skipped = vec![];
+    let Some(path) = &args.system else {
+        let lab = system::SystemFile::lab();
+        let bugs: Vec<Bug> = if args.bugs.is_empty() { Bug::ALL.to_vec() } else { args.bugs.clone() };
+        let faults_of = |bug: Bug| args.nemesis.clone().unwrap_or_else(|| exposing_faults(bug));
+        let mut lines = vec![];
+        for bug in bugs {
+            match needs_other_db(&lab, bug.name()) {
+                Some(db) => skipped.push(format!("{bug}: needs --db {db}")),
+                None => lines.push(Line {
+                    name: Some(bug.name().to_string()),
+                    bug: Some(bug),
+                    nemesis: faults_of(bug),
+                    exposing: exposing_faults(bug),
+                }),
+            }
+        }
+        return Ok((lines, skipped));
+    };
+    let file = system::SystemFile::read(path)?;
+    file.check_variants(&args.variants)?;
+    let names: Vec<String> =
+        if args.variants.is_empty() { file.variants.keys().cloned().collect() } else { args.variants.clone() };
+    let mut lines = vec![];
+    for name in names {
+        if let Some(db) = needs_other_db(&file, &name) {
+            skipped.push(format!("{name}: needs --db {db}"));
+            continue;
+        }
+        let declared = file.variants[&name].nemesis.clone();
+        let exposing = declared.clone().unwrap_or_else(|| "all".to_string());
+        let nemesis = args.nemesis.clone().or(declared).unwrap_or_else(|| "all".to_string());
+        lines.push(Line { name: Some(name), bug: None, nemesis, exposing });
+    }
+    Ok((lines, skipped))
+}
+
+/// What a whole matrix found.
+#[derive(Debug, Serialize)]
+pub struct Matrix {
+    pub time_limit_s: u64,
+    /// The store and replicas of every run.
+    pub db: engine::run::config::Db,
+    pub control_planes: u32,
+    /// Variants left out, each with why (`name: needs --db postgres`).
+    pub skipped: Vec<String>,
+    pub cells: Vec<Cell>,
+    pub rows: Vec<Row>,
+}
+
+/// One line of the table: a bug (or the correct lab) over its seeds.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    pub bug: Option<String>,
+    pub nemesis: String,
+    pub runs: usize,
+    /// Runs with a verdict of `invalid`.
+    pub detected: usize,
+    /// Runs that ended without a verdict (an error, or no results).
+    pub errors: usize,
+    /// Checkers that caught it, with how many runs each.
+    pub checkers: Vec<(String, usize)>,
+    /// Median seconds into the run of the first anomaly's evidence, over detecting runs.
+    pub first_anomaly_s_median: Option<f64>,
+    /// Median time from the start of the last exposing fault (one of the kinds that
+    /// expose the bug) scheduled before the first anomaly's evidence to that evidence, in
+    /// leases, over the detecting runs that had one.
+    pub leases_after_fault_median: Option<f64>,
+}
+
+impl Row {
+    /// A bug row holds when at least 90% of its runs detect it; the correct lab's when none does.
+    pub fn holds(&self) -> bool {
+        match self.bug {
+            Some(_) => self.detected * 10 >= self.runs * 9,
+            None => self.detected == 0 && self.errors == 0,
+        }
+    }
+}
+
+/// For a detecting run: the time from the start of the last fault of `exposing` scheduled
+/// before its first anomaly's evidence to that evidence, in leases (`schedule.json` and
+/// `config.json` of its folder).
+fn leases_after_fault(cell: &Cell, exposing: &[FaultKind]) -> Option<f64> {
+    let folder = cell.folder.as_ref()?;
+    let first_ms = cell.first_anomaly_s? * 1_000.0;
+    let schedule: Vec<Fault> = serde_json::from_slice(&std::fs::read(folder.join("schedule.json")).ok()?).ok()?;
+    let config: serde_json::Value = serde_json::from_slice(&std::fs::read(folder.join("config.json")).ok()?).ok()?;
+    let lease_ms = config["lease_ms"].as_f64().filter(|lease| *lease > 0.0)?;
+    let exposing_start = schedule
+        .iter()
+        .filter(|fault| exposing.contains(&fault.kind) && fault.at_ms as f64 <= first_ms)
+        .map(|fault| fault.at_ms)
+        .max()?;
+    Some((first_ms - exposing_start as f64) / lease_ms)
+}
+
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
+}
+
+fn row(bug: Option<String>, nemesis: &str, exposing: &str, cells: &[&Cell]) -> Row {
+    let mut checkers = std::collections::BTreeMap::<String, usize>::new();
+    for checker in cells.iter().flat_map(|cell| &cell.checkers) {
+        *checkers.entry(checker.clone()).or_default() += 1;
+    }
+    let firsts: Vec<f64> =
+        cells.iter().filter(|cell| cell.detected()).filter_map(|cell| cell.first_anomaly_s).collect();
+    let exposing = FaultKind::parse_list(exposing).unwrap_or_default();
+    let after: Vec<f64> =
+        cells.iter().filter(|cell| cell.detected()).filter_map(|cell| leases_after_fault(cell, &exposing)).collect();
+    Row {
+        bug,
+        nemesis: nemesis.to_string(),
+        runs: cells.len(),
+        detected: cells.iter().filter(|cell| cell.detected()).count(),
+        errors: cells.iter().filter(|cell| cell.verdict.is_error()).count(),
+        checkers: checkers.into_iter().collect(),
+        first_anomaly_s_median: median(firsts),
+        leases_after_fault_median: median(after),
+    }
+}
+
+/// Runs every cell, `parallel` at a time.
+pub async fn run(args: &Options, program: &Path) -> anyhow::Result<Matrix> {
+    std::fs::create_dir_all(&args.store)?;
+    let (lines, skipped) = lines(args)?;
+    let mut extra = vec!["--db".to_string(), args.db.name().to_string()];
+    if args.control_planes > 1 {
+        extra.extend(["--control-planes".to_string(), args.control_planes.to_string()]);
+    }
+    let mut plan: Vec<(Line, u64)> = Vec::new();
+    for line in &lines {
+        plan.extend((0..args.seeds).map(|i| (line.clone(), args.first_seed + i)));
+    }
+    let nemesis = args.nemesis.clone().unwrap_or_else(|| "all".to_string());
+    let correct = Line { name: None, bug: None, nemesis: nemesis.clone(), exposing: nemesis };
+    plan.extend((0..args.correct_seeds).map(|i| (correct.clone(), args.first_seed + i)));
+    let mut cells = Vec::new();
+    let mut running = tokio::task::JoinSet::new();
+    for (line, seed) in plan {
+        if running.len() >= args.parallel.max(1) {
+            cells.push(running.join_next().await.expect("a running cell")?);
+        }
+        let (program, store, time_limit) = (program.to_path_buf(), args.store.clone(), args.time_limit);
+        let (system, extra) = (args.system.clone(), extra.clone());
+        running
+            .spawn(async move { run_line(&program, &store, system.as_deref(), &line, seed, time_limit, extra).await });
+    }
+    while let Some(cell) = running.join_next().await {
+        cells.push(cell?);
+    }
+    cells.sort_by(|a, b| (a.bug.is_none(), &a.bug, a.seed).cmp(&(b.bug.is_none(), &b.bug, b.seed)));
+    let mut rows = Vec::new();
+    for line in &lines {
+        let mine: Vec<&Cell> = cells.iter().filter(|cell| cell.bug == line.name).collect();
+        rows.push(row(line.name.clone(), &line.nemesis, &line.exposing, &mine));
+    }
+    let correct_cells: Vec<&Cell> = cells.iter().filter(|cell| cell.bug.is_none()).collect();
+    if !correct_cells.is_empty() {
+        rows.push(row(None, &correct.nemesis, &correct.exposing, &correct_cells));
+    }
+    let matrix = Matrix {
+        time_limit_s: args.time_limit,
+        db: args.db,
+        control_planes: args.control_planes,
+        skipped,
+        cells,
+        rows,
+    };
+    std::fs::write(args.store.join("matrix.json"), serde_json::to_vec_pretty(&matrix)?)?;
+    Ok(matrix)
+}
+
+/// The table, one line per bug and one for the correct lab.
+pub fn table(matrix: &Matrix) -> String {
+    let mut out = format!(
+        "{:<27} {:<30} {:>9} {:>9} {:>15}  {}\n",
+        "bug", "faults", "detected", "first (s)", "after (leases)", "checkers (runs)"
+    );
+    for row in &matrix.rows {
+        let name = row.bug.clone().unwrap_or_else(|| "(correct lab)".to_string());
+        let detected = match row.bug {
+            Some(_) => format!("{}/{}", row.detected, row.runs),
+            None => format!("{} of {} flagged", row.detected, row.runs),
+        };
+        let first = row.first_anomaly_s_median.map_or("-".to_string(), |seconds| format!("{seconds:.1}"));
+        let after = row.leases_after_fault_median.map_or("-".to_string(), |leases| format!("{leases:.1}"));
+        let checkers: Vec<String> = row.checkers.iter().map(|(name, runs)| format!("{name} ({runs})")).collect();
+        let mark = if row.holds() { "" } else { "  <- FAILS ITS TARGET" };
+        out.push_str(&format!(
+            "{name:<27} {:<30} {detected:>9} {first:>9} {after:>15}  {}{mark}\n",
+            row.nemesis,
+            checkers.join(", ")
+        ));
+    }
+    for skipped in &matrix.skipped {
+        out.push_str(&format!("not run: {skipped}\n"));
+    }
+    for cell in matrix.cells.iter().filter(|cell| cell.verdict.is_error()) {
+        out.push_str(&format!("error in `{}`: {}\n", cell.command, cell.verdict));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_time_after_the_exposing_fault_is_counted_from_the_last_one_before_the_evidence() {
+        let folder = tempfile::tempdir().unwrap();
+        let fault = |at_ms: u64, kind: &str, how: &str| serde_json::json!({"at_ms": at_ms, "duration_ms": 0, "kind": kind, "runner": 0, "variant": {"how": how}});
+        let schedule = [
+            fault(1_000, "reconnects", "cut-links"),
+            fault(3_000, "kill", "kill-runner"),
+            fault(4_000, "reconnects", "cut-links"),
+            fault(9_000, "reconnects", "cut-links"),
+        ];
+        std::fs::write(folder.path().join("schedule.json"), serde_json::to_vec(&schedule).unwrap()).unwrap();
+        std::fs::write(folder.path().join("config.json"), r#"{"lease_ms": 500}"#).unwrap();
+        let cell = Cell {
+            test_name: "t".into(),
+            bug: Some("accept-stale-result".into()),
+            nemesis: "all".into(),
+            seed: 1,
+            verdict: results::RunVerdict::Error("unused".into()),
+            checkers: vec![],
+            first_anomaly_s: Some(5.5),
+            folder: Some(folder.path().to_path_buf()),
+            command: String::new(),
+        };
+        // The cut at 4 s is the last exposing fault before 5.5 s: 1.5 s, three leases.
+        assert_eq!(leases_after_fault(&cell, &[FaultKind::Reconnects]), Some(3.0));
+        assert_eq!(leases_after_fault(&cell, &[FaultKind::Kill]), Some(5.0));
+        assert_eq!(leases_after_fault(&cell, &[FaultKind::ClockSkew]), None);
+        assert_eq!(leases_after_fault(&Cell { first_anomaly_s: Some(0.5), ..cell }, &[FaultKind::Reconnects]), None);
+    }
+}

@@ -1,0 +1,61 @@
+//! Replay: run a recorded run again — its config and its realised fault schedule — and say
+//! whether the same anomalies appeared.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use crate::runs::{anomaly_kinds, read_results, Cell};
+
+/// What one replay found.
+#[derive(Debug)]
+pub struct Replayed {
+    pub cell: Cell,
+    /// Checkers with anomalies in the replay.
+    pub checkers: BTreeSet<String>,
+    pub reproduced: bool,
+}
+
+/// The checkers that found anomalies in a run folder.
+pub fn invalid_checkers(folder: &Path) -> Option<BTreeSet<String>> {
+    Some(anomaly_kinds(folder)?.into_iter().map(|(checker, _)| checker).collect())
+}
+
+/// The `fencelab run` arguments of a recorded run, built from its typed `config.json`,
+/// with its realised schedule and a new store.
+pub fn replay_args(folder: &Path, store: &Path) -> Result<Vec<String>, String> {
+    let config = engine::run::config::ConfigFile::read(folder)?;
+    let mut args = vec!["run".to_string()];
+    args.extend(config.run.args());
+    let schedule =
+        std::fs::canonicalize(folder.join("schedule.json")).map_err(|error| format!("schedule.json: {error}"))?;
+    args.extend(["--schedule".into(), schedule.display().to_string(), "--store".into(), store.display().to_string()]);
+    Ok(args)
+}
+
+/// Replays the run in `folder` once, into `store`.
+pub async fn replay(program: &Path, folder: &Path, store: PathBuf) -> Result<Replayed, String> {
+    let original = invalid_checkers(folder).ok_or_else(|| format!("{} holds no results.json", folder.display()))?;
+    let args = replay_args(folder, &store)?;
+    let output = crate::runs::child(program, &args).output();
+    let bound = std::time::Duration::from_secs(24 * 3_600);
+    tokio::time::timeout(bound, output)
+        .await
+        .map_err(|_| "the replay did not end".to_string())?
+        .map_err(|e| e.to_string())?;
+    let mut cell = Cell {
+        test_name: String::new(),
+        bug: None,
+        nemesis: String::new(),
+        seed: 0,
+        verdict: results::RunVerdict::Error("not run".into()),
+        checkers: vec![],
+        first_anomaly_s: None,
+        folder: None,
+        command: format!("fencelab {}", args.join(" ")),
+    };
+    read_results(&store.join("latest"), &mut cell);
+    let checkers: BTreeSet<String> = cell.checkers.iter().cloned().collect();
+    let reproduced =
+        if original.is_empty() { cell.verdict.is(results::Overall::Valid) } else { original.is_subset(&checkers) };
+    Ok(Replayed { cell, checkers, reproduced })
+}

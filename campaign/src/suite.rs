@@ -1,0 +1,360 @@
+//! Nightly suites: a TOML list of runs (workloads × faults × seeds) executed within a total
+//! time budget, optionally one shard of N, leaving an index page linking every run's report,
+//! one aggregated `junit.xml` and `suite.json`. `merge` joins shard outputs into one.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use lab::bugs::Bug;
+use serde::Deserialize;
+
+use crate::runs::{run_child, RunSpec};
+
+/// A suite file (see `docs/suites.md`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuiteFile {
+    pub name: String,
+    /// Total seconds the suite may take; runs that would not fit are skipped (default 3600).
+    #[serde(default = "default_budget")]
+    pub time_budget_s: u64,
+    /// Runs at once (default 2).
+    #[serde(default = "default_parallel")]
+    pub parallel: usize,
+    #[serde(rename = "run")]
+    pub runs: Vec<SuiteRun>,
+}
+
+fn default_budget() -> u64 {
+    3_600
+}
+
+fn default_parallel() -> usize {
+    2
+}
+
+/// One `[[run]]`: a workload under faults, for each seed.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuiteRun {
+    pub name: String,
+    #[serde(default = "default_nemesis")]
+    pub nemesis: String,
+    pub seeds: Vec<u64>,
+    #[serde(default = "default_time_limit")]
+    pub time_limit: u64,
+    #[serde(default)]
+    pub bugs: Vec<Bug>,
+    /// The system under test: a system file, relative to the suite file (default: the lab).
+    #[serde(default)]
+    pub system: Option<PathBuf>,
+    /// Variants of the system switched on (e.g. a canary build with a known bug, run with
+    /// `expect = "invalid"`).
+    #[serde(default)]
+    pub variants: Vec<String>,
+    /// The verdict that counts as a pass: `valid` (default) or `invalid` (a planted bug caught).
+    #[serde(default = "default_expect")]
+    pub expect: results::Overall,
+    /// Further `fencelab run` flags, verbatim.
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+fn default_nemesis() -> String {
+    "all".into()
+}
+
+fn default_time_limit() -> u64 {
+    30
+}
+
+fn default_expect() -> results::Overall {
+    results::Overall::Valid
+}
+
+pub use results::suite::{index_html, index_html_with_trends, junit_xml, Entry, SuiteResult};
+
+/// Valid when every entry passed, invalid when one failed, unknown when none failed but
+/// some did not run.
+pub fn exit(result: &SuiteResult) -> history::Exit {
+    if result.entries.iter().any(|entry| !entry.passed && !entry.verdict.is_skipped()) {
+        history::Exit::Invalid
+    } else if result.entries.iter().any(|entry| !entry.passed) {
+        history::Exit::Unknown
+    } else {
+        history::Exit::Valid
+    }
+}
+
+pub fn read(path: &Path) -> Result<SuiteFile, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| format!("{}: {error}", path.display()))?;
+    let mut suite: SuiteFile = toml::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    for run in &mut suite.runs {
+        if run.seeds.is_empty() || run.expect == results::Overall::Unknown {
+            return Err(format!("{}: run `{}` needs seeds and expect = valid|invalid", path.display(), run.name));
+        }
+        if let Some(system) = &run.system {
+            let system = std::path::absolute(dir.join(system)).unwrap_or_else(|_| dir.join(system));
+            let file = system::SystemFile::read(&system)
+                .map_err(|error| format!("{}: run `{}`: {error}", path.display(), run.name))?;
+            file.check_variants(&run.variants)
+                .map_err(|error| format!("{}: run `{}`: {error}", path.display(), run.name))?;
+            run.system = Some(system);
+        } else {
+            system::SystemFile::lab()
+                .check_variants(&run.variants)
+                .map_err(|error| format!("{}: run `{}`: {error}", path.display(), run.name))?;
+        }
+    }
+    Ok(suite)
+}
+
+/// Parses `I/N` (1-based).
+pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
+    let parsed = text.split_once('/').and_then(|(i, n)| Some((i.parse().ok()?, n.parse().ok()?)));
+    match parsed {
+        Some((i, n)) if i >= 1 && i <= n => Ok((i, n)),
+        _ => Err(format!("--shard `{text}`: expected I/N with 1 <= I <= N")),
+    }
+}
+
+/// Every (index, run, seed) of the suite, and the ones shard `(i, n)` takes.
+pub fn plan(suite: &SuiteFile, shard: Option<(usize, usize)>) -> Vec<(usize, SuiteRun, u64)> {
+    let all = suite.runs.iter().flat_map(|run| run.seeds.iter().map(move |seed| (run.clone(), *seed)));
+    all.enumerate()
+        .filter(|(index, _)| shard.is_none_or(|(i, n)| index % n == i - 1))
+        .map(|(index, (run, seed))| (index, run, seed))
+        .collect()
+}
+
+/// Runs the planned entries, `parallel` at a time, skipping what would exceed the budget.
+pub async fn execute(suite: &SuiteFile, shard: Option<(usize, usize)>, program: &Path, store: &Path) -> SuiteResult {
+    let started = Instant::now();
+    let mut entries = Vec::new();
+    let mut running = tokio::task::JoinSet::new();
+    for (index, run, seed) in plan(suite, shard) {
+        if running.len() >= suite.parallel.max(1) {
+            entries.push(running.join_next().await.expect("a running entry").expect("an entry task"));
+        }
+        let spec = RunSpec {
+            test_name: run.name.clone(),
+            bugs: run.bugs.clone(),
+            system: run.system.clone(),
+            variants: run.variants.clone(),
+            nemesis: run.nemesis.clone(),
+            seed,
+            time_limit: run.time_limit,
+            extra: run.args.clone(),
+        };
+        // A run takes its time limit and about as long again to start, recover and check.
+        if started.elapsed().as_secs() + 2 * run.time_limit > suite.time_budget_s {
+            let command = format!("fencelab {}", spec.args(&store.join("runs")).join(" "));
+            let verdict =
+                results::RunVerdict::Skipped(format!("the {} s budget would be exceeded", suite.time_budget_s));
+            entries.push(Entry {
+                index,
+                name: run.name,
+                seed,
+                expect: run.expect,
+                verdict,
+                passed: false,
+                command,
+                report: None,
+                bugs: run.bugs.iter().map(|bug| bug.name().to_string()).chain(run.variants.iter().cloned()).collect(),
+                checkers: vec![],
+            });
+            continue;
+        }
+        let (program, out) = (program.to_path_buf(), store.to_path_buf());
+        running.spawn(async move {
+            let cell = run_child(&program, &out.join("runs"), &spec).await;
+            let passed = cell.verdict.is(run.expect);
+            let report = cell.folder.as_ref().map(|folder| relative(&out, &folder.join("report.html")));
+            let bugs = run.bugs.iter().map(|bug| bug.name().to_string()).chain(run.variants.iter().cloned()).collect();
+            Entry {
+                index,
+                name: run.name,
+                seed,
+                expect: run.expect,
+                verdict: cell.verdict,
+                passed,
+                command: cell.command,
+                report,
+                bugs,
+                checkers: cell.checkers,
+            }
+        });
+    }
+    while let Some(entry) = running.join_next().await {
+        entries.push(entry.expect("an entry task"));
+    }
+    entries.sort_by_key(|entry| entry.index);
+    SuiteResult { suite: suite.name.clone(), entries }
+}
+
+/// Joins shard results into one, in suite order. Each result comes with the folder it was
+/// read from; report links are rewritten to be relative to `out`.
+pub fn merge(results: Vec<(PathBuf, SuiteResult)>, out: &Path) -> Result<SuiteResult, String> {
+    let results: Vec<SuiteResult> = results
+        .into_iter()
+        .map(|(folder, mut result)| {
+            for entry in &mut result.entries {
+                entry.report = entry.report.take().map(|report| relative(out, &folder.join(report)));
+            }
+            result
+        })
+        .collect();
+    let suite = results.first().map(|result| result.suite.clone()).ok_or("nothing to merge")?;
+    if let Some(other) = results.iter().find(|result| result.suite != suite) {
+        return Err(format!("shards of different suites: `{suite}` and `{}`", other.suite));
+    }
+    let mut entries: Vec<Entry> = results.into_iter().flat_map(|result| result.entries).collect();
+    entries.sort_by_key(|entry| entry.index);
+    if entries.windows(2).any(|pair| pair[0].index == pair[1].index) {
+        return Err("two shards ran the same entry".into());
+    }
+    Ok(SuiteResult { suite, entries })
+}
+
+/// A path to `target` relative to the folder `from` (both made absolute first).
+pub fn relative(from: &Path, target: &Path) -> PathBuf {
+    let absolute = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let (from, target) = (absolute(from), absolute(target));
+    let common = from.components().zip(target.components()).take_while(|(a, b)| a == b).count();
+    let mut path = PathBuf::new();
+    for _ in from.components().skip(common) {
+        path.push("..");
+    }
+    path.extend(target.components().skip(common));
+    path
+}
+
+/// Writes `suite.json`, `index.html` and `junit.xml` into `out`.
+pub fn write(result: &SuiteResult, out: &Path) -> std::io::Result<()> {
+    write_with_trends(result, out, "")
+}
+
+/// As [`write`], with a trends section on the index page.
+pub fn write_with_trends(result: &SuiteResult, out: &Path, trends: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all(out)?;
+    std::fs::write(out.join("suite.json"), serde_json::to_vec_pretty(result).map_err(std::io::Error::other)?)?;
+    std::fs::write(out.join("index.html"), index_html_with_trends(result, trends))?;
+    std::fs::write(out.join("junit.xml"), junit_xml(result))
+}
+
+/// Reads a `suite.json` written by [`write`].
+pub fn read_result(folder: &Path) -> Result<SuiteResult, String> {
+    let path = folder.join("suite.json");
+    let text = std::fs::read_to_string(&path).map_err(|error| format!("{}: {error}", path.display()))?;
+    serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shipped_suite_reads_and_fits_its_budget() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../suites");
+        let mut read = 0;
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let suite = super::read(&entry.path()).unwrap_or_else(|error| panic!("{error}"));
+            // An entry is budgeted at twice its time limit (start, recovery and checking).
+            let planned_s: u64 = plan(&suite, None).iter().map(|(_, run, _)| 2 * run.time_limit).sum();
+            let wall_s = planned_s / suite.parallel.max(1) as u64;
+            assert!(
+                wall_s <= suite.time_budget_s,
+                "{}: {wall_s} s planned, {} s budget",
+                suite.name,
+                suite.time_budget_s
+            );
+            read += 1;
+        }
+        assert!(read >= 1);
+    }
+
+    const SUITE: &str = r#"
+name = "small"
+time_budget_s = 600
+[[run]]
+name = "a"
+seeds = [1, 2, 3]
+time_limit = 5
+[[run]]
+name = "b"
+nemesis = "kill"
+bugs = ["requeue-on-expiry"]
+seeds = [7]
+expect = "invalid"
+"#;
+
+    fn suite() -> SuiteFile {
+        toml::from_str(SUITE).unwrap()
+    }
+
+    #[test]
+    fn shards_split_the_plan_without_overlap_or_loss() {
+        let whole: Vec<usize> = plan(&suite(), None).into_iter().map(|(index, _, _)| index).collect();
+        assert_eq!(whole, vec![0, 1, 2, 3]);
+        let mut joined: Vec<usize> =
+            (1..=3).flat_map(|i| plan(&suite(), Some((i, 3))).into_iter().map(|(index, _, _)| index)).collect();
+        joined.sort();
+        assert_eq!(joined, whole);
+        assert_eq!(plan(&suite(), Some((2, 3)))[0].2, 2, "shard 2 of 3 takes the second entry, seed 2");
+    }
+
+    #[test]
+    fn bad_shards_and_bad_suites_are_refused() {
+        for bad in ["0/2", "3/2", "1", "a/b", "1/0"] {
+            assert!(parse_shard(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_shard("2/4"), Ok((2, 4)));
+        assert!(toml::from_str::<SuiteFile>("name = \"x\"\n[[run]]\nname = \"a\"\nseeds = [1]\ncolour = 1\n").is_err());
+    }
+
+    fn entry(index: usize, passed: bool) -> Entry {
+        let verdict =
+            results::RunVerdict::Checked(if passed { results::Overall::Valid } else { results::Overall::Invalid });
+        Entry {
+            index,
+            name: "a".into(),
+            seed: index as u64,
+            expect: results::Overall::Valid,
+            verdict,
+            passed,
+            command: "fencelab run".into(),
+            report: Some("runs/x/report.html".into()),
+            bugs: vec![],
+            checkers: vec![],
+        }
+    }
+
+    #[test]
+    fn merge_restores_suite_order_and_refuses_overlaps() {
+        let out = Path::new("/merged");
+        let first = SuiteResult { suite: "s".into(), entries: vec![entry(0, true), entry(2, false)] };
+        let second = SuiteResult { suite: "s".into(), entries: vec![entry(1, true)] };
+        let merged = merge(vec![("/s1".into(), first.clone()), ("/s2".into(), second)], out).unwrap();
+        assert_eq!(
+            merged.table().iter().map(|row| (row.0, row.3)).collect::<Vec<_>>(),
+            vec![(0, true), (1, true), (2, false)]
+        );
+        assert_eq!(merged.entries[1].report.as_deref(), Some(Path::new("../s2/runs/x/report.html")));
+        assert_eq!(exit(&merged), history::Exit::Invalid);
+        assert!(merge(vec![("/s1".into(), first.clone()), ("/s1".into(), first)], out).is_err());
+    }
+
+    #[test]
+    fn junit_counts_failures_and_skips() {
+        let mut skipped = entry(1, false);
+        skipped.verdict = results::RunVerdict::Skipped("budget".into());
+        let result = SuiteResult { suite: "s<&>".into(), entries: vec![entry(0, false), skipped, entry(2, true)] };
+        let xml = junit_xml(&result);
+        for counted in ["tests=\"3\"", "failures=\"1\"", "skipped=\"1\""] {
+            assert!(xml.contains(counted), "{counted} in {xml}");
+        }
+        assert!(xml.contains("fencelab.suite.s&lt;&amp;&gt;"), "{xml}");
+        assert_eq!(exit(&result), history::Exit::Invalid);
+    }
+}

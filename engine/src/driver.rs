@@ -1,0 +1,157 @@
+//! The one driver of runs and scenarios. Both start the system and its proxies the same way,
+//! write the same run folder, keep one history through one recorder, heal every fault, and
+//! end through the one collector (`system::collect`) and the one check (`crate::check`).
+//! What differs is the work in the middle: a chaos run's client and nemesis for the time
+//! limit and then recovery, or a scenario's steps in order.
+//!
+//! ```text
+//! drive ─► start (Cluster::start) ─► config.json ─► work: Chaos | Steps ─► finish
+//!                                                                           │
+//!     collect (system::collect) ◄── stop runners ◄── runner-exited events ◄─┘
+//!        └─► Recorder::finish (history.jsonl) ─► run.json ─► check::check_folder
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use history::{EventType, Op, Process};
+use tokio::sync::Mutex;
+use workloads::faults::Fault;
+use workloads::jobs::PlannedJob;
+use workloads::scenario::Scenario;
+
+use crate::check::RunMeta;
+use crate::run::cluster::Cluster;
+use crate::run::config::{ConfigFile, RunConfig, ScenarioInfo};
+use crate::run::recorder::Recorder;
+use crate::run::{Shared, State, COLLECT_WAIT_MAX, HEALTHY_WAIT_MAX};
+
+/// What a driven run does between the start of its system and the collection of its records.
+pub enum Work<'a> {
+    /// A chaos run: the client submits the planned jobs and the nemesis executes the fault
+    /// schedule for the time limit; then every fault is healed and the jobs settle.
+    Chaos { jobs: Vec<PlannedJob>, schedule: Vec<Fault> },
+    /// A scenario: its steps in order; then, with background work, the jobs settle.
+    Steps { scenario: &'a Scenario, file: &'a Path },
+}
+
+/// What a driven run reports.
+pub struct Driven {
+    pub folder: PathBuf,
+    /// Not interrupted, every job settled, every record read.
+    pub complete: bool,
+    /// A scenario's steps all ran (always true for a chaos run).
+    pub steps_passed: bool,
+    pub records: system::collect::Records,
+    pub events: usize,
+    pub healthy_ms: u64,
+    /// Faults in the schedule (a chaos run's).
+    pub faults: usize,
+    /// The run as checked: every checker's verdict.
+    pub run: results::Run,
+}
+
+/// Drives one run in `folder`: `program` is the `fencelab` binary; `interrupt` ends the
+/// work early (Ctrl-C), after which the run is still collected and written, incomplete.
+pub async fn drive(
+    config: RunConfig,
+    folder: PathBuf,
+    program: &Path,
+    work: Work<'_>,
+    interrupt: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<Driven> {
+    let started = Instant::now();
+    let started_at = chrono::Utc::now().to_rfc3339();
+    let command = match &work {
+        Work::Chaos { .. } => config.command_in(&folder),
+        Work::Steps { file, .. } => format!("fencelab scenario run {}", file.display()),
+    };
+    let faults = match &work {
+        Work::Chaos { jobs, schedule } => {
+            crate::run::write_json(&folder.join("schedule.json"), schedule)?;
+            crate::run::write_json(&folder.join("jobs.json"), jobs)?;
+            schedule.len()
+        }
+        Work::Steps { .. } => {
+            crate::run::write_json(&folder.join("schedule.json"), &serde_json::json!([]))?;
+            0
+        }
+    };
+    let recorder = Recorder::create(&folder.join("history.jsonl"))?;
+    let cluster = tokio::time::timeout(HEALTHY_WAIT_MAX, Cluster::start(&config, &folder.join("lab"), program))
+        .await
+        .map_err(|_| anyhow::anyhow!("the cluster was not healthy within {HEALTHY_WAIT_MAX:?}"))??;
+    let healthy_ms = started.elapsed().as_millis() as u64;
+    let scenario = match &work {
+        Work::Chaos { .. } => None,
+        Work::Steps { scenario, file } => {
+            crate::scenario::hold_idle(scenario, &cluster).await;
+            let (name, description) = (scenario.name.clone(), scenario.description.clone());
+            Some(ScenarioInfo { name, description, file: file.to_path_buf() })
+        }
+    };
+    let file = ConfigFile {
+        run: config.clone(),
+        clock_control: cluster.clock.clone(),
+        system: cluster.info.clone(),
+        healthy_ms: scenario.is_none().then_some(healthy_ms),
+        scenario,
+    };
+    let full_config = serde_json::to_value(&file)?;
+    crate::run::write_json(&folder.join("config.json"), &full_config)?;
+    recorder.record(Process::HARNESS, EventType::Ok, Op::Config, |event| event.value = Some(full_config.clone()));
+    let shared: Shared = Arc::new(State {
+        config: Arc::new(config),
+        recorder,
+        cluster: Arc::new(Mutex::new(cluster)),
+        active: Mutex::new(vec![]),
+        submitted: AtomicU64::new(0),
+    });
+    let ended = match work {
+        Work::Chaos { jobs, schedule } => crate::run::chaos(&shared, jobs, schedule, interrupt).await,
+        Work::Steps { scenario, .. } => crate::scenario::play(scenario, &shared, interrupt).await,
+    };
+    let (records, events) = finish(&shared, ended.interrupted).await?;
+    crate::run::link_latest(&shared.config.store, &folder);
+    let has_ledger = !shared.cluster.lock().await.info.absent.contains(&system::Feature::Ledger);
+    let complete = ended.settled
+        && !ended.interrupted
+        && records.unreadable.is_empty()
+        && (!has_ledger || !records.ledger.is_empty());
+    let meta = RunMeta { command, started_at, duration_ms: started.elapsed().as_millis() as u64, complete };
+    crate::run::write_json(&folder.join("run.json"), &meta)?;
+    let (_, run) = crate::check::check_folder(&folder)?;
+    Ok(Driven { folder, complete, steps_passed: ended.steps_passed, records, events, healthy_ms, faults, run })
+}
+
+/// How the work in the middle ended.
+pub struct Ended {
+    /// Every job settled within the recovery limit (or nothing had to settle).
+    pub settled: bool,
+    pub interrupted: bool,
+    pub steps_passed: bool,
+}
+
+/// Says which runners exited on their own, stops the runners (none may report after the
+/// records are read), collects every record, stops everything and writes the whole
+/// history. An interrupted run gets no `final` events: it never reached its end, so the
+/// checkers that need them answer unknown instead of reading an unsettled job as lost.
+async fn finish(shared: &Shared, interrupted: bool) -> anyhow::Result<(system::collect::Records, usize)> {
+    let mut cluster = shared.cluster.lock().await;
+    for (runner, status) in cluster.exited_runners().await {
+        shared.recorder.record(Process::HARNESS, EventType::Ok, Op::RunnerExited, |event| {
+            event.runner = Some(runner);
+            event.reason = Some(status);
+        });
+    }
+    cluster.stop_runners().await;
+    let records = system::collect::collect(&cluster.system, COLLECT_WAIT_MAX).await;
+    let logs = cluster.runner_logs();
+    cluster.stop().await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let events =
+        shared.recorder.finish(&logs, &records.ledger, &records.steps, records.closing_events(!interrupted))?;
+    Ok((records, events))
+}

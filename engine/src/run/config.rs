@@ -1,0 +1,362 @@
+//! A run's validated configuration: `RunConfig` is what was checked (timings consistent,
+//! names known) and is what the rest of a run takes; what the user typed is the command
+//! line's (`harness`), which builds a `RunConfig` and has it [`RunConfig::validate`]d.
+
+use std::path::PathBuf;
+
+use lab::bugs::Bug;
+use lab::target::Mode;
+use serde::{Deserialize, Serialize};
+use workloads::faults::FaultKind;
+
+pub use system::Db;
+
+/// A run's validated configuration: what `config.json` holds, read back through this type.
+///
+/// Defaults ([`Default`]): test name `chaos`, seed 0 (a run takes it from the clock when no
+/// `--seed` is given), 30 000 ms of workload, 30 000 ms of recovery at most, 3 runners,
+/// 4 deployment keys, 2 jobs/s, every fault, no bug, a fenced target, a 1 000 ms lease,
+/// heartbeats every 250 ms (a quarter of the lease), reconcile after 1 000 ms (one lease),
+/// a renewal margin of 200 ms (a fifth), requests timing out after 2 000 ms (two leases:
+/// a heartbeat delayed in the network still arrives, late), 3 to 6 steps of 100 to 300 ms,
+/// the embedded Toxiproxy, run folders under `store`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    pub test_name: String,
+    pub seed: u64,
+    pub time_limit_ms: u64,
+    pub recovery_limit_ms: u64,
+    pub runners: u32,
+    pub keys: u32,
+    pub rate_per_s: f64,
+    pub nemesis: Vec<FaultKind>,
+    pub bugs: Vec<Bug>,
+    pub target_mode: Mode,
+    pub lease_ms: u64,
+    pub heartbeat_interval_ms: u64,
+    pub reconcile_after_ms: u64,
+    pub renewal_margin_ms: u64,
+    pub request_timeout_ms: u64,
+    pub steps_min: u32,
+    pub steps_max: u32,
+    pub step_ms_min: u64,
+    pub step_ms_max: u64,
+    pub toxiproxy_url: Option<String>,
+    /// A Toxiproxy image run through testcontainers (`--toxiproxy-image`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toxiproxy_image: Option<String>,
+    pub store: PathBuf,
+    /// A given fault schedule, replacing the generated one.
+    pub schedule: Option<Vec<workloads::faults::Fault>>,
+    /// The control plane's database.
+    #[serde(default = "sqlite")]
+    pub db: Db,
+    /// An existing PostgreSQL server (else a throwaway cluster is started for the run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database_url: Option<String>,
+    /// The system file (absolute), or none for the built-in lab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<PathBuf>,
+    /// The system's variants switched on (the planted bugs are in `bugs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<String>,
+    /// Replicas of the control plane.
+    #[serde(default = "one")]
+    pub control_planes: u32,
+    pub version: String,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn sqlite() -> Db {
+    Db::Sqlite
+}
+
+impl Default for RunConfig {
+    fn default() -> RunConfig {
+        RunConfig {
+            test_name: "chaos".into(),
+            seed: 0,
+            time_limit_ms: 30_000,
+            recovery_limit_ms: 30_000,
+            runners: 3,
+            keys: 4,
+            rate_per_s: 2.0,
+            nemesis: FaultKind::ALL.to_vec(),
+            bugs: Vec::new(),
+            target_mode: Mode::Fenced,
+            lease_ms: 1_000,
+            heartbeat_interval_ms: 1_000 / 4,
+            reconcile_after_ms: 1_000,
+            renewal_margin_ms: 1_000 / 5,
+            request_timeout_ms: 2 * 1_000,
+            steps_min: 3,
+            steps_max: 6,
+            step_ms_min: 100,
+            step_ms_max: 300,
+            toxiproxy_url: None,
+            toxiproxy_image: None,
+            store: PathBuf::from("store"),
+            schedule: None,
+            db: Db::Sqlite,
+            database_url: None,
+            system: None,
+            variants: Vec::new(),
+            control_planes: 1,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
+/// What `config.json` holds: the run's configuration, how runner clocks were moved, how
+/// long the cluster took to become healthy, and the scenario a scenario run played.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    #[serde(flatten)]
+    pub run: RunConfig,
+    pub clock_control: super::cluster::ClockControl,
+    /// The system attacked, and what of the run it could not take (absent in older files).
+    #[serde(default)]
+    pub system: system::SystemInfo,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<ScenarioInfo>,
+}
+
+/// Which scenario a scenario run played.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioInfo {
+    pub name: String,
+    pub description: String,
+    pub file: PathBuf,
+}
+
+impl ConfigFile {
+    /// Reads a run folder's `config.json`; the error names the file.
+    pub fn read(folder: &std::path::Path) -> Result<ConfigFile, String> {
+        let path = folder.join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|error| format!("{}: {error}", path.display()))?;
+        serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))
+    }
+}
+
+impl RunConfig {
+    /// Sets the lease and the timings derived from it: heartbeats every quarter of the
+    /// lease and a reconcile after one lease unless given, a renewal margin of a fifth,
+    /// requests timing out after two leases (a heartbeat delayed in the network still
+    /// arrives, late).
+    pub fn with_lease(
+        mut self,
+        lease_ms: u64,
+        heartbeat_interval_ms: Option<u64>,
+        reconcile_after_ms: Option<u64>,
+    ) -> RunConfig {
+        self.lease_ms = lease_ms;
+        self.heartbeat_interval_ms = heartbeat_interval_ms.unwrap_or(lease_ms / 4);
+        self.reconcile_after_ms = reconcile_after_ms.unwrap_or(lease_ms);
+        self.renewal_margin_ms = lease_ms / 5;
+        self.request_timeout_ms = 2 * lease_ms;
+        self
+    }
+
+    /// Checks a configuration built from flags or from a scenario: timings consistent,
+    /// names known to the system it names; every error names the flag that sets the field.
+    pub fn validate(self) -> Result<RunConfig, String> {
+        if let Some(kind) =
+            self.nemesis.iter().find(|kind| self.control_planes < 2 && FaultKind::REPLICAS.contains(kind))
+        {
+            return Err(format!("--nemesis {}: needs --control-planes 2 or more", kind.name()));
+        }
+        let (time_limit_s, recovery_limit_s) = (self.time_limit_ms / 1_000, self.recovery_limit_ms / 1_000);
+        let checks = [
+            (time_limit_s == 0 || time_limit_s > 86_400, "--time-limit must be 1..=86400 seconds"),
+            (self.runners == 0 || self.runners > 64, "--runners must be 1..=64"),
+            (self.keys == 0 || self.keys > 10_000, "--keys must be 1..=10000"),
+            (!(self.rate_per_s > 0.0 && self.rate_per_s <= 1_000.0), "--rate must be above 0 and at most 1000 jobs/s"),
+            (self.lease_ms < 100 || self.lease_ms > 600_000, "--lease-ms must be 100..=600000"),
+            (
+                self.heartbeat_interval_ms == 0 || self.heartbeat_interval_ms >= self.lease_ms,
+                "--heartbeat-interval-ms must be above 0 and below --lease-ms",
+            ),
+            (
+                self.steps_min == 0 || self.steps_min > self.steps_max || self.steps_max > 1_000,
+                "--steps-min/--steps-max must satisfy 1 <= min <= max <= 1000",
+            ),
+            (
+                self.step_ms_min > self.step_ms_max || self.step_ms_max > 600_000,
+                "--step-ms-min must not exceed --step-ms-max (at most 600000)",
+            ),
+            (recovery_limit_s == 0 || recovery_limit_s > 3_600, "--recovery-limit must be 1..=3600 seconds"),
+            (self.control_planes == 0 || self.control_planes > 9, "--control-planes must be 1..=9"),
+        ];
+        if let Some((_, message)) = checks.iter().find(|(bad, _)| *bad) {
+            return Err(message.to_string());
+        }
+        if let Some(image) = &self.toxiproxy_image {
+            system::container::ImageName::parse(image).map_err(|why| format!("--toxiproxy-image: {why}"))?;
+        }
+        if self.database_url.is_some() && self.db != Db::Postgres {
+            return Err("--database-url needs --db postgres".into());
+        }
+        let bugs: Vec<String> = self.bugs.iter().map(|bug| bug.name().to_string()).collect();
+        let system = match &self.system {
+            Some(path) => {
+                let file = system::SystemFile::read(path).map_err(|error| format!("--system {error}"))?;
+                file.check_variants(&self.variants).map_err(|error| format!("--variant: {error}"))?;
+                file.db_args(self.db).map_err(|error| format!("--db: {error}"))?;
+                file.check_variants_db(&self.variants, self.db).map_err(|error| format!("--variant: {error}"))?;
+                if !bugs.is_empty() && file.name != "lab" {
+                    file.check_variants(&bugs).map_err(|error| format!("--bug: {error}"))?;
+                }
+                file.check_variants_db(&bugs, self.db).map_err(|error| format!("--bug: {error}"))?;
+                Some(file.path)
+            }
+            None => {
+                let lab = system::SystemFile::lab();
+                lab.check_variants(&self.variants).map_err(|error| format!("--variant: {error}"))?;
+                lab.check_variants_db(&self.variants, self.db).map_err(|error| format!("--variant: {error}"))?;
+                lab.check_variants_db(&bugs, self.db).map_err(|error| format!("--bug: {error}"))?;
+                None
+            }
+        };
+        let name_ok = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
+        if self.test_name.is_empty() || !self.test_name.chars().all(name_ok) {
+            return Err("--test-name must be letters, digits, `-`, `_` or `.`".into());
+        }
+        Ok(RunConfig { system, ..self })
+    }
+    /// The fault schedule of this run: the given one, or the one the seed generates.
+    pub fn fault_schedule(&self) -> Vec<workloads::faults::Fault> {
+        self.fault_schedule_without(&[])
+    }
+
+    /// The fault schedule without the faults of `not_run` (kinds the system cannot take).
+    pub fn fault_schedule_without(&self, not_run: &[FaultKind]) -> Vec<workloads::faults::Fault> {
+        match &self.schedule {
+            Some(schedule) => schedule.iter().filter(|fault| !not_run.contains(&fault.kind)).cloned().collect(),
+            None => {
+                let mut options = self.schedule_options();
+                options.kinds.retain(|kind| !not_run.contains(kind));
+                workloads::faults::schedule(self.seed, &options)
+            }
+        }
+    }
+
+    /// The `fencelab run` arguments (after `run`) that give this configuration back, built
+    /// from the fields: `--store` and `--schedule` are the caller's to add.
+    pub fn args(&self) -> Vec<String> {
+        let nemesis: Vec<&str> = self.nemesis.iter().map(|kind| kind.name()).collect();
+        let nemesis = if nemesis.is_empty() { "none".to_string() } else { nemesis.join(",") };
+        let mut args: Vec<String> = [
+            ("--test-name", self.test_name.clone()),
+            ("--seed", self.seed.to_string()),
+            ("--time-limit", (self.time_limit_ms / 1_000).to_string()),
+            ("--runners", self.runners.to_string()),
+            ("--keys", self.keys.to_string()),
+            ("--rate", self.rate_per_s.to_string()),
+            ("--nemesis", nemesis),
+            ("--target-mode", self.target_mode.name().to_string()),
+            ("--lease-ms", self.lease_ms.to_string()),
+            ("--heartbeat-interval-ms", self.heartbeat_interval_ms.to_string()),
+            ("--reconcile-after-ms", self.reconcile_after_ms.to_string()),
+            ("--steps-min", self.steps_min.to_string()),
+            ("--steps-max", self.steps_max.to_string()),
+            ("--step-ms-min", self.step_ms_min.to_string()),
+            ("--step-ms-max", self.step_ms_max.to_string()),
+            ("--recovery-limit", (self.recovery_limit_ms / 1_000).to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_string(), value])
+        .collect();
+        for bug in &self.bugs {
+            args.extend(["--bug".to_string(), bug.name().to_string()]);
+        }
+        if let Some(url) = &self.toxiproxy_url {
+            args.extend(["--toxiproxy-url".to_string(), url.clone()]);
+        }
+        if let Some(image) = &self.toxiproxy_image {
+            args.extend(["--toxiproxy-image".to_string(), image.clone()]);
+        }
+        if self.db != Db::Sqlite {
+            args.extend(["--db".to_string(), self.db.name().to_string()]);
+        }
+        if let Some(url) = &self.database_url {
+            args.extend(["--database-url".to_string(), url.clone()]);
+        }
+        if let Some(path) = &self.system {
+            args.extend(["--system".to_string(), path.display().to_string()]);
+        }
+        for variant in &self.variants {
+            args.extend(["--variant".to_string(), variant.clone()]);
+        }
+        if self.control_planes != 1 {
+            args.extend(["--control-planes".to_string(), self.control_planes.to_string()]);
+        }
+        args
+    }
+
+    /// The command that repeats this run.
+    pub fn command(&self) -> String {
+        format!("fencelab run {}", self.args().join(" "))
+    }
+
+    /// The command that repeats this run, whose folder is `folder`.
+    pub fn command_in(&self, folder: &std::path::Path) -> String {
+        let mut command = self.command();
+        if self.schedule.is_some() {
+            command.push_str(&format!(" --schedule {}", folder.join("schedule.json").display()));
+        }
+        command
+    }
+
+    pub fn job_options(&self) -> workloads::jobs::JobOptions {
+        workloads::jobs::JobOptions {
+            time_limit_ms: self.time_limit_ms,
+            rate_per_s: self.rate_per_s,
+            keys: self.keys,
+            steps_min: self.steps_min,
+            steps_max: self.steps_max,
+            step_ms_min: self.step_ms_min,
+            step_ms_max: self.step_ms_max,
+            jobs_max: 100_000,
+        }
+    }
+
+    pub fn schedule_options(&self) -> workloads::faults::ScheduleOptions {
+        workloads::faults::ScheduleOptions {
+            kinds: self.nemesis.clone(),
+            time_limit_ms: self.time_limit_ms,
+            runners: self.runners,
+            lease_ms: self.lease_ms,
+            replicas: self.control_planes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_json_is_read_back_through_its_type() {
+        let file = ConfigFile {
+            run: RunConfig::default(),
+            clock_control: system::ClockControl::RunnerOffset,
+            system: system::SystemInfo { name: "lab".into(), ..Default::default() },
+            healthy_ms: Some(12),
+            scenario: None,
+        };
+        let text = serde_json::to_string(&file).unwrap();
+        assert_eq!(serde_json::from_str::<ConfigFile>(&text).unwrap(), file);
+        let unknown = text.replacen('{', "{\"seeed\":1,", 1);
+        assert!(serde_json::from_str::<ConfigFile>(&unknown).is_err(), "an unknown field is refused");
+        let missing = text.replacen("\"seed\"", "\"seeed\"", 1);
+        assert!(serde_json::from_str::<ConfigFile>(&missing).is_err(), "a missing field is refused");
+    }
+}

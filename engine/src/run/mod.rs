@@ -1,0 +1,194 @@
+//! A chaos run: start the lab and its proxies, run the client's jobs and the nemesis for
+//! the time limit, recover (heal, reconcile, settle), collect every record, stop every
+//! process, and leave a run folder with the whole history.
+
+pub mod cluster;
+pub mod config;
+pub mod nemesis;
+pub mod operator;
+pub mod recorder;
+
+use history::{Op, Process};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use history::EventType;
+use protocol::{JobSpec, JobState, JobView, SubmitJob};
+use tokio::sync::Mutex;
+use workloads::jobs::PlannedJob;
+
+use cluster::Cluster;
+use config::RunConfig;
+use recorder::Recorder;
+
+/// Longest wait for the cluster to be up and healthy (150 s: a system file may give each
+/// server up to 120 s to become ready).
+pub const HEALTHY_WAIT_MAX: Duration = Duration::from_secs(150);
+/// Longest wait for any collection request at the end (10 s each).
+pub const COLLECT_WAIT_MAX: Duration = Duration::from_secs(10);
+
+pub struct State {
+    pub config: Arc<RunConfig>,
+    pub recorder: Recorder,
+    pub cluster: Arc<Mutex<Cluster>>,
+    /// Labels of the faults in effect now, for the progress line.
+    pub active: Mutex<Vec<String>>,
+    pub submitted: AtomicU64,
+}
+
+pub type Shared = Arc<State>;
+
+/// Creates `store/<test>/<start-time>/`; an unwritable store is bad input.
+pub fn create_folder(config: &RunConfig) -> Result<PathBuf, String> {
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ").to_string();
+    let folder = config.store.join(&config.test_name).join(stamp);
+    std::fs::create_dir_all(&folder).map_err(|error| format!("--store {}: {error}", config.store.display()))?;
+    Ok(folder)
+}
+
+/// Points `store/latest` at the newest run folder.
+pub(crate) fn link_latest(store: &Path, folder: &Path) {
+    let latest = store.join("latest");
+    let _ = std::fs::remove_file(&latest);
+    let relative = folder.strip_prefix(store).unwrap_or(folder);
+    let _ = std::os::unix::fs::symlink(relative, &latest);
+}
+
+pub(crate) fn write_json(path: &Path, value: &impl serde::Serialize) -> std::io::Result<()> {
+    std::fs::write(path, serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?)
+}
+
+/// A chaos run of `config` in `folder`: its jobs and fault schedule planned from the seed
+/// (without the faults the system cannot take), driven by the one driver.
+pub async fn execute(
+    config: RunConfig,
+    folder: PathBuf,
+    program: &Path,
+    interrupt: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<crate::driver::Driven> {
+    let system = system::SystemFile::of_choice(config.system.as_deref())?;
+    let not_run = system.faults_not_run(&config.nemesis, &system.clock_control(), config.db);
+    let schedule = config.fault_schedule_without(&not_run.iter().map(|not| not.fault).collect::<Vec<_>>());
+    let jobs = workloads::jobs::plan(config.seed, &config.job_options());
+    let work = crate::driver::Work::Chaos { jobs, schedule };
+    crate::driver::drive(config, folder, program, work, interrupt).await
+}
+
+/// The middle of a chaos run: the operator, the progress line, the client and the nemesis,
+/// until the time limit and recovery end or `interrupt` comes.
+pub(crate) async fn chaos(
+    shared: &Shared,
+    jobs: Vec<PlannedJob>,
+    schedule: Vec<workloads::faults::Fault>,
+    interrupt: impl std::future::Future<Output = ()>,
+) -> crate::driver::Ended {
+    let operator = tokio::spawn(operator::run(shared.clone()));
+    let progress = tokio::spawn(progress(shared.clone()));
+    let client = tokio::spawn(client(shared.clone(), jobs));
+    let nemesis = tokio::spawn(nemesis::run(shared.clone(), schedule));
+    let stoppable = [client.abort_handle(), nemesis.abort_handle()];
+    let (settled, interrupted) = tokio::select! {
+        settled = chaos_then_recovery(shared, &stoppable) => (settled, false),
+        _ = interrupt => (false, true),
+    };
+    for task in [operator, progress, client, nemesis] {
+        task.abort();
+        let _ = task.await;
+    }
+    crate::driver::Ended { settled, interrupted, steps_passed: true }
+}
+
+/// Lets the client and the nemesis run for the time limit, stops them, heals every fault,
+/// and waits for the jobs to settle; true when every job settled in time.
+async fn chaos_then_recovery(shared: &Shared, stoppable: &[tokio::task::AbortHandle]) -> bool {
+    tokio::time::sleep(Duration::from_millis(shared.config.time_limit_ms)).await;
+    for task in stoppable {
+        task.abort();
+    }
+    if let Err(error) = nemesis::heal_all(&shared.cluster).await {
+        shared.recorder.record(Process::NEMESIS, EventType::Info, Op::HealAll, |event| event.reason = Some(error));
+    }
+    shared.active.lock().await.clear();
+    settle(shared).await
+}
+
+/// Submits the planned jobs at their times.
+async fn client(shared: Shared, jobs: Vec<PlannedJob>) {
+    for job in jobs {
+        let wait_ms = job.at_ms.saturating_sub(shared.recorder.now_ms());
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+        let _ = submit(&shared, &job).await;
+    }
+}
+
+/// Submits one job as the client, recording the request and its answer.
+pub(crate) async fn submit(shared: &Shared, job: &PlannedJob) -> Result<(), String> {
+    let (operator, project) = {
+        let cluster = shared.cluster.lock().await;
+        (cluster.system.operator.clone(), cluster.system.launch.file.project.clone())
+    };
+    let fill = |event: &mut history::Event| {
+        event.job = Some(job.id.clone());
+        event.key = Some(job.deployment_key.clone());
+    };
+    shared.recorder.record(Process::CLIENT, EventType::Invoke, Op::Submit, fill);
+    let request = SubmitJob {
+        project,
+        id: Some(job.id.clone()),
+        deployment_key: job.deployment_key.clone(),
+        spec: JobSpec { steps: job.steps, step_ms: job.step_ms },
+    };
+    let answer = operator.submit(&request).await;
+    let kind = match &answer {
+        Ok(_) => EventType::Ok,
+        Err(error) if error.outcome_unknown() => EventType::Info,
+        Err(_) => EventType::Fail,
+    };
+    shared.recorder.record(Process::CLIENT, kind, Op::Submit, |event| {
+        fill(event);
+        event.reason = answer.as_ref().err().map(|error| error.to_string());
+    });
+    shared.submitted.fetch_add(1, Ordering::Relaxed);
+    answer.map(drop).map_err(|error| error.to_string())
+}
+
+fn settled(job: &JobView) -> bool {
+    matches!(job.state, JobState::Succeeded | JobState::Failed)
+}
+
+/// Waits (bounded by the recovery limit) until every job is terminal.
+pub(crate) async fn settle(shared: &Shared) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(shared.config.recovery_limit_ms);
+    loop {
+        let operator = shared.cluster.lock().await.system.operator.clone();
+        if let Ok(jobs) = operator.jobs().await {
+            if jobs.iter().all(settled) {
+                return true;
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One line a second on stderr: elapsed time, jobs, faults in effect.
+async fn progress(shared: Shared) {
+    let limit_s = shared.config.time_limit_ms / 1_000;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let elapsed_s = shared.recorder.now_ms() / 1_000;
+        let phase = if elapsed_s < limit_s { "chaos" } else { "recovery" };
+        let active = shared.active.lock().await.join(" ");
+        let submitted = shared.submitted.load(Ordering::Relaxed);
+        let operator = shared.cluster.lock().await.system.operator.clone();
+        let done = operator.jobs().await.map_or(0, |jobs| jobs.iter().filter(|job| settled(job)).count());
+        eprintln!(
+            "[{phase}] {elapsed_s}s/{limit_s}s  jobs done {done}/{submitted}  faults: {}",
+            if active.is_empty() { "-" } else { &active }
+        );
+    }
+}

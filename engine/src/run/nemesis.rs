@@ -1,0 +1,670 @@
+//! The nemesis: executes the fault schedule against the cluster. Each fault is recorded as
+//! an `invoke` and an `ok` (or `info` when its effect is unknown) at its start, and again
+//! at its heal. A fault cut short by the end of the run is healed by [`heal_all`].
+
+use history::Op;
+use history::Process;
+use std::sync::Arc;
+use std::time::Duration;
+
+use history::EventType;
+use protocol::{ClaimRef, Outcome, ResultRequest};
+use proxy::{Stream, Toxic, ToxicKind};
+use tokio::sync::Mutex;
+use workloads::faults::{Fault, Variant};
+
+use super::cluster::{target_link, Cluster};
+use super::recorder::Recorder;
+use super::Shared;
+
+/// The name of the toxic a fault adds: its own, so that a fault retried into the window of
+/// the next fault on the same link never removes that fault's toxic.
+fn toxic_name(fault: &Fault) -> String {
+    format!("fencelab-{}-{}", fault.variant.name(), fault.at_ms)
+}
+
+/// Runs every fault of the schedule at its time. Each fault runs in a task of its own, so
+/// that a clock skew stays in effect while the next fault (scheduled inside its window)
+/// happens; the others never overlap by construction. Aborting this aborts them all.
+pub async fn run(shared: Shared, schedule: Vec<Fault>) {
+    let mut faults = tokio::task::JoinSet::new();
+    for fault in schedule {
+        let wait_ms = fault.at_ms.saturating_sub(shared.recorder.now_ms());
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+        faults.spawn(one(shared.clone(), fault));
+    }
+    while faults.join_next().await.is_some() {}
+}
+
+/// Most tries of a fault that found nothing to hit (an idle runner, no result to resend,
+/// no two running jobs to cross): a fault that does nothing tests nothing.
+const TRIES_MAX: u32 = 3;
+
+/// What starting a fault did.
+enum Started {
+    /// The fault is in effect until it is healed.
+    Window,
+    /// A one-off fault (a resent or crossed result) was sent.
+    Sent,
+    /// Nothing was there to hit; nothing was changed.
+    Ineffective,
+}
+
+/// One fault: start (again, a lease later, while it finds nothing to hit and the run has
+/// time for it), hold for its duration (jumping back halfway for a jump), heal.
+pub(crate) async fn one(shared: Shared, fault: Fault) {
+    let label = label(&fault);
+    shared.active.lock().await.push(label.clone());
+    let lease = Duration::from_millis(shared.config.lease_ms);
+    for try_number in 1..=TRIES_MAX {
+        let started = tokio::time::Instant::now();
+        match start(&shared, &fault, try_number).await {
+            Started::Window => {
+                hold_and_heal(&shared, &fault, started).await;
+                break;
+            }
+            Started::Sent => break,
+            Started::Ineffective => {
+                let retry_end_ms = shared.recorder.now_ms() + shared.config.lease_ms + fault.duration_ms;
+                if retry_end_ms >= shared.config.time_limit_ms {
+                    break;
+                }
+                tokio::time::sleep(lease).await;
+            }
+        }
+    }
+    shared.active.lock().await.retain(|active| active != &label);
+}
+
+/// Holds the fault until `duration_ms` after it `started` (jumping back halfway for a jump),
+/// then heals it.
+async fn hold_and_heal(shared: &Shared, fault: &Fault, started: tokio::time::Instant) {
+    let until = |share_ms: u64| started + Duration::from_millis(share_ms);
+    if let Variant::Jump { offset_ms } = fault.variant {
+        tokio::time::sleep_until(until(fault.duration_ms / 2)).await;
+        let result = shared.cluster.lock().await.set_clock(runner(fault), -offset_ms);
+        record(&shared.recorder, fault, "jump-back", result.map_err(|error| error.to_string()));
+    }
+    tokio::time::sleep_until(until(fault.duration_ms)).await;
+    heal(shared, fault).await;
+}
+
+/// How the progress line names a fault in effect: `kind(r2)` on a runner, `kind(replica 2,
+/// how)` on a replica.
+fn label(fault: &Fault) -> String {
+    match (fault.runner, fault.variant.replica()) {
+        (Some(runner), _) => format!("{}(r{})", fault.kind.name(), runner + 1),
+        (None, Some(replica)) => format!("{}(replica {}, {})", fault.kind.name(), replica + 1, fault.variant.name()),
+        (None, None) => fault.kind.name().to_string(),
+    }
+}
+
+fn runner(fault: &Fault) -> usize {
+    fault.runner.unwrap_or(0) as usize
+}
+
+/// Records a phase of a fault: invoke, then ok or info with the error.
+fn record(recorder: &Recorder, fault: &Fault, phase: &str, result: Result<(), String>) {
+    record_with(recorder, fault, phase, result, serde_json::Map::new());
+}
+
+/// Records a fault's start: whether it took effect, and on which try.
+fn record_start(recorder: &Recorder, fault: &Fault, try_number: u32, result: Result<(), String>, effective: bool) {
+    record_with(recorder, fault, "start", result, effect(effective, try_number));
+}
+
+/// The fields of a start that say whether it took effect, and on which try.
+fn effect(effective: bool, try_number: u32) -> serde_json::Map<String, serde_json::Value> {
+    let mut fields = serde_json::Map::new();
+    fields.insert("effective".into(), effective.into());
+    fields.insert("try".into(), try_number.into());
+    fields
+}
+
+/// Records a phase of a fault with `fields` added to its value.
+fn record_with(
+    recorder: &Recorder,
+    fault: &Fault,
+    phase: &str,
+    result: Result<(), String>,
+    fields: serde_json::Map<String, serde_json::Value>,
+) {
+    let fill = |event: &mut history::Event| {
+        event.runner = fault.runner.map(|runner| format!("r{}", runner + 1));
+        let mut value = serde_json::to_value(fault).unwrap_or_default();
+        value["phase"] = serde_json::Value::from(phase);
+        for (field, field_value) in &fields {
+            value[field] = field_value.clone();
+        }
+        event.value = Some(value);
+    };
+    recorder.record(Process::NEMESIS, EventType::Invoke, fault.kind.op(), fill);
+    let kind = if result.is_ok() { EventType::Ok } else { EventType::Info };
+    recorder.record(Process::NEMESIS, kind, fault.kind.op(), |event| {
+        fill(event);
+        event.reason = result.err();
+    });
+}
+
+async fn start(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
+    let index = runner(fault);
+    // A fault on a runner matters while it holds a claim: wait (bounded) for one. Resent
+    // results pick a claim the runner already finished; an impersonation, another's claim.
+    let mid_deployment =
+        fault.runner.is_some() && !matches!(fault.variant, Variant::Replay | Variant::Conflict | Variant::Impersonate);
+    if mid_deployment && !wait_busy(shared, index).await {
+        let why = format!("runner r{} held no claim within {} ms: nothing to hit", index + 1, claim_wait_ms(shared));
+        record_start(&shared.recorder, fault, try_number, Err(why), false);
+        return Started::Ineffective;
+    }
+    let result = match &fault.variant {
+        Variant::Replay | Variant::Conflict => return resend(shared, fault, try_number).await,
+        Variant::CrossJob => return cross(shared, fault, try_number).await,
+        Variant::Impersonate => return impersonate(shared, fault, try_number).await,
+        Variant::DelayedStep { .. } | Variant::LateStep { .. } => return hold_step(shared, fault, try_number).await,
+        Variant::RestartControl => restart_control(shared).await,
+        Variant::TargetSkew { offset_ms } => target_clock(shared, *offset_ms).await,
+        Variant::KillReplica { replica } => kill_replica(shared, *replica as usize).await,
+        Variant::ReplicaSkew { .. } | Variant::DbLatency { .. } | Variant::DbCut { .. } | Variant::CommitCut { .. } => {
+            on_database(shared, fault, true).await
+        }
+        variant => start_on(&shared.cluster, index, variant, &toxic_name(fault)).await,
+    };
+    let effective = result.is_ok();
+    record_start(&shared.recorder, fault, try_number, result, effective);
+    Started::Window
+}
+
+async fn start_on(shared_cluster: &Mutex<Cluster>, index: usize, variant: &Variant, name: &str) -> Result<(), String> {
+    let mut cluster = shared_cluster.lock().await;
+    let toxic = |kind| Toxic::new(kind).on(Stream::Upstream).named(name);
+    let outcome = match variant {
+        Variant::Latency { latency_ms } => {
+            let kind = ToxicKind::Latency { latency_ms: *latency_ms, jitter_ms: 0 };
+            cluster.control_add_toxic(index, &toxic(kind)).await
+        }
+        Variant::LostResponse => {
+            let lost = Toxic::new(ToxicKind::LimitData { bytes: 0 }).on(Stream::Downstream).named(name);
+            cluster.control_add_toxic(index, &lost).await
+        }
+        Variant::Pause => {
+            cluster.runners[index].paused_by_nemesis = true;
+            return signal(&cluster, index, libc::SIGSTOP);
+        }
+        Variant::CutLinks => {
+            let control = cluster.control_set_enabled(index, false).await;
+            control.and(cluster.proxy.set_enabled(&target_link(index), false).await.map(drop))
+        }
+        Variant::ControlLink => cluster.control_set_enabled(index, false).await,
+        Variant::TargetLinkMidStep => cluster.proxy.set_enabled(&target_link(index), false).await.map(drop),
+        Variant::StaticSkew { offset_ms } | Variant::Jump { offset_ms } => {
+            return cluster.set_clock(index, *offset_ms).map_err(|error| error.to_string())
+        }
+        Variant::KillRunner => {
+            cluster.runners[index].killed_at_ms = Some(lab::control::Now::read().ms);
+            if let Some(mut process) = cluster.runners[index].process.take() {
+                process.kill().await;
+            }
+            return Ok(());
+        }
+        Variant::Replay
+        | Variant::Conflict
+        | Variant::CrossJob
+        | Variant::Impersonate
+        | Variant::DelayedStep { .. }
+        | Variant::LateStep { .. }
+        | Variant::RestartControl
+        | Variant::TargetSkew { .. }
+        | Variant::KillReplica { .. }
+        | Variant::ReplicaSkew { .. }
+        | Variant::DbLatency { .. }
+        | Variant::DbCut { .. }
+        | Variant::CommitCut { .. } => unreachable!("started elsewhere"),
+    };
+    outcome.map_err(|error| error.to_string())
+}
+
+fn signal(cluster: &Cluster, index: usize, signal: i32) -> Result<(), String> {
+    if cluster.signal_runner(index, signal) {
+        Ok(())
+    } else {
+        Err(format!("runner r{} is not running", index + 1))
+    }
+}
+
+async fn heal(shared: &Shared, fault: &Fault) {
+    let index = runner(fault);
+    let result = {
+        let mut cluster = shared.cluster.lock().await;
+        match &fault.variant {
+            Variant::Latency { .. } | Variant::LostResponse => {
+                cluster.control_remove_toxic(index, &toxic_name(fault)).await.map_err(|error| error.to_string())
+            }
+            Variant::Pause => {
+                cluster.runners[index].paused_by_nemesis = false;
+                signal(&cluster, index, libc::SIGCONT)
+            }
+            Variant::CutLinks | Variant::ControlLink | Variant::TargetLinkMidStep => {
+                enable_links(&cluster, index).await
+            }
+            Variant::StaticSkew { .. } | Variant::Jump { .. } => {
+                cluster.set_clock(index, 0).map_err(|error| error.to_string())
+            }
+            Variant::KillRunner => cluster.start_runner(index).map_err(|error| error.to_string()),
+            // The held step was released when it had come late enough (`hold_step`).
+            Variant::DelayedStep { .. } | Variant::LateStep { .. } => enable_links(&cluster, index).await,
+            Variant::TargetSkew { .. } => cluster.set_target_clock(0).map_err(|error| error.to_string()),
+            Variant::KillReplica { replica } => {
+                let replica = *replica as usize % cluster.system.replicas.len();
+                cluster.system.start_replica(replica).await.map_err(|error| error.to_string())
+            }
+            Variant::ReplicaSkew { .. }
+            | Variant::DbLatency { .. }
+            | Variant::DbCut { .. }
+            | Variant::CommitCut { .. } => {
+                drop(cluster);
+                on_database(shared, fault, false).await
+            }
+            Variant::Replay
+            | Variant::Conflict
+            | Variant::CrossJob
+            | Variant::Impersonate
+            | Variant::RestartControl => return,
+        }
+    };
+    record(&shared.recorder, fault, "heal", result);
+}
+
+async fn enable_links(cluster: &Cluster, index: usize) -> Result<(), String> {
+    let control = cluster.control_set_enabled(index, true).await;
+    let target = cluster.proxy.set_enabled(&target_link(index), true).await.map(drop);
+    control.and(target).map_err(|error| error.to_string())
+}
+
+/// Starts (`on`) or heals a fault on one replica's clock or on its link to the database.
+async fn on_database(shared: &Shared, fault: &Fault, on: bool) -> Result<(), String> {
+    let variant = &fault.variant;
+    let cluster = shared.cluster.lock().await;
+    let replica = variant.replica().unwrap_or(0) as usize % cluster.system.replicas.len().max(1);
+    let link = super::cluster::db_link(replica);
+    let name = toxic_name(fault);
+    let toxic = |kind| Toxic::new(kind).on(Stream::Upstream).named(&name);
+    let done = match (variant, on) {
+        (Variant::ReplicaSkew { offset_ms, .. }, on) => {
+            let offset_ms = if on { *offset_ms } else { 0 };
+            return cluster.set_replica_clock(replica, offset_ms).map_err(|error| error.to_string());
+        }
+        (Variant::DbLatency { latency_ms, .. }, true) => {
+            let kind = ToxicKind::Latency { latency_ms: *latency_ms, jitter_ms: 0 };
+            cluster.proxy.add_toxic(&link, &toxic(kind)).await.map(drop)
+        }
+        (Variant::CommitCut { .. }, true) => {
+            cluster.proxy.add_toxic(&link, &toxic(ToxicKind::CommitCut)).await.map(drop)
+        }
+        (Variant::DbLatency { .. } | Variant::CommitCut { .. }, false) => {
+            cluster.proxy.remove_toxic(&link, &name).await.map(drop)
+        }
+        (Variant::DbCut { .. }, on) => cluster.proxy.set_enabled(&link, !on).await.map(drop),
+        _ => unreachable!("a fault on the database or a replica's clock"),
+    };
+    done.map_err(|error| error.to_string())
+}
+
+/// SIGKILLs one replica of the control plane (started again when the fault heals).
+async fn kill_replica(shared: &Shared, replica: usize) -> Result<(), String> {
+    let mut cluster = shared.cluster.lock().await;
+    let replicas = cluster.system.replicas.len();
+    if replicas < 2 {
+        return Err("the control plane has one replica: nothing to fail over to".into());
+    }
+    cluster.system.kill_replica(replica % replicas).await;
+    Ok(())
+}
+
+async fn target_clock(shared: &Shared, offset_ms: i64) -> Result<(), String> {
+    let cluster = shared.cluster.lock().await;
+    if cluster.system.launch.target_clock.is_none() {
+        return Err("the target's clock cannot be moved here".into());
+    }
+    cluster.set_target_clock(offset_ms).map_err(|error| error.to_string())
+}
+
+async fn restart_control(shared: &Shared) -> Result<(), String> {
+    let mut cluster = shared.cluster.lock().await;
+    cluster.system.restart_control().await.map_err(|error| error.to_string())
+}
+
+/// Waits until runner `index` holds a running attempt (true), or 2 leases pass (false).
+async fn wait_busy(shared: &Shared, index: usize) -> bool {
+    let (operator, runner_id) = {
+        let cluster = shared.cluster.lock().await;
+        (cluster.system.operator.clone(), cluster.runners[index].id.clone())
+    };
+    awaited(shared, &operator, |claims| claims.iter().any(|claim| claim.runner == runner_id).then_some(()))
+        .await
+        .is_some()
+}
+
+/// The last result of runner `index` that the control plane accepted, from its log.
+fn last_accepted_result(cluster: &Cluster, index: usize) -> Option<(ClaimRef, Outcome)> {
+    let text = std::fs::read_to_string(cluster.system.runner_log(&cluster.runners[index].id)).ok()?;
+    text.lines().rev().filter_map(|line| serde_json::from_str::<history::Event>(line).ok()).find_map(|event| {
+        let accepted = event.kind == EventType::Response
+            && event.f == Op::Result
+            && event.decision == Some(history::Decision::Accepted);
+        let outcome = match event.outcome.as_deref()? {
+            "succeeded" => Outcome::Succeeded,
+            _ => Outcome::Failed,
+        };
+        let claim = ClaimRef { job: event.job?, attempt: event.attempt?, runner: event.runner?, fence: event.fence? };
+        accepted.then_some((claim, outcome))
+    })
+}
+
+/// Sends a captured result again (a duplicate) or with the other outcome (a conflict),
+/// with the runner's own token, straight to the control plane.
+async fn resend(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
+    let index = runner(fault);
+    let (_, client) = runner_client(shared, index).await;
+    let captured = last_accepted_result(&*shared.cluster.lock().await, index);
+    let Some((claim, outcome)) = captured else {
+        let why = "no accepted result to resend yet".to_string();
+        record_start(&shared.recorder, fault, try_number, Err(why), false);
+        return Started::Ineffective;
+    };
+    let outcome = match (&fault.variant, outcome) {
+        (Variant::Conflict, Outcome::Succeeded) => Outcome::Failed,
+        (Variant::Conflict, Outcome::Failed) => Outcome::Succeeded,
+        (_, outcome) => outcome,
+    };
+    send_result(shared, fault, &client, claim, outcome, try_number).await;
+    Started::Sent
+}
+
+/// A client holding one runner's token, and that runner's id.
+type RunnerClient = (protocol::client::Client, String);
+
+/// Sends a result for `claim` with the token of `client`'s runner (`value.token_of` in the
+/// history; `claim.runner` unless the fault impersonates), recording it as the nemesis's
+/// operation.
+async fn send_result(
+    shared: &Shared,
+    fault: &Fault,
+    (client, token_of): &RunnerClient,
+    claim: ClaimRef,
+    outcome: Outcome,
+    try_number: u32,
+) {
+    let request =
+        ResultRequest { claim: claim.clone(), outcome, observed_ms: lab::control::Now::read().ms, detail: None };
+    let fill = |event: &mut history::Event| {
+        *event = event.clone().with_claim(&claim.job, &claim.attempt, &claim.runner, claim.fence);
+        event.outcome = Some(outcome.as_str().to_string());
+        let mut value = serde_json::to_value(fault).unwrap_or_default();
+        value["effective"] = serde_json::Value::from(true);
+        value["try"] = serde_json::Value::from(try_number);
+        value["token_of"] = serde_json::Value::from(token_of.as_str());
+        event.value = Some(value);
+    };
+    shared.recorder.record(Process::NEMESIS, EventType::Invoke, fault.kind.op(), fill);
+    let answer = client.result(&request).await;
+    let kind = match &answer {
+        Ok(_) => EventType::Ok,
+        Err(error) if error.outcome_unknown() => EventType::Info,
+        Err(_) => EventType::Fail,
+    };
+    shared.recorder.record(Process::NEMESIS, kind, fault.kind.op(), |event| {
+        fill(event);
+        match &answer {
+            Ok(verdict) => *event = event.clone().with_decision(verdict.decision, verdict.reason),
+            Err(error) => event.reason = Some(error.to_string()),
+        }
+    });
+}
+
+/// The running attempts the control plane holds now.
+pub(crate) async fn running_claims(operator: &protocol::client::Client) -> Vec<ClaimRef> {
+    let mut claims = Vec::new();
+    for job in operator.jobs().await.unwrap_or_default() {
+        if job.state != protocol::JobState::Running {
+            continue;
+        }
+        let Ok(view) = operator.job(&job.id).await else { continue };
+        if let Some(attempt) = view.attempts.iter().find(|attempt| attempt.current) {
+            let (attempt, runner, fence) = (attempt.id.clone(), attempt.runner.clone(), attempt.fence);
+            claims.push(ClaimRef { job: view.id.clone(), attempt, runner, fence });
+        }
+    }
+    claims
+}
+
+/// Reports runner `index`'s current claim as the result of another running job whose fence
+/// is lower: a report scoped to the wrong job, carrying a fence that looks newer.
+async fn cross(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
+    let index = runner(fault);
+    let (operator, client) = runner_client(shared, index).await;
+    let runner_id = client.1.clone();
+    let pair = |claims: Vec<ClaimRef>| {
+        let own = claims.iter().filter(|claim| claim.runner == runner_id).max_by_key(|claim| claim.fence)?.clone();
+        // The telling cross: another job whose current fence is below the reporter's, so a
+        // bare number comparison would take the report for a newer claim of that job.
+        let other = claims
+            .into_iter()
+            .filter(|claim| claim.job != own.job && claim.fence < own.fence)
+            .min_by_key(|claim| claim.fence)?;
+        Some((own, other))
+    };
+    let Some((own, other)) = awaited(shared, &operator, pair).await else {
+        let why = "no running job of another job with a lower fence to cross within 2 leases".to_string();
+        record_start(&shared.recorder, fault, try_number, Err(why), false);
+        return Started::Ineffective;
+    };
+    let crossed = ClaimRef { job: other.job.clone(), ..own.clone() };
+    send_result(shared, fault, &client, crossed, Outcome::Succeeded, try_number).await;
+    Started::Sent
+}
+
+/// How long a fault looks for the claims it needs before the try is ineffective: 2 leases.
+fn claim_wait_ms(shared: &Shared) -> u64 {
+    2 * shared.config.lease_ms
+}
+
+/// What `pick` finds among the running claims, looked for (every 50 ms) for at most
+/// [`claim_wait_ms`], as a fault on a runner waits for its runner to hold a claim.
+async fn awaited<T>(
+    shared: &Shared,
+    operator: &protocol::client::Client,
+    pick: impl Fn(Vec<ClaimRef>) -> Option<T>,
+) -> Option<T> {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(claim_wait_ms(shared));
+    loop {
+        if let Some(found) = pick(running_claims(operator).await) {
+            return Some(found);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The operator's client, and a client with runner `index`'s token.
+async fn runner_client(shared: &Shared, index: usize) -> (protocol::client::Client, RunnerClient) {
+    let cluster = shared.cluster.lock().await;
+    let slot = &cluster.runners[index];
+    let operator = cluster.system.operator.clone();
+    let client = operator.with_token(&slot.token);
+    (operator, (client, slot.id.clone()))
+}
+
+/// Reports another runner's current claim as failed with runner `index`'s token: a report
+/// by a runner that does not hold the claim. The control plane must refuse it
+/// (`runner_mismatch`) and record nothing.
+async fn impersonate(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
+    let index = runner(fault);
+    let (operator, client) = runner_client(shared, index).await;
+    let others = |claims: Vec<ClaimRef>| {
+        claims.into_iter().filter(|claim| claim.runner != client.1).min_by_key(|claim| claim.fence)
+    };
+    let Some(victim) = awaited(shared, &operator, others).await else {
+        let why = format!("no running claim of a runner other than r{} to report for within 2 leases", index + 1);
+        record_start(&shared.recorder, fault, try_number, Err(why), false);
+        return Started::Ineffective;
+    };
+    send_result(shared, fault, &client, victim, Outcome::Failed, try_number).await;
+    Started::Sent
+}
+
+/// Heals everything: toxics removed and proxies enabled, paused runners continued, clocks
+/// true, killed runners started again.
+pub async fn heal_all(cluster: &Arc<Mutex<Cluster>>) -> Result<(), String> {
+    let mut cluster = cluster.lock().await;
+    cluster.proxy.reset().await.map_err(|error| error.to_string())?;
+    for replica in 0..cluster.system.replicas.len() {
+        if cluster.system.launch.replica_clock.is_some() {
+            cluster.set_replica_clock(replica, 0).map_err(|error| error.to_string())?;
+        }
+        cluster.system.start_replica(replica).await.map_err(|error| error.to_string())?;
+    }
+    if cluster.system.launch.target_clock.is_some() {
+        cluster.set_target_clock(0).map_err(|error| error.to_string())?;
+    }
+    for index in 0..cluster.runners.len() {
+        cluster.set_clock(index, 0).map_err(|error| error.to_string())?;
+        cluster.runners[index].paused_by_nemesis = false;
+        if cluster.runners[index].process.is_none() {
+            cluster.start_runner(index).map_err(|error| error.to_string())?;
+        }
+        if !cluster.runners[index].frozen_by_operator {
+            cluster.signal_runner(index, libc::SIGCONT);
+        }
+    }
+    Ok(())
+}
+
+/// Between two looks at whether a held step has come late enough.
+const HOLD_POLL_MS: u64 = 50;
+
+/// Holds one of runner `index`'s target steps in the network and cuts its control link, so
+/// that the step reaches the target after its attempt lost its authority: a latency toxic
+/// on its target link catches the next step it sends (the start records which), and the
+/// toxic is removed — releasing the step at once — when the step has become late enough:
+///
+/// - a late step, a tenth of a lease after the control plane no longer holds the attempt
+///   running (its lease ended), so it lands before the job is reconciled and another
+///   attempt writes its key;
+/// - a delayed step, once the target applied a newer fence on the attempt's key.
+///
+/// The toxic's latency bounds the hold either way; the release is recorded with what was
+/// seen (or that it was not). A runner that sends no step within a lease had nothing to
+/// hold: the toxic is removed and the try is ineffective.
+async fn hold_step(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
+    let index = runner(fault);
+    let lease_ms = shared.config.lease_ms;
+    let (operator, (_, runner_id)) = runner_client(shared, index).await;
+    let ineffective = |why: String| {
+        record_start(&shared.recorder, fault, try_number, Err(why), false);
+        Started::Ineffective
+    };
+    let (log, target) = {
+        let cluster = shared.cluster.lock().await;
+        (cluster.system.runner_log(&runner_id), cluster.target_client(Duration::from_millis(lease_ms)))
+    };
+    let seen = std::fs::read_to_string(&log).map_or(0, |text| text.lines().count());
+    let latency_ms = match fault.variant {
+        Variant::DelayedStep { latency_ms } | Variant::LateStep { latency_ms } => latency_ms,
+        _ => unreachable!("a held step"),
+    };
+    let name = toxic_name(fault);
+    let link = target_link(index);
+    let held = ToxicKind::Latency { latency_ms, jitter_ms: 0 };
+    let added =
+        shared.cluster.lock().await.proxy.add_toxic(&link, &Toxic::new(held).on(Stream::Upstream).named(&name)).await;
+    if let Err(error) = added {
+        return ineffective(format!("the target link cannot be slowed: {error}"));
+    }
+    // Whichever claim the runner holds by now: the step its log shows names it.
+    let Some((claim, key, step)) = step_sent(&log, seen, Duration::from_millis(lease_ms)).await else {
+        let removed = shared.cluster.lock().await.proxy.remove_toxic(&link, &name).await;
+        let removed = removed.map_or_else(|error| format!("; removing its toxic failed: {error}"), |()| String::new());
+        return ineffective(format!("runner r{} sent no step within {lease_ms} ms{removed}", index + 1));
+    };
+    let cut = shared.cluster.lock().await.control_set_enabled(index, false).await.map_err(|error| error.to_string());
+    let mut fields = effect(cut.is_ok(), try_number);
+    fields.insert("held".into(), serde_json::json!({"attempt": claim.attempt, "step": step, "key": key}));
+    record_with(&shared.recorder, fault, "start", cut, fields);
+    let bound = tokio::time::Instant::now() + Duration::from_millis(latency_ms);
+    let late = matches!(fault.variant, Variant::LateStep { .. });
+    let mut steps_read = 0;
+    let seen_late = loop {
+        let why = if late {
+            lease_ended(&operator, &claim).await
+        } else {
+            newer_fence_applied(target.as_ref(), &mut steps_read, &key, claim.fence).await
+        };
+        if why.is_some() || tokio::time::Instant::now() >= bound {
+            break why;
+        }
+        tokio::time::sleep(Duration::from_millis(HOLD_POLL_MS)).await;
+    };
+    if late && seen_late.is_some() {
+        // Well past the lease's end, beyond any tolerance a check of the clocks allows.
+        tokio::time::sleep(Duration::from_millis(lease_ms / 10)).await;
+    }
+    let released = shared.cluster.lock().await.proxy.remove_toxic(&link, &name).await;
+    let mut fields = serde_json::Map::new();
+    let because = seen_late.unwrap_or_else(|| {
+        let awaited = if late { "the attempt's lease to end" } else { "a newer fence on its key" };
+        format!("held its whole {latency_ms} ms without seeing {awaited}")
+    });
+    fields.insert("released".into(), because.into());
+    record_with(&shared.recorder, fault, "release", released.map_err(|error| error.to_string()), fields);
+    Started::Window
+}
+
+/// The first step request runner's log shows after its first `seen` lines — its claim,
+/// deployment key and step number — waiting at most `bound` for one.
+async fn step_sent(log: &std::path::Path, seen: usize, bound: Duration) -> Option<(ClaimRef, String, u64)> {
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let sent = text
+            .lines()
+            .skip(seen)
+            .filter_map(|line| serde_json::from_str::<history::Event>(line).ok())
+            .find(|event| event.kind == EventType::Request && event.f == Op::Step);
+        if let Some(event) = sent {
+            let step = event.value.as_ref().and_then(|value| value["step"].as_u64()).unwrap_or(0);
+            let claim =
+                ClaimRef { job: event.job?, attempt: event.attempt?, runner: event.runner?, fence: event.fence? };
+            return Some((claim, event.key?, step));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(HOLD_POLL_MS / 5)).await;
+    }
+}
+
+/// Why `claim`'s attempt no longer holds a lease, when the control plane says so.
+async fn lease_ended(operator: &protocol::client::Client, claim: &ClaimRef) -> Option<String> {
+    let view = operator.job(&claim.job).await.ok()?;
+    let attempt = view.attempts.iter().find(|attempt| attempt.id == claim.attempt)?;
+    let state = serde_json::to_value(attempt.state).ok()?;
+    (attempt.state != protocol::AttemptState::Running)
+        .then(|| format!("the control plane holds {} {}: its lease ended", attempt.id, state.as_str().unwrap_or("?")))
+}
+
+/// Which newer fence the target applied on `key`, when it has applied one above `fence`,
+/// reading its step log from record `read` on (and moving `read` past what it read).
+async fn newer_fence_applied(
+    target: Option<&protocol::client::Client>,
+    read: &mut usize,
+    key: &str,
+    fence: u64,
+) -> Option<String> {
+    let steps = target?.steps_after(*read).await.ok()?;
+    *read += steps.len();
+    let newer = steps.iter().filter(|step| step.applied && step.deployment_key == key && step.fence > fence);
+    newer.map(|step| step.fence).max().map(|newer| format!("the target applied fence {newer} on {key}"))
+}

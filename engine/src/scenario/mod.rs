@@ -1,0 +1,248 @@
+//! Scenario files: an incident scripted step by step against the real lab
+//! (`fencelab scenario run FILE`, format in `docs/scenarios.md`). The run starts the same
+//! cluster as `fencelab run`, executes the steps in order, collects and checks the history
+//! like a run, and then asserts every `[[expect]]`.
+
+pub mod conditions;
+pub use workloads::scenario as format;
+mod player;
+mod steps;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+
+use crate::run::cluster::Cluster;
+use crate::run::config::RunConfig;
+use crate::run::operator;
+use crate::run::Shared;
+use conditions::{describe, evaluate, View};
+use format::{OperatorMode, Scenario};
+
+/// Why a scenario could not be run to a verdict.
+#[derive(Debug)]
+pub enum ScenarioError {
+    /// The file is unreadable or not a valid scenario: nothing was started (exit 254).
+    Bad(String),
+    /// Something broke while running it (exit 255).
+    Internal(anyhow::Error),
+}
+
+/// What a scenario run found.
+pub struct Report {
+    pub folder: PathBuf,
+    /// Every step ran and every expectation held, on evidence that could all be read.
+    pub passed: bool,
+    /// Valid: passed; invalid: a step or an expectation failed; unknown: a record could not
+    /// be read (or the run was interrupted), so no expectation can be trusted.
+    pub outcome: history::Exit,
+}
+
+/// The checkers an expectation may name.
+pub fn checker_names() -> Vec<&'static str> {
+    checkers::names().iter().map(|(name, _)| *name).collect()
+}
+
+/// Reads and validates a scenario file.
+pub fn load(file: &Path) -> Result<Scenario, ScenarioError> {
+    let text =
+        std::fs::read_to_string(file).map_err(|error| ScenarioError::Bad(format!("{}: {error}", file.display())))?;
+    let bad = |message: String| ScenarioError::Bad(format!("{}: {message}", file.display()));
+    let scenario = format::parse(&text, &checker_names()).map_err(bad)?;
+    // The planted bugs are the lab's vocabulary, which the pure format does not know.
+    for bug in &scenario.bugs {
+        bug.parse::<lab::bugs::Bug>().map_err(|error| bad(format!("bugs: {error}")))?;
+    }
+    Ok(scenario)
+}
+
+fn config(scenario: &Scenario, store: &Path, system: &SystemChoice) -> Result<RunConfig, ScenarioError> {
+    let bad = |message: String| ScenarioError::Bad(message);
+    let bugs = scenario.bugs.iter().map(|bug| bug.parse::<lab::bugs::Bug>().map_err(|error| format!("--bug: {error}")));
+    let mut config = RunConfig {
+        test_name: format!("scenario-{}", scenario.name),
+        seed: scenario.seed,
+        runners: scenario.runners,
+        nemesis: Vec::new(),
+        bugs: bugs.collect::<Result<Vec<_>, String>>().map_err(bad)?,
+        target_mode: scenario.target_mode.parse().map_err(bad)?,
+        store: store.to_path_buf(),
+        db: scenario.db.parse().map_err(bad)?,
+        system: system.system.clone(),
+        variants: system.variants.clone(),
+        control_planes: scenario.control_planes,
+        ..RunConfig::default()
+    }
+    .with_lease(scenario.lease_ms, scenario.heartbeat_interval_ms, scenario.reconcile_after_ms)
+    .validate()
+    .map_err(bad)?;
+    config.recovery_limit_ms = scenario.settle_within_ms;
+    // The faults its steps play: the cluster is set up for them (a target or replica clock
+    // that can be moved, a database link through a proxy).
+    for step in &scenario.steps {
+        if let Ok(fault) = workloads::scenario::fault_of(&step.action, 0, scenario.runners) {
+            if !config.nemesis.contains(&fault.kind) {
+                config.nemesis.push(fault.kind);
+            }
+        }
+    }
+    Ok(config)
+}
+
+/// The system a scenario runs against: a system file and its variants (none: the lab).
+#[derive(Clone, Debug, Default)]
+pub struct SystemChoice {
+    pub system: Option<std::path::PathBuf>,
+    pub variants: Vec<String>,
+}
+
+impl SystemChoice {
+    /// The flags that name it again, each preceded by a space.
+    pub fn words(&self) -> String {
+        let mut out = String::new();
+        if let Some(system) = &self.system {
+            out.push_str(&format!(" --system {}", system.display()));
+        }
+        for variant in &self.variants {
+            out.push_str(&format!(" --variant {variant}"));
+        }
+        out
+    }
+}
+
+/// Runs a scenario file into `store`; `program` is the `fencelab` binary. `interrupt`
+/// ends it early (Ctrl-C): it is still collected and written, and its answer is unknown.
+pub async fn run_file(
+    file: &Path,
+    store: &Path,
+    program: &Path,
+    system: &SystemChoice,
+    interrupt: impl std::future::Future<Output = ()>,
+) -> Result<Report, ScenarioError> {
+    let scenario = load(file)?;
+    let config = config(&scenario, store, system)?;
+    let folder = crate::run::create_folder(&config).map_err(ScenarioError::Bad)?;
+    eprintln!("fencelab scenario: {} — run folder {}", scenario.name, folder.display());
+    let work = crate::driver::Work::Steps { scenario: &scenario, file };
+    let driven =
+        crate::driver::drive(config, folder, program, work, interrupt).await.map_err(ScenarioError::Internal)?;
+    let jobs = driven.records.jobs.iter().map(|job| (job.id.clone(), job.clone())).collect();
+    let view = View { jobs, steps: driven.records.steps.clone(), checkers: driven.run.checkers.clone() };
+    let expects_passed = expectations(&scenario, &view);
+    let evidence = driven.records.unreadable.clone();
+    for why in &evidence {
+        println!("  unknown {why}");
+    }
+    let outcome = match (driven.steps_passed && expects_passed, evidence.is_empty()) {
+        (_, false) => history::Exit::Unknown,
+        (passed, true) => history::Exit::passed(passed),
+    };
+    Ok(Report { folder: driven.folder, passed: outcome == history::Exit::Valid, outcome })
+}
+
+/// Holds the runners a scenario names idle (SIGSTOP) before its first step, and gives a
+/// request each had already sent time to land.
+pub(crate) async fn hold_idle(scenario: &Scenario, cluster: &Cluster) {
+    for runner in &scenario.idle {
+        cluster.signal_runner(format::runner_index(runner, scenario.runners).unwrap_or(0), libc::SIGSTOP);
+    }
+    if !scenario.idle.is_empty() {
+        tokio::time::sleep(steps::SETTLE).await;
+    }
+}
+
+/// The middle of a scenario run: the automatic operator (if the scenario asks for one), the
+/// steps, and with background work the settling of every job; or `interrupt`.
+pub(crate) async fn play(
+    scenario: &Scenario,
+    shared: &Shared,
+    interrupt: impl std::future::Future<Output = ()>,
+) -> crate::driver::Ended {
+    let operator = (scenario.operator == OperatorMode::Automatic).then(|| tokio::spawn(operator::run(shared.clone())));
+    let played = async {
+        let steps_passed = run_steps(scenario, shared).await;
+        let settled = if steps_passed && scenario.background() { settle(shared).await } else { true };
+        (steps_passed, settled)
+    };
+    let ended = tokio::select! {
+        (steps_passed, settled) = played => crate::driver::Ended { settled, interrupted: false, steps_passed },
+        _ = interrupt => crate::driver::Ended { settled: false, interrupted: true, steps_passed: false },
+    };
+    if let Some(operator) = operator {
+        operator.abort();
+        let _ = operator.await;
+    }
+    ended
+}
+
+/// Runs the steps in order, stopping at the first that fails; then lets the faults the
+/// steps started run out their windows (bounded) and heals whatever is left of them.
+async fn run_steps(scenario: &Scenario, shared: &Shared) -> bool {
+    let mut driver = steps::Driver { shared: shared.clone(), capabilities: BTreeMap::new(), faults: JoinSet::new() };
+    let mut passed = true;
+    for step in &scenario.steps {
+        if let Err(error) = driver.step(step).await {
+            println!("  FAILED step {} (line {}): {error}", step.index, step.line);
+            passed = false;
+            break;
+        }
+    }
+    if driver.faults.is_empty() {
+        return passed;
+    }
+    if passed {
+        let bound = faults_bound(scenario, &shared.config);
+        if tokio::time::timeout(bound, async { while driver.faults.join_next().await.is_some() {} }).await.is_err() {
+            println!("  FAILED the faults the steps started did not end within {} ms", bound.as_millis());
+            passed = false;
+        }
+    }
+    driver.faults.shutdown().await;
+    if let Err(error) = crate::run::nemesis::heal_all(&shared.cluster).await {
+        println!("  FAILED healing the faults: {error}");
+        passed = false;
+    }
+    passed
+}
+
+/// How long the faults of a scenario may take to end after its last step: the longest
+/// window, plus the bounded waits a fault makes before it starts, plus a margin.
+fn faults_bound(scenario: &Scenario, config: &RunConfig) -> Duration {
+    let longest_ms = scenario
+        .steps
+        .iter()
+        .filter_map(|step| match &step.action {
+            format::Action::Fault { duration_ms, .. } => Some(*duration_ms),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    Duration::from_millis(longest_ms + 10 * config.lease_ms + 30_000)
+}
+
+/// With background work, waits (bounded by `settle_within_ms`) for every job to settle,
+/// as the recovery of a run does; says whether they did.
+async fn settle(shared: &Shared) -> bool {
+    let settled = crate::run::settle(shared).await;
+    if !settled {
+        println!("  note: not every job settled within {} ms", shared.config.recovery_limit_ms);
+    }
+    settled
+}
+
+/// Checks every expectation, printing each; true when all hold.
+fn expectations(scenario: &Scenario, view: &View) -> bool {
+    let mut passed = true;
+    for (index, expect) in scenario.expects.iter().enumerate() {
+        match evaluate(expect, view) {
+            Ok(()) => println!("  ok      expect {}: {}", index + 1, describe(expect)),
+            Err(found) => {
+                passed = false;
+                println!("  FAILED  expect {}: expected {}\n          found {found}", index + 1, describe(expect));
+            }
+        }
+    }
+    passed
+}

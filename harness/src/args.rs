@@ -1,0 +1,332 @@
+//! The flags of `fencelab run` and how they become a validated `RunConfig` (ripgrep's
+//! `lowargs` → `hiargs`): [`RunArgs`] holds what the user typed; [`RunArgs::config`] parses
+//! its words (faults, bugs, a schedule file), derives the timings a lease implies, and has
+//! the result checked by `RunConfig::validate`, which the rest of fencelab takes.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use engine::run::config::{Db, RunConfig};
+use lab::bugs::Bug;
+use lab::target::Mode;
+use workloads::faults::FaultKind;
+
+/// The defaults of every flag, from [`RunConfig::default`]: the one place they live.
+fn defaults() -> RunConfig {
+    RunConfig::default()
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct RunArgs {
+    /// Name of the test: the run folder is `STORE/NAME/START-TIME`.
+    #[arg(long, default_value_t = defaults().test_name)]
+    pub test_name: String,
+    /// Seconds of workload and faults (recovery comes after).
+    #[arg(long = "time-limit", default_value_t = defaults().time_limit_ms / 1_000)]
+    pub time_limit_s: u64,
+    /// Seed of every random choice of the run (default: taken from the clock and printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    #[arg(long, default_value_t = defaults().runners)]
+    pub runners: u32,
+    /// Distinct deployment keys the jobs spread over.
+    #[arg(long, default_value_t = defaults().keys)]
+    pub keys: u32,
+    /// Jobs submitted per second, on average.
+    #[arg(long = "rate", default_value_t = defaults().rate_per_s)]
+    pub rate_per_s: f64,
+    /// Faults: `all`, or a comma-separated list of names (see `--help`), or `none`.
+    #[arg(long, default_value = "all")]
+    pub nemesis: String,
+    /// Planted bugs to switch on in the lab (repeatable).
+    #[arg(long = "bug")]
+    pub bugs: Vec<String>,
+    #[arg(long, value_enum, default_value_t = defaults().target_mode)]
+    pub target_mode: Mode,
+    #[arg(long, default_value_t = defaults().lease_ms)]
+    pub lease_ms: u64,
+    /// Default: a quarter of the lease.
+    #[arg(long)]
+    pub heartbeat_interval_ms: Option<u64>,
+    #[arg(long, default_value_t = defaults().steps_min)]
+    pub steps_min: u32,
+    #[arg(long, default_value_t = defaults().steps_max)]
+    pub steps_max: u32,
+    #[arg(long, default_value_t = defaults().step_ms_min)]
+    pub step_ms_min: u64,
+    #[arg(long, default_value_t = defaults().step_ms_max)]
+    pub step_ms_max: u64,
+    /// How long the operator lets an attempt stay uncertain before it reconciles it
+    /// (default: one lease).
+    #[arg(long)]
+    pub reconcile_after_ms: Option<u64>,
+    /// Longest recovery phase, in seconds (faults healed, the operator reconciles, jobs settle).
+    #[arg(long = "recovery-limit", default_value_t = defaults().recovery_limit_ms / 1_000)]
+    pub recovery_limit_s: u64,
+    /// Drive a real Toxiproxy at this URL instead of starting the embedded one.
+    #[arg(long)]
+    pub toxiproxy_url: Option<String>,
+    /// Run a Toxiproxy server from this image (present locally) through testcontainers and
+    /// drive it as with `--toxiproxy-url`.
+    #[arg(long, conflicts_with = "toxiproxy_url")]
+    pub toxiproxy_image: Option<String>,
+    /// Where run folders go.
+    #[arg(long, default_value_os_t = defaults().store)]
+    pub store: PathBuf,
+    /// Execute this fault schedule (a run folder's `schedule.json`) instead of generating one.
+    #[arg(long)]
+    pub schedule: Option<PathBuf>,
+    /// The control plane's database: `sqlite` (a file in the run folder) or `postgres` (a
+    /// throwaway cluster started for the run, or `--database-url`).
+    #[arg(long, value_parser = parse_db, default_value_t = defaults().db)]
+    pub db: Db,
+    /// An existing PostgreSQL server to use (with `--db postgres`); the run gets a fresh schema.
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// The system under test: a system file (`docs/system.md`). Default: the built-in lab
+    /// (`systems/lab.toml`).
+    #[arg(long)]
+    pub system: Option<PathBuf>,
+    /// A variant the system file declares (repeatable), e.g. a build with a known bug.
+    /// `--bug NAME` is the lab's shortcut for `--variant NAME`.
+    #[arg(long = "variant")]
+    pub variants: Vec<String>,
+    /// Replicas of the control plane, on one store (each runner reaches its own first and
+    /// fails over to the others).
+    #[arg(long, default_value_t = defaults().control_planes)]
+    pub control_planes: u32,
+}
+
+/// A store's name (`sqlite`, `postgres`) as a flag's value.
+pub fn parse_db(word: &str) -> Result<Db, String> {
+    word.parse()
+}
+
+impl RunArgs {
+    /// The configuration these flags give, validated; `seed_default` is the seed when none
+    /// is given. Every error names the flag.
+    pub fn config(&self, seed_default: u64) -> Result<RunConfig, String> {
+        let mut nemesis = if self.nemesis.trim() == "none" {
+            vec![]
+        } else {
+            FaultKind::parse_list(&self.nemesis).map_err(|error| format!("--nemesis: {error}"))?
+        };
+        if self.control_planes > 1 && self.nemesis.trim() == "all" {
+            nemesis.extend(FaultKind::REPLICAS);
+        }
+        if self.db == Db::Postgres && self.nemesis.trim() == "all" {
+            nemesis.extend(FaultKind::DATABASE);
+        }
+        let bugs = self
+            .bugs
+            .iter()
+            .map(|bug| bug.parse::<Bug>().map_err(|error| format!("--bug: {error}")))
+            .collect::<Result<Vec<Bug>, String>>()?;
+        let schedule = match &self.schedule {
+            Some(path) => Some(read_schedule(path)?),
+            None => None,
+        };
+        RunConfig {
+            test_name: self.test_name.clone(),
+            seed: self.seed.unwrap_or(seed_default),
+            time_limit_ms: self.time_limit_s.saturating_mul(1_000),
+            recovery_limit_ms: self.recovery_limit_s.saturating_mul(1_000),
+            runners: self.runners,
+            keys: self.keys,
+            rate_per_s: self.rate_per_s,
+            nemesis,
+            bugs,
+            target_mode: self.target_mode,
+            steps_min: self.steps_min,
+            steps_max: self.steps_max,
+            step_ms_min: self.step_ms_min,
+            step_ms_max: self.step_ms_max,
+            toxiproxy_url: self.toxiproxy_url.clone(),
+            toxiproxy_image: self.toxiproxy_image.clone(),
+            store: self.store.clone(),
+            schedule,
+            db: self.db,
+            database_url: self.database_url.clone(),
+            system: self.system.clone(),
+            variants: self.variants.clone(),
+            control_planes: self.control_planes,
+            ..RunConfig::default()
+        }
+        .with_lease(self.lease_ms, self.heartbeat_interval_ms, self.reconcile_after_ms)
+        .validate()
+    }
+}
+
+fn read_schedule(path: &std::path::Path) -> Result<Vec<workloads::faults::Fault>, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| format!("--schedule {}: {error}", path.display()))?;
+    serde_json::from_str(&text).map_err(|error| format!("--schedule {}: {error}", path.display()))
+}
+
+/// The flags of `fencelab conform`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ConformArgs {
+    /// The system file (contract `fencelab.system/1`, like `systems/lab.toml`); default: the
+    /// built-in lab.
+    #[arg(long)]
+    pub system: Option<PathBuf>,
+    /// Switch on a variant of the system file (repeatable).
+    #[arg(long = "variant")]
+    pub variants: Vec<String>,
+    /// The lease the control plane is started with (`{lease_ms}`), 100..=10000 ms: short, so
+    /// that the cases that wait for a lease to lapse are quick.
+    #[arg(long, default_value_t = 1_000)]
+    pub lease_ms: u64,
+    /// The control plane's store: `sqlite` (a file in `--out`) or `postgres` (a throwaway
+    /// cluster, or `--database-url`, with a schema of the session's own).
+    #[arg(long, value_parser = crate::args::parse_db, default_value_t = Db::Sqlite)]
+    pub db: Db,
+    /// An existing PostgreSQL server (with `--db postgres`).
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// Where conform.json, junit.xml and the system's files go (default: a new folder
+    /// `store/conform/<system>-<time>`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+impl ConformArgs {
+    /// The session these flags ask for.
+    pub fn options(&self) -> conform::Options {
+        conform::Options {
+            system: self.system.clone(),
+            variants: self.variants.clone(),
+            lease_ms: self.lease_ms,
+            db: self.db,
+            database_url: self.database_url.clone(),
+            out: self.out.clone(),
+        }
+    }
+}
+
+/// The flags of `fencelab matrix`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct MatrixArgs {
+    /// Seeds per planted bug.
+    #[arg(long, default_value_t = 10)]
+    pub seeds: u64,
+    /// Seeds for the correct lab under every fault.
+    #[arg(long, default_value_t = 20)]
+    pub correct_seeds: u64,
+    /// Seconds of each run.
+    #[arg(long, default_value_t = 30)]
+    pub time_limit: u64,
+    /// The first seed; run i uses seed `first_seed + i`.
+    #[arg(long, default_value_t = 1)]
+    pub first_seed: u64,
+    /// Runs at once.
+    #[arg(long, default_value_t = 3)]
+    pub parallel: usize,
+    /// Run every bug under these faults (e.g. `all`, the default run's) instead of the
+    /// faults chosen to expose it.
+    #[arg(long)]
+    pub nemesis: Option<String>,
+    /// Only these bugs (repeatable; default: every bug).
+    #[arg(long = "bug")]
+    pub bugs: Vec<lab::bugs::Bug>,
+    /// The system under test (a system file, `docs/system.md`); its variants are the rows,
+    /// each run under its `nemesis` (or `--nemesis`, or every fault). Default: the lab.
+    #[arg(long)]
+    pub system: Option<PathBuf>,
+    /// With `--system`: only these variants (repeatable; default: every variant).
+    #[arg(long = "variant")]
+    pub variants: Vec<String>,
+    /// The control plane's store for every run; a variant that needs another store (its
+    /// `db` in the system file) is left out, and the table says so.
+    #[arg(long, value_parser = crate::args::parse_db, default_value_t = system::Db::Sqlite)]
+    pub db: system::Db,
+    /// Replicas of the control plane in every run.
+    #[arg(long, default_value_t = 1)]
+    pub control_planes: u32,
+    /// Where the runs and `matrix.json` go.
+    #[arg(long, default_value = "store/matrix")]
+    pub store: PathBuf,
+}
+
+impl MatrixArgs {
+    /// The matrix these flags ask for.
+    pub fn options(&self) -> campaign::matrix::Options {
+        campaign::matrix::Options {
+            seeds: self.seeds,
+            correct_seeds: self.correct_seeds,
+            time_limit: self.time_limit,
+            first_seed: self.first_seed,
+            parallel: self.parallel,
+            nemesis: self.nemesis.clone(),
+            bugs: self.bugs.clone(),
+            system: self.system.clone(),
+            variants: self.variants.clone(),
+            db: self.db,
+            control_planes: self.control_planes,
+            store: self.store.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn parse(args: &[String]) -> RunArgs {
+        let words = std::iter::once("run".to_string()).chain(args.iter().cloned());
+        Wrapper::try_parse_from(words).expect("the command parses").run
+    }
+
+    #[test]
+    fn the_default_is_what_no_flag_gives() {
+        let config = parse(&[]).config(0).unwrap();
+        assert_eq!(config, RunConfig::default());
+    }
+
+    #[test]
+    fn a_config_round_trips_through_its_command() {
+        let config = RunConfig {
+            test_name: "round-trip".into(),
+            seed: 77,
+            time_limit_ms: 12_000,
+            recovery_limit_ms: 9_000,
+            runners: 5,
+            keys: 7,
+            rate_per_s: 3.5,
+            nemesis: vec![FaultKind::Kill, FaultKind::ClockSkew],
+            bugs: vec![Bug::AcceptStaleResult, Bug::RequeueOnExpiry],
+            target_mode: Mode::Unfenced,
+            lease_ms: 800,
+            heartbeat_interval_ms: 150,
+            reconcile_after_ms: 900,
+            renewal_margin_ms: 160,
+            request_timeout_ms: 1_600,
+            steps_min: 2,
+            steps_max: 9,
+            step_ms_min: 10,
+            step_ms_max: 20,
+            toxiproxy_url: Some("http://127.0.0.1:8474".into()),
+            db: Db::Postgres,
+            database_url: Some("postgres://postgres@127.0.0.1:5432/postgres".into()),
+            variants: vec!["accept-stale-result".into()],
+            control_planes: 3,
+            ..RunConfig::default()
+        };
+        assert_eq!(parse(&config.args()).config(0).unwrap(), config);
+        let command = config.command();
+        let words: Vec<String> = command.split(' ').skip(2).map(str::to_string).collect();
+        assert_eq!(words, config.args(), "the printed command is the arguments");
+    }
+
+    #[test]
+    fn a_store_is_named_as_the_flag_says() {
+        assert_eq!(parse_db("postgres"), Ok(Db::Postgres));
+        assert!(parse_db("mysql").unwrap_err().contains("`mysql`"));
+    }
+}

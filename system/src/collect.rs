@@ -1,0 +1,142 @@
+//! The one collector: at the end of a run, a scenario or a conformance session, every record
+//! a system keeps — the control plane's ledger and its jobs (each whole, with its attempts),
+//! the target's step log — is read once and turned into history events. What cannot be read
+//! is never taken as empty: it is named in [`Records::unreadable`] and becomes an
+//! `unreadable` event, which makes every verdict that needs it unknown, with the reason.
+//! A part the system says it lacks (no ledger, no target) is absent, not unreadable.
+
+use std::time::Duration;
+
+use history::{Decision, Event, EventType, Op, Process};
+use protocol::client::Client;
+use protocol::{JobView, LedgerEntry, StepRecord};
+
+use crate::{Feature, RunningSystem};
+
+/// The most ledger entries or step records read (ten million).
+pub const RECORDS_MAX: usize = 10_000_000;
+
+/// Every record a system kept, and what of them could not be read.
+#[derive(Clone, Debug, Default)]
+pub struct Records {
+    pub ledger: Vec<LedgerEntry>,
+    /// Every job, each read whole (its attempts); a job listed but not readable whole is
+    /// kept as listed and named in `unreadable`.
+    pub jobs: Vec<JobView>,
+    pub steps: Vec<StepRecord>,
+    /// One sentence per record that could not be read.
+    pub unreadable: Vec<String>,
+}
+
+/// Reads every record of `system`; each request waits at most `wait`.
+pub async fn collect(system: &RunningSystem, wait: Duration) -> Records {
+    let absent = system.launch.file.provides.absent();
+    let target = system.target_url().map(|url| Client::new(&url, None, wait));
+    read(&system.operator, target.as_ref(), !absent.contains(&Feature::Ledger)).await
+}
+
+/// Reads the records through the operator's client and the target's (none: the system has
+/// no target); `has_ledger` is false for a system that keeps none.
+pub async fn read(operator: &Client, target: Option<&Client>, has_ledger: bool) -> Records {
+    let mut records = Records::default();
+    if has_ledger {
+        match operator.ledger(RECORDS_MAX).await {
+            Ok(ledger) => records.ledger = ledger,
+            Err(error) => records.unreadable.push(format!("the control plane's ledger could not be read: {error}")),
+        }
+    }
+    match operator.jobs().await {
+        Ok(listed) => {
+            for job in listed {
+                match operator.job(&job.id).await {
+                    Ok(view) => records.jobs.push(view),
+                    Err(error) => {
+                        records.unreadable.push(format!("job `{}` could not be read: {error}", job.id));
+                        records.jobs.push(job);
+                    }
+                }
+            }
+        }
+        Err(error) => records.unreadable.push(format!("the control plane's jobs could not be read: {error}")),
+    }
+    if let Some(target) = target {
+        match target.steps(RECORDS_MAX).await {
+            Ok(steps) => records.steps = steps,
+            Err(error) => records.unreadable.push(format!("the target's step log could not be read: {error}")),
+        }
+    }
+    records
+}
+
+impl Records {
+    /// The events that close a history: every job's final state (none when `finals` is
+    /// false: an interrupted run never reached its end, and an unsettled job is not lost),
+    /// then one `unreadable` event per record that could not be read.
+    pub fn closing_events(&self, finals: bool) -> Vec<Event> {
+        let mut events: Vec<Event> = if finals { self.jobs.iter().map(final_event).collect() } else { vec![] };
+        events.extend(self.unreadable.iter().map(|why| unreadable_event(why)));
+        events
+    }
+}
+
+/// An `unreadable` event: evidence that exists and could not be read.
+pub fn unreadable_event(why: &str) -> Event {
+    let mut event = Event::new(0, Process::HARNESS, EventType::Info, Op::Unreadable);
+    event.reason = Some(why.to_string());
+    event
+}
+
+/// A job's final state as the harness read it at the end.
+pub fn final_event(job: &JobView) -> Event {
+    let state = serde_json::to_value(job.state).ok().and_then(|value| value.as_str().map(str::to_string));
+    let mut event = Event::new(0, Process::HARNESS, EventType::Ok, Op::Final);
+    event.job = Some(job.id.clone());
+    event.key = Some(job.deployment_key.clone());
+    event.attempt = job.current_attempt.clone();
+    event.outcome = state;
+    let attempts: Vec<serde_json::Value> = job
+        .attempts
+        .iter()
+        .map(|a| serde_json::json!({"attempt": a.id, "runner": a.runner, "fence": a.fence, "state": a.state, "closed_by": a.closed_by}))
+        .collect();
+    event.value = Some(serde_json::json!({ "attempts": attempts }));
+    event
+}
+
+/// A ledger entry as a history event at `time_ns`.
+pub fn ledger_event(entry: &LedgerEntry, time_ns: u64) -> Event {
+    let mut event = Event::new(time_ns, Process::CONTROL_PLANE, EventType::Ledger, entry.kind);
+    event.project = Some(entry.project.clone());
+    event.job = Some(entry.job.clone());
+    event.attempt = entry.attempt.clone();
+    event.runner = entry.runner.clone();
+    event.fence = entry.fence;
+    event.key = Some(entry.deployment_key.clone());
+    event.received_ms = Some(entry.received_ms);
+    event.observed_ms = entry.observed_ms;
+    event.lease_expires_ms = entry.lease_expires_ms;
+    event.decision = entry.decision;
+    event.reason = entry.reason.clone();
+    event.outcome = entry.outcome.map(|word| word.as_str().to_string());
+    event.value = Some(serde_json::json!({"seq": entry.seq, "recorded_as": entry.recorded_as}));
+    event
+}
+
+/// A target step record as a history event at `time_ns`.
+pub fn step_event(record: &StepRecord, time_ns: u64) -> Event {
+    let mut event = Event::new(time_ns, Process::TARGET, EventType::Step, Op::Step).with_claim(
+        &record.job,
+        &record.attempt,
+        &record.runner,
+        record.fence,
+    );
+    event.key = Some(record.deployment_key.clone());
+    event.received_ms = Some(record.received_ms);
+    let decision = if record.applied { Decision::Accepted } else { Decision::Rejected };
+    event = event.with_decision(decision, record.reason);
+    event.value = Some(serde_json::json!({
+        "seq": record.seq, "step": record.step, "steps": record.steps,
+        "revision": record.revision, "highest_fence_before": record.highest_fence_before,
+    }));
+    event
+}
