@@ -391,6 +391,9 @@ fn scenario_command(
     let runtime = runtime()?;
     let report =
         runtime.block_on(engine::scenario::run_file(file, store, &program, system, lab::web::termination()))?;
+    for line in &report.lines {
+        println!("{line}");
+    }
     let word = match report.outcome {
         Exit::Valid => "passed",
         Exit::Invalid => "FAILED",

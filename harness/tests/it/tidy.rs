@@ -53,6 +53,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// The crates with a command line of their own, the only ones that may depend on clap: the
+/// rest take validated values (`RunConfig`, `conform::Options`, `matrix::Options`).
+const COMMAND_LINES: &[&str] = &["harness", "lab"];
+
 /// The most source lines any one crate may hold, as a share of the workspace's.
 const CRATE_SHARE_MAX: f64 = 0.25;
 /// The most source lines of the binary's crate: the command line and nothing else.
@@ -149,11 +153,15 @@ fn dependency_violations(krate: &str, manifest: &str) -> Vec<String> {
     let Some((_, allowed)) = ALLOWED.iter().find(|(name, _)| *name == krate) else {
         return vec![format!("{krate}: a crate the dependency table in tidy.rs does not know")];
     };
-    dependencies(manifest)
+    let mut found: Vec<String> = dependencies(manifest)
         .into_iter()
         .filter(|name| workspace.contains(&name.as_str()) && !allowed.contains(&name.as_str()))
         .map(|name| format!("{krate}/Cargo.toml: `{krate}` may not depend on `{name}` (ARCHITECTURE.md)"))
-        .collect()
+        .collect();
+    if !COMMAND_LINES.contains(&krate) && dependencies(manifest).iter().any(|name| name == "clap") {
+        found.push(format!("{krate}/Cargo.toml: `{krate}` depends on clap: flags are the command line's"));
+    }
+    found
 }
 
 /// Source lines per crate, and what is over the limits.
@@ -182,6 +190,9 @@ fn tidy_rules_catch_planted_violations() {
     let conform = "[dependencies]\nsystem.workspace = true\nengine.workspace = true\n";
     assert_eq!(dependency_violations("conform", conform).len(), 1, "conform never depends on engine");
     assert_eq!(dependency_violations("newcrate", "").len(), 1, "an unknown crate is named");
+    let flags = "[dependencies]\nsystem.workspace = true\nclap.workspace = true\n";
+    assert_eq!(dependency_violations("engine", flags).len(), 1, "only a command line's crate takes clap");
+    assert_eq!(dependency_violations("harness", flags).len(), 0);
     let sizes = [("harness", 2_100), ("lab", 6_000), ("engine", 4_000), ("checkers", 4_000), ("results", 4_000)];
     let sizes: Vec<(String, usize)> = sizes.iter().map(|(name, lines)| (name.to_string(), *lines)).collect();
     assert_eq!(size_violations(&sizes).len(), 2, "lab above a quarter and harness above its limit");
