@@ -27,6 +27,21 @@ pub(crate) trait Check {
     }
     fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings);
     fn finish(&mut self, _ctx: &Index, _out: &mut Findings) {}
+    /// Each anomaly kind of this checker that stands on a source besides the ledger (or on
+    /// the absence of something a source would show): when the history lacks one, the rule
+    /// is not judged — unknown, with that reason — and its anomalies are not raised.
+    fn needs(&self) -> &'static [(&'static str, &'static [history::Source])] {
+        &[]
+    }
+}
+
+/// The rules of `needs` a history holding what `ctx` says cannot judge: each kind and the
+/// first source it lacks.
+fn unjudged(needs: &[(&'static str, &'static [history::Source])], ctx: &Index) -> Vec<(&'static str, history::Source)> {
+    needs
+        .iter()
+        .filter_map(|(kind, sources)| sources.iter().find(|source| !ctx.holds(**source)).map(|source| (*kind, *source)))
+        .collect()
 }
 
 /// The anomalies one checker found.
@@ -122,11 +137,23 @@ impl Pass {
         for (check, mut out) in self.checks.iter_mut().zip(std::mem::take(&mut self.found)) {
             check.finish(&self.ctx, &mut out);
             let name = check.name();
-            let lacking = check.lacking(&self.ctx);
+            let unjudged = unjudged(check.needs(), &self.ctx);
+            out.listed.retain(|anomaly| !unjudged.iter().any(|(kind, _)| anomaly.kind == *kind));
+            let lacking = check.lacking(&self.ctx).or_else(|| not_judged(&unjudged));
             verdicts.push((name, verdict(name, out, lacking, self.ctx.malformed.as_deref())));
         }
         verdicts
     }
+}
+
+/// Why some rules were not judged, if any were not.
+fn not_judged(unjudged: &[(&'static str, history::Source)]) -> Option<String> {
+    if unjudged.is_empty() {
+        return None;
+    }
+    let rules: Vec<String> =
+        unjudged.iter().map(|(kind, source)| format!("`{kind}` needs {}", source.described())).collect();
+    Some(format!("not judged for want of evidence: {}; the rest found nothing", rules.join("; ")))
 }
 
 /// Invalid when anything was found, unless the history is malformed (then nothing found is

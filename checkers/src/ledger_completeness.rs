@@ -107,6 +107,15 @@ impl Check for LedgerCompleteness {
         NAME
     }
 
+    fn needs(&self) -> &'static [(&'static str, &'static [history::Source])] {
+        &[
+            ("answer-missing-from-ledger", &[history::Source::RunnerLogs]),
+            ("answer-differs-from-ledger", &[history::Source::RunnerLogs]),
+            ("applied-more-than-sent", &[history::Source::RunnerLogs, history::Source::Nemesis]),
+            ("foreign-report-applied", &[history::Source::RunnerLogs, history::Source::Nemesis]),
+        ]
+    }
+
     fn lacking(&self, ctx: &Index) -> Option<String> {
         if ctx.seen.ledger == 0 {
             return crate::driver::need_ledger(ctx);

@@ -38,8 +38,19 @@ impl Check for LostWork {
         NAME
     }
 
+    fn needs(&self) -> &'static [(&'static str, &'static [history::Source])] {
+        &[
+            ("acknowledged-job-missing", &[history::Source::Client, history::Source::Finals]),
+            ("acknowledged-result-lost", &[history::Source::RunnerLogs, history::Source::Finals]),
+            ("not-settled", &[history::Source::Finals]),
+        ]
+    }
+
     fn lacking(&self, ctx: &Index) -> Option<String> {
-        crate::driver::need_finals(ctx)
+        crate::driver::need_finals(ctx).or_else(|| {
+            let why = ctx.unsettled.as_deref()?;
+            Some(format!("the run did not complete ({why}): a job left unsettled is not judged lost"))
+        })
     }
 
     fn observe(&mut self, ev: &Observed, _ctx: &Index, _out: &mut Findings) {
@@ -94,7 +105,7 @@ fn judge(ctx: &Index, job: u32, end: &JobEnd, out: &mut Findings) {
         let found = found("acknowledged-result-lost").attempts_of(ctx, attempt);
         out.push(found.events(&[at, final_at]).says(message));
     }
-    if matches!(state_name, "running" | "queued") {
+    if matches!(state_name, "running" | "queued") && ctx.unsettled.is_none() {
         let message =
             format!("job {name} ended `{state_name}`: neither terminal nor explicitly uncertain after recovery");
         let attempt = ctx.job(job).latest;

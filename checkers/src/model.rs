@@ -208,6 +208,12 @@ pub struct Index {
     pub absent: Vec<String>,
     /// The first malformed event and why.
     pub malformed: Option<String>,
+    /// The sources of evidence seen so far (`history::Source::of` of each event).
+    pub sources_seen: std::collections::BTreeSet<history::Source>,
+    /// The sources the history declares it holds (a `sources` event), if it does.
+    pub sources_declared: Option<std::collections::BTreeSet<history::Source>>,
+    /// Why the run's recovery did not settle every job (a `recovery` `info` event), if so.
+    pub unsettled: Option<String>,
 }
 
 fn classify(event: &Event) -> Source {
@@ -272,6 +278,14 @@ fn missing_fields(ev: &Observed) -> Option<&'static str> {
 }
 
 impl Index {
+    /// Whether the history holds `source`: declared, or (without a declaration) seen.
+    pub fn holds(&self, source: history::Source) -> bool {
+        match &self.sources_declared {
+            Some(declared) => declared.contains(&source),
+            None => self.sources_seen.contains(&source),
+        }
+    }
+
     /// Decodes one event; `None` for the events no checker reads (requests, faults, …).
     pub fn decode<'a>(&mut self, event: &'a Event, position: usize) -> Option<Observed<'a>> {
         if event.index != position as u64 && self.malformed.is_none() {
@@ -280,6 +294,15 @@ impl Index {
         if event.f == Op::Unreadable && self.malformed.is_none() {
             let why = event.reason.as_deref().unwrap_or("a source");
             self.malformed = Some(format!("event {} says evidence could not be read: {why}", event.index));
+        }
+        if let Some(source) = history::Source::of(event) {
+            self.sources_seen.insert(source);
+        }
+        if let Some(declared) = history::declared(event) {
+            self.sources_declared = Some(declared);
+        }
+        if event.f == Op::Recovery && event.kind == EventType::Info && event.process == Process::HARNESS {
+            self.unsettled = Some(event.reason.clone().unwrap_or_else(|| "some jobs did not settle".to_string()));
         }
         let src = classify(event);
         if src == Source::Other {

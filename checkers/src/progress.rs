@@ -51,6 +51,15 @@ impl Check for Progress {
         NAME
     }
 
+    fn needs(&self) -> &'static [(&'static str, &'static [history::Source])] {
+        &[
+            ("refusal-unjustified", &[history::Source::TargetLog]),
+            ("revision-not-moved-by-one", &[history::Source::TargetLog]),
+            ("success-without-work", &[history::Source::TargetLog]),
+            ("no-progress", &[history::Source::Client, history::Source::Finals]),
+        ]
+    }
+
     fn lacking(&self, ctx: &Index) -> Option<String> {
         crate::driver::need_ledger(ctx).or_else(|| need_finals(ctx))
     }

@@ -125,6 +125,15 @@ impl Check for RulesModel {
         NAME
     }
 
+    fn needs(&self) -> &'static [(&'static str, &'static [history::Source])] {
+        &[
+            ("reconcile-unauthorised", &[history::Source::Operator]),
+            ("lease-not-the-policys", &[history::Source::Config]),
+            ("final-not-the-ledgers", &[history::Source::Finals, history::Source::Ledger]),
+            ("final-attempt-not-the-ledgers", &[history::Source::Finals, history::Source::Ledger]),
+        ]
+    }
+
     fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
         match ev.src {
             Source::Config => self.lease_ms = ev.raw.value.as_ref().and_then(|v| v.get("lease_ms")?.as_i64()),

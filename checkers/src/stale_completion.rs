@@ -27,6 +27,10 @@ impl Check for StaleCompletion {
         NAME
     }
 
+    fn needs(&self) -> &'static [(&'static str, &'static [history::Source])] {
+        &[("late-result-acknowledged", &[history::Source::RunnerLogs])]
+    }
+
     fn lacking(&self, ctx: &Index) -> Option<String> {
         (ctx.seen.ledger == 0 && ctx.seen.responses == 0)
             .then(|| "the history has neither ledger events nor runner answers: no result to judge".to_string())

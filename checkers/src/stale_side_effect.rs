@@ -70,6 +70,15 @@ impl Check for StaleSideEffect {
         NAME
     }
 
+    fn needs(&self) -> &'static [(&'static str, &'static [history::Source])] {
+        &[
+            ("stale-step-applied", &[history::Source::TargetLog]),
+            ("stale-step-applied-unfenced-target", &[history::Source::TargetLog]),
+            ("step-after-lease", &[history::Source::TargetLog]),
+            ("step-after-lease-unfenced-target", &[history::Source::TargetLog]),
+        ]
+    }
+
     fn lacking(&self, ctx: &Index) -> Option<String> {
         (ctx.seen.steps == 0).then(|| "the history has no target step events: no side effect to judge".to_string())
     }

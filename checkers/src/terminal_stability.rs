@@ -38,6 +38,10 @@ impl Check for TerminalStability {
         NAME
     }
 
+    fn needs(&self) -> &'static [(&'static str, &'static [history::Source])] {
+        &[("final-differs-from-commit", &[history::Source::Finals])]
+    }
+
     fn lacking(&self, ctx: &Index) -> Option<String> {
         crate::driver::need_ledger(ctx).or_else(|| crate::driver::need_finals(ctx))
     }

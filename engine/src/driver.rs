@@ -113,7 +113,7 @@ pub async fn drive(
         Work::Chaos { jobs, schedule } => crate::run::chaos(&shared, jobs, schedule, interrupt).await,
         Work::Steps { scenario, .. } => crate::scenario::play(scenario, &shared, interrupt).await,
     };
-    let (records, events) = finish(&shared, ended.interrupted).await?;
+    let (records, events) = finish(&shared, &ended).await?;
     crate::run::link_latest(&shared.config.store, &folder);
     let has_ledger = !shared.cluster.lock().await.info.absent.contains(&system::Feature::Ledger);
     let complete = ended.settled
@@ -130,6 +130,8 @@ pub async fn drive(
 pub struct Ended {
     /// Every job settled within the recovery limit (or nothing had to settle).
     pub settled: bool,
+    /// Whether a recovery phase ran (a chaos run's, a scenario's with background work).
+    pub recovery: bool,
     pub interrupted: bool,
     pub steps_passed: bool,
 }
@@ -138,7 +140,8 @@ pub struct Ended {
 /// records are read), collects every record, stops everything and writes the whole
 /// history. An interrupted run gets no `final` events: it never reached its end, so the
 /// checkers that need them answer unknown instead of reading an unsettled job as lost.
-async fn finish(shared: &Shared, interrupted: bool) -> anyhow::Result<(system::collect::Records, usize)> {
+async fn finish(shared: &Shared, ended: &Ended) -> anyhow::Result<(system::collect::Records, usize)> {
+    let interrupted = ended.interrupted;
     let mut cluster = shared.cluster.lock().await;
     for (runner, status) in cluster.exited_runners().await {
         shared.recorder.record(Process::HARNESS, EventType::Ok, Op::RunnerExited, |event| {
@@ -148,10 +151,69 @@ async fn finish(shared: &Shared, interrupted: bool) -> anyhow::Result<(system::c
     }
     cluster.stop_runners().await;
     let records = system::collect::collect(&cluster.system, COLLECT_WAIT_MAX).await;
+    if ended.recovery && !interrupted {
+        recovery(shared, ended.settled, &records);
+    }
+    let sources = held(&cluster, interrupted);
     let logs = cluster.runner_logs();
     cluster.stop().await;
     tokio::time::sleep(Duration::from_millis(10)).await;
-    let events =
-        shared.recorder.finish(&logs, &records.ledger, &records.steps, records.closing_events(!interrupted))?;
+    let mut closing = records.closing_events(!interrupted);
+    closing.push(history::sources_event(&sources));
+    let events = shared.recorder.finish(&logs, &records.ledger, &records.steps, closing)?;
     Ok((records, events))
+}
+
+/// The most unsettled jobs a `recovery` event names.
+const UNSETTLED_NAMED_MAX: usize = 10;
+
+/// Says in the history whether recovery settled every job, and if not which jobs were left
+/// in which state: such a run is incomplete, and its unsettled jobs are not judged lost.
+fn recovery(shared: &Shared, settled: bool, records: &system::collect::Records) {
+    let terminal =
+        |job: &&protocol::JobView| matches!(job.state, protocol::JobState::Succeeded | protocol::JobState::Failed);
+    let left: Vec<String> = records
+        .jobs
+        .iter()
+        .filter(|job| !terminal(job))
+        .map(|job| format!("{} ({})", job.id, format!("{:?}", job.state).to_lowercase()))
+        .collect();
+    let kind = if settled { EventType::Ok } else { EventType::Info };
+    shared.recorder.record(Process::HARNESS, kind, Op::Recovery, |event| {
+        if !settled {
+            let named = left.iter().take(UNSETTLED_NAMED_MAX).cloned().collect::<Vec<_>>().join(", ");
+            let more = left.len().saturating_sub(UNSETTLED_NAMED_MAX);
+            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+            event.reason = Some(format!(
+                "{} of {} jobs were not terminal after the {} ms recovery limit: {named}{more}",
+                left.len(),
+                records.jobs.len(),
+                shared.config.recovery_limit_ms
+            ));
+        }
+    });
+}
+
+/// The sources of evidence a driven run's history holds: the harness was the client, the
+/// operator and the nemesis, and read the config; the ledger and the target's step log
+/// when the system has them; the final states unless the run was interrupted.
+fn held(cluster: &Cluster, interrupted: bool) -> std::collections::BTreeSet<history::Source> {
+    use history::Source;
+    let mut sources = std::collections::BTreeSet::from([
+        Source::RunnerLogs,
+        Source::Operator,
+        Source::Nemesis,
+        Source::Client,
+        Source::Config,
+    ]);
+    if !cluster.info.absent.contains(&system::Feature::Ledger) {
+        sources.insert(Source::Ledger);
+    }
+    if cluster.system.target_url().is_some() {
+        sources.insert(Source::TargetLog);
+    }
+    if !interrupted {
+        sources.insert(Source::Finals);
+    }
+    sources
 }

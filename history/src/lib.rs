@@ -29,4 +29,7 @@ mod vocab;
 pub use event::{Decision, Event, EventType};
 pub use exit::Exit;
 pub use io::{log_line, read, Error, Writer};
-pub use vocab::{ClosedBy, Op, OutcomeWord, Process, Reason, RecordedAs, Role};
+pub use vocab::{ClosedBy, Op, OutcomeWord, Process, Reason, RecordedAs, Role, Source};
+
+mod sources;
+pub use sources::{cut, declared, sources_event, sources_of};

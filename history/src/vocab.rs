@@ -100,6 +100,13 @@ words! {
         /// Evidence the harness could not read (a source's line outside the vocabulary);
         /// `reason` says which source and line. Any such event makes a verdict unknown.
         Unreadable = "unreadable",
+        /// The sources of evidence the history holds (`value.sources`, [`Source`] words),
+        /// declared by whoever assembled it; without one they are read off its events.
+        Sources = "sources",
+        /// The end of a run's recovery: `ok` when every job settled within the recovery
+        /// limit, `info` when some did not (`reason` names them): the run is incomplete,
+        /// and a job left unsettled is not judged lost.
+        Recovery = "recovery",
         DelayedHeartbeats = "delayed-heartbeats",
         DuplicateResults = "duplicate-results",
         ConflictingResults = "conflicting-results",
@@ -192,6 +199,64 @@ words! {
         /// Its lease expired and the job went back to the queue (only the planted
         /// `requeue-on-expiry`).
         ExpiredRequeued = "expired-requeued",
+    }
+}
+
+words! {
+    /// A source of evidence a history may hold. A rule that stands on a source the history
+    /// lacks answers unknown, never an anomaly.
+    Source {
+        /// The control plane's ledger (`type = ledger`).
+        Ledger = "ledger",
+        /// The runners' own logs (`runner:<id>` events).
+        RunnerLogs = "runner-logs",
+        /// The target's step log (`type = step`).
+        TargetLog = "target-log",
+        /// The operator's decisions (`operator` events).
+        Operator = "operator",
+        /// The faults injected, and the reports the nemesis sent itself (`nemesis` events).
+        Nemesis = "nemesis",
+        /// The client's submits (`client` events).
+        Client = "client",
+        /// The run's configuration, its lease policy among it (`harness` `config`).
+        Config = "config",
+        /// Every job's final state (`harness` `final`).
+        Finals = "finals",
+    }
+}
+
+impl Source {
+    /// The source an event belongs to, if it is evidence of one (the harness's own
+    /// bookkeeping — `unreadable`, `sources`, `runner-exited` — and scenario steps are not).
+    pub fn of(event: &crate::Event) -> Option<Source> {
+        match &event.process {
+            Process::Runner(_) => Some(Source::RunnerLogs),
+            Process::Role(Role::ControlPlane) => Some(Source::Ledger),
+            Process::Role(Role::Target) => Some(Source::TargetLog),
+            Process::Role(Role::Operator) => Some(Source::Operator),
+            Process::Role(Role::Nemesis) => Some(Source::Nemesis),
+            Process::Role(Role::Client) => Some(Source::Client),
+            Process::Role(Role::Harness) => match event.f {
+                Op::Config => Some(Source::Config),
+                Op::Final => Some(Source::Finals),
+                _ => None,
+            },
+            Process::Role(Role::Scenario) => None,
+        }
+    }
+
+    /// How a sentence names it: "the target's step log".
+    pub fn described(self) -> &'static str {
+        match self {
+            Source::Ledger => "the control plane's ledger",
+            Source::RunnerLogs => "the runners' logs",
+            Source::TargetLog => "the target's step log",
+            Source::Operator => "the operator's decisions",
+            Source::Nemesis => "the nemesis's events",
+            Source::Client => "the client's submits",
+            Source::Config => "the run's configuration",
+            Source::Finals => "the jobs' final states",
+        }
     }
 }
 

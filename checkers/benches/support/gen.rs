@@ -150,6 +150,10 @@ impl Gen {
             event.outcome = Some(state.into());
             self.push(&mut out, event);
         }
+        // A generated run declares every source, as fencelab's runs do: a run without
+        // faults still had a nemesis, and an operator that had nothing to reconcile.
+        let every = history::Source::ALL.iter().copied().collect();
+        self.push(&mut out, history::sources_event(&every));
         out
     }
 

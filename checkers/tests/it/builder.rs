@@ -52,7 +52,17 @@ impl H {
         self.events.len() as u64 - 1
     }
 
-    pub fn build(self) -> Vec<Event> {
+    /// The history, declaring every source as a fencelab run does (last, so that no
+    /// event's index moves).
+    pub fn build(mut self) -> Vec<Event> {
+        let every = history::Source::ALL.iter().copied().collect();
+        self.push(history::sources_event(&every));
+        self.events
+    }
+
+    /// The history as records gathered by hand would give it: no declaration of sources,
+    /// which are then read off the events.
+    pub fn build_undeclared(self) -> Vec<Event> {
         self.events
     }
 

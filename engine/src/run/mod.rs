@@ -97,7 +97,7 @@ pub(crate) async fn chaos(
         task.abort();
         let _ = task.await;
     }
-    crate::driver::Ended { settled, interrupted, steps_passed: true }
+    crate::driver::Ended { settled, interrupted, steps_passed: true, recovery: true }
 }
 
 /// Lets the client and the nemesis run for the time limit, stops them, heals every fault,

@@ -38,6 +38,8 @@ pub struct Report {
     /// Valid: passed; invalid: a step or an expectation failed; unknown: a record could not
     /// be read (or the run was interrupted), so no expectation can be trusted.
     pub outcome: history::Exit,
+    /// The report's lines: each expectation's, then each record that could not be read.
+    pub lines: Vec<String>,
 }
 
 /// The checkers an expectation may name.
@@ -130,16 +132,14 @@ pub async fn run_file(
         crate::driver::drive(config, folder, program, work, interrupt).await.map_err(ScenarioError::Internal)?;
     let jobs = driven.records.jobs.iter().map(|job| (job.id.clone(), job.clone())).collect();
     let view = View { jobs, steps: driven.records.steps.clone(), checkers: driven.run.checkers.clone() };
-    let expects_passed = expectations(&scenario, &view);
-    let evidence = driven.records.unreadable.clone();
-    for why in &evidence {
-        println!("  unknown {why}");
-    }
+    let (expects_passed, mut lines) = expectations(&scenario, &view);
+    let evidence = &driven.records.unreadable;
+    lines.extend(evidence.iter().map(|why| format!("  unknown {why}")));
     let outcome = match (driven.steps_passed && expects_passed, evidence.is_empty()) {
         (_, false) => history::Exit::Unknown,
         (passed, true) => history::Exit::passed(passed),
     };
-    Ok(Report { folder: driven.folder, passed: outcome == history::Exit::Valid, outcome })
+    Ok(Report { folder: driven.folder, passed: outcome == history::Exit::Valid, outcome, lines })
 }
 
 /// Holds the runners a scenario names idle (SIGSTOP) before its first step, and gives a
@@ -167,8 +167,10 @@ pub(crate) async fn play(
         (steps_passed, settled)
     };
     let ended = tokio::select! {
-        (steps_passed, settled) = played => crate::driver::Ended { settled, interrupted: false, steps_passed },
-        _ = interrupt => crate::driver::Ended { settled: false, interrupted: true, steps_passed: false },
+        (steps_passed, settled) = played => {
+            crate::driver::Ended { settled, interrupted: false, steps_passed, recovery: scenario.background() }
+        }
+        _ = interrupt => crate::driver::Ended { settled: false, interrupted: true, steps_passed: false, recovery: false },
     };
     if let Some(operator) = operator {
         operator.abort();
@@ -232,17 +234,22 @@ async fn settle(shared: &Shared) -> bool {
     settled
 }
 
-/// Checks every expectation, printing each; true when all hold.
-fn expectations(scenario: &Scenario, view: &View) -> bool {
+/// Checks every expectation: true when all hold, and one line (or two) each.
+fn expectations(scenario: &Scenario, view: &View) -> (bool, Vec<String>) {
     let mut passed = true;
+    let mut lines = Vec::new();
     for (index, expect) in scenario.expects.iter().enumerate() {
         match evaluate(expect, view) {
-            Ok(()) => println!("  ok      expect {}: {}", index + 1, describe(expect)),
+            Ok(()) => lines.push(format!("  ok      expect {}: {}", index + 1, describe(expect))),
             Err(found) => {
                 passed = false;
-                println!("  FAILED  expect {}: expected {}\n          found {found}", index + 1, describe(expect));
+                lines.push(format!(
+                    "  FAILED  expect {}: expected {}\n          found {found}",
+                    index + 1,
+                    describe(expect)
+                ));
             }
         }
     }
-    passed
+    (passed, lines)
 }

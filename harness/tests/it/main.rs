@@ -4,6 +4,7 @@
 mod conform;
 mod containers;
 mod diff;
+mod evidence;
 mod matrix;
 mod replicas;
 mod run;
