@@ -51,6 +51,8 @@ pub struct Driven {
     pub faults: usize,
     /// The run as checked: every checker's verdict.
     pub run: results::Run,
+    /// What the system is, and the faults asked for that it could not take (and why).
+    pub system: system::SystemInfo,
 }
 
 /// Drives one run in `folder`: `program` is the `fencelab` binary; `interrupt` ends the
@@ -122,8 +124,11 @@ pub async fn drive(
         && (!has_ledger || !records.ledger.is_empty());
     let meta = RunMeta { command, started_at, duration_ms: started.elapsed().as_millis() as u64, complete };
     crate::run::write_json(&folder.join("run.json"), &meta)?;
-    let (_, run) = crate::check::check_folder(&folder)?;
-    Ok(Driven { folder, complete, steps_passed: ended.steps_passed, records, events, healthy_ms, faults, run })
+    let (_, run) =
+        crate::check::check_folder(&folder).map_err(|error| anyhow::anyhow!("checking the run folder: {error}"))?;
+    let system = shared.cluster.lock().await.info.clone();
+    let steps_passed = ended.steps_passed;
+    Ok(Driven { folder, complete, steps_passed, records, events, healthy_ms, faults, run, system })
 }
 
 /// How the work in the middle ended.

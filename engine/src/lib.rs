@@ -5,5 +5,6 @@
 
 pub mod check;
 pub mod driver;
+pub mod evidence;
 pub mod run;
 pub mod scenario;

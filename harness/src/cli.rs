@@ -47,6 +47,28 @@ enum Command {
         /// The run folder (`store/<test>/<start-time>`, or `store/latest`).
         folder: std::path::PathBuf,
     },
+    /// Assemble a minimal evidence folder from records gathered by hand (a control plane's
+    /// ledger and jobs, a target's step log, runners' logs) for `fencelab check`.
+    Evidence {
+        /// The ledger: entries as `GET /v1/ledger` answers them (a JSON array, or one a line).
+        #[arg(long)]
+        ledger: Option<std::path::PathBuf>,
+        /// Every job whole, as `GET /v1/jobs/{id}` answers (an array, or one a line).
+        #[arg(long)]
+        jobs: Option<std::path::PathBuf>,
+        /// The target's step records, as `GET /v1/steps` answers them.
+        #[arg(long)]
+        steps: Option<std::path::PathBuf>,
+        /// A runner's log (`docs/history.md`), repeatable.
+        #[arg(long = "runner-log")]
+        runner_logs: Vec<std::path::PathBuf>,
+        /// The lease policy the control plane ran with.
+        #[arg(long)]
+        lease_ms: Option<u64>,
+        /// The folder to write `history.jsonl` into (it must not hold one).
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
     /// For every planted bug, short runs with the faults that expose it, and the correct lab
     /// under every fault: a table of bug × detected, also written as JSON.
     Matrix(crate::args::MatrixArgs),
@@ -191,6 +213,7 @@ fn name(command: &Command) -> &'static str {
         Command::Lab { .. } => "lab",
         Command::Toxiproxy { .. } => "toxiproxy",
         Command::Check { .. } => "check",
+        Command::Evidence { .. } => "evidence",
         Command::Matrix(_) => "matrix",
         Command::Replay { .. } => "replay",
         Command::Shrink { .. } => "shrink",
@@ -237,14 +260,17 @@ fn execute(command: Command) -> Result<Exit, CommandError> {
             Ok(Exit::Valid)
         }
         Command::Check { folder } => {
-            if !folder.join("history.jsonl").is_file() {
-                return Err(bad(format!("{} holds no history.jsonl", folder.display())));
-            }
-            let command = std::fs::read_to_string(folder.join("run.json"))
-                .ok()
-                .and_then(|text| serde_json::from_str::<engine::check::RunMeta>(&text).ok())
-                .map_or_else(String::new, |meta| meta.command);
-            verdict(&folder, &command)
+            let (_, run) = engine::check::check_folder(&folder)?;
+            Ok(print_verdict(&folder, &run, &run.command))
+        }
+        Command::Evidence { ledger, jobs, steps, runner_logs, lease_ms, out } => {
+            let inputs = engine::evidence::Inputs { ledger, jobs, steps, runner_logs, lease_ms, out };
+            let assembled = engine::evidence::assemble(&inputs)?;
+            let words: Vec<&str> = assembled.sources.iter().map(|source| source.as_str()).collect();
+            let history = inputs.out.join("history.jsonl");
+            println!("history      {} ({} events from {})", history.display(), assembled.events, words.join(", "));
+            println!("check with   fencelab check {}", inputs.out.display());
+            Ok(Exit::Valid)
         }
         Command::Matrix(args) => matrix_command(&args),
         Command::Replay { folder, tries, store } => replay_command(&folder, tries, &store),
@@ -322,6 +348,9 @@ fn run_command(args: crate::args::RunArgs) -> Result<Exit, CommandError> {
             return Err(bad(format!("--toxiproxy-url {url} is not a reachable Toxiproxy: {error}")));
         }
     }
+    if let Some(warning) = config.backlog_warning() {
+        eprintln!("fencelab run: warning: {warning}");
+    }
     let folder = engine::run::create_folder(&config).map_err(bad)?;
     eprintln!("fencelab: seed {}; run folder {}", config.seed, folder.display());
     let command = config.command_in(&folder);
@@ -330,13 +359,6 @@ fn run_command(args: crate::args::RunArgs) -> Result<Exit, CommandError> {
         .map_err(|error| CommandError::from(error).repeat_with(&command))?;
     summary(&driven, &command);
     Ok(print_verdict(&driven.folder, &driven.run, &command))
-}
-
-/// Checks a run folder again and prints its verdict.
-fn verdict(folder: &std::path::Path, command: &str) -> Result<Exit, CommandError> {
-    let (_, run) = engine::check::check_folder(folder)
-        .map_err(|error| internal(format!("cannot check {}: {error:#}", folder.display())))?;
-    Ok(print_verdict(folder, &run, command))
 }
 
 /// Prints the verdict table of a checked run; answers its exit.
@@ -378,6 +400,10 @@ fn summary(driven: &engine::driver::Driven, command: &str) {
     println!("jobs         {} ({} attempts): {:?}", jobs.len(), attempts, states);
     println!("history      {} events", driven.events);
     println!("complete     {}", if driven.complete { "yes" } else { "no: interrupted, or jobs did not settle" });
+    for not in &driven.system.faults_not_run {
+        let why = if not.why.is_empty() { format!("needs `{}`", not.needs.name()) } else { not.why.clone() };
+        println!("not run      {}: {why}", not.fault.name());
+    }
     println!("command      {command}");
 }
 

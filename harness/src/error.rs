@@ -56,11 +56,26 @@ impl From<engine::scenario::ScenarioError> for CommandError {
     }
 }
 
+impl From<engine::check::FolderError> for CommandError {
+    /// A folder whose files are not what they should be is bad input; reports that cannot
+    /// be written are an internal failure.
+    fn from(error: engine::check::FolderError) -> CommandError {
+        match error {
+            engine::check::FolderError::Bad(message) => CommandError::BadArguments(message),
+            engine::check::FolderError::Write(message) => CommandError::Internal(message),
+        }
+    }
+}
+
 impl From<anyhow::Error> for CommandError {
     /// An internal failure, unless it is a system's start failing on a wrong name.
     fn from(error: anyhow::Error) -> CommandError {
-        match error.downcast::<system::StartError>() {
-            Ok(start) => CommandError::from(start),
+        let error = match error.downcast::<system::StartError>() {
+            Ok(start) => return CommandError::from(start),
+            Err(error) => error,
+        };
+        match error.downcast::<engine::check::FolderError>() {
+            Ok(folder) => CommandError::from(folder),
             Err(error) => CommandError::Internal(format!("{error:#}")),
         }
     }

@@ -30,6 +30,10 @@ pub struct ResultsDoc {
     /// Whether the run reached its end (absent in older files: read as complete).
     #[serde(default = "complete_default")]
     pub complete: bool,
+    /// The sources of evidence the history holds (`docs/history.md`, "Sources"): what the
+    /// verdicts stand on (absent in older files).
+    #[serde(default)]
+    pub sources: Vec<String>,
     pub anomaly_count: usize,
     pub checkers: Vec<CheckerDoc>,
     /// The run's config, verbatim.
@@ -128,6 +132,7 @@ pub fn results_json(run: &Run, events: &[Event]) -> String {
         overall,
         exit_code: i32::from(overall.exit().code()),
         complete: run.complete,
+        sources: history::sources_of(events).iter().map(|source| source.as_str().to_string()).collect(),
         anomaly_count: checkers.iter().map(|c| c.anomaly_count).sum(),
         checkers,
         config: run.config.clone(),

@@ -96,23 +96,25 @@ pub fn render(name: &str, suites: Vec<TestSuite>) -> String {
 
 /// Renders `junit.xml` without anomaly stories.
 pub fn junit_xml(run: &Run) -> String {
-    render_run(run, &[])
+    render_run(run, &[], &[])
 }
 
 /// Renders `junit.xml` with each anomaly's story (from the run's history): the first
 /// anomaly's story in the failure message, every story under its anomaly's line in the body.
 pub fn junit_xml_with_stories(run: &Run, events: &[Event]) -> String {
-    render_run(run, &story::stories(run, events))
+    render_run(run, events, &story::stories(run, events))
 }
 
-fn render_run(run: &Run, stories: &[Story]) -> String {
+fn render_run(run: &Run, events: &[Event], stories: &[Story]) -> String {
     let overall = run.overall();
+    let sources: Vec<&str> = history::sources_of(events).iter().map(|source| source.as_str()).collect();
     let properties = [
         ("seed", run.seed.to_string()),
         ("command", run.command.clone()),
         ("started_at", run.started_at.clone()),
         ("overall", overall.to_string()),
         ("exit_code", overall.exit().code().to_string()),
+        ("sources", sources.join(",")),
     ];
     let name = format!("fencelab.{}", run.test_name);
     let mut suite = suite(&name, Some(run.duration_ms), &run.started_at, &properties);

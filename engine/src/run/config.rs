@@ -315,6 +315,32 @@ impl RunConfig {
         command
     }
 
+    /// Whether the planned jobs can drain: each deployment key runs one attempt at a time
+    /// and each runner one, so at most `min(keys, runners)` attempts of the mean length run
+    /// at once. When the rate asks for more, a warning that names the numbers and how long
+    /// recovery would need to drain the backlog.
+    pub fn backlog_warning(&self) -> Option<String> {
+        let steps = f64::from(self.steps_min + self.steps_max) / 2.0;
+        let attempt_s = steps * (self.step_ms_min + self.step_ms_max) as f64 / 2.0 / 1_000.0;
+        let lanes = self.keys.min(self.runners) as f64;
+        let servable_per_s = lanes / attempt_s.max(0.001);
+        if self.rate_per_s <= servable_per_s {
+            return None;
+        }
+        let time_limit_s = self.time_limit_ms as f64 / 1_000.0;
+        let backlog = (self.rate_per_s - servable_per_s) * time_limit_s;
+        let drain_s = backlog / servable_per_s;
+        Some(format!(
+            "backlog: {} jobs/s over {} keys and {} runners exceeds what they can serve (about {servable_per_s:.1} jobs/s \
+             for attempts of about {attempt_s:.1} s); about {backlog:.0} jobs will wait at the time limit, and draining \
+             them needs about {drain_s:.0} s of recovery (--recovery-limit is {} s): expect an incomplete, unknown run",
+            self.rate_per_s,
+            self.keys,
+            self.runners,
+            self.recovery_limit_ms / 1_000
+        ))
+    }
+
     pub fn job_options(&self) -> workloads::jobs::JobOptions {
         workloads::jobs::JobOptions {
             time_limit_ms: self.time_limit_ms,
@@ -342,6 +368,14 @@ impl RunConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plan_that_cannot_drain_is_warned_about_and_one_that_can_is_not() {
+        assert_eq!(RunConfig::default().backlog_warning(), None, "the default run drains");
+        let crowded = RunConfig { runners: 64, keys: 32, rate_per_s: 50.0, ..RunConfig::default() };
+        let warning = crowded.backlog_warning().expect("50 jobs/s over 32 keys cannot drain");
+        assert!(warning.contains("50 jobs/s over 32 keys") && warning.contains("recovery"), "{warning}");
+    }
 
     #[test]
     fn config_json_is_read_back_through_its_type() {

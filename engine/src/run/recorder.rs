@@ -67,36 +67,65 @@ impl Recorder {
         finals: Vec<Event>,
     ) -> std::io::Result<usize> {
         self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
-        let mut sources: Vec<Vec<Event>> =
-            vec![std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))];
-        for path in runner_logs {
-            sources.push(read_runner_log(path, self.start_ns, self.now_ns()));
-        }
-        sources.push(ledger.iter().map(|entry| ledger_event(entry, self.rebase(entry.mono_ns))).collect());
-        sources.push(steps.iter().map(|record| step_event(record, self.rebase(record.mono_ns))).collect());
-        let mut all: Vec<Event> = sources.into_iter().flatten().collect();
-        all.sort_by_key(|event| event.time_ns);
-        let end_ns = all.last().map_or(0, |event| event.time_ns).max(self.now_ns());
-        all.extend(finals.into_iter().map(|mut event| {
-            event.time_ns = end_ns;
-            event
-        }));
-        let partial = self.path.with_extension("jsonl.partial");
-        let mut writer = Writer::new(BufWriter::new(File::create(&partial)?));
-        for event in all {
-            writer.append(event).map_err(std::io::Error::other)?;
-        }
-        let count = writer.len() as usize;
-        drop(writer.into_inner());
-        std::fs::rename(&partial, &self.path)?;
-        Ok(count)
+        let own = std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()));
+        let sources = Sources { own, runner_logs, ledger, steps, closing: finals };
+        let all = merge(self.start_ns, self.now_ns(), sources);
+        write_whole(&self.path, all)
     }
+}
+
+/// Every source of a history before it is merged.
+pub struct Sources<'a> {
+    /// Events already on the history's clock (the harness's own).
+    pub own: Vec<Event>,
+    pub runner_logs: &'a [PathBuf],
+    pub ledger: &'a [LedgerEntry],
+    pub steps: &'a [StepRecord],
+    /// Events that close the history, placed at its end (final states, unreadable records,
+    /// the declaration of sources).
+    pub closing: Vec<Event>,
+}
+
+/// The one merge: every source onto one clock (`mono_ns` − `start_ns`), in time order, the
+/// closing events at the end (`now_ns` at the latest), numbered.
+pub fn merge(start_ns: u64, now_ns: u64, sources: Sources<'_>) -> Vec<Event> {
+    let rebase = |mono_ns: u64| mono_ns.saturating_sub(start_ns);
+    let mut all: Vec<Event> = sources.own;
+    for path in sources.runner_logs {
+        all.extend(read_runner_log(path, start_ns, now_ns));
+    }
+    all.extend(sources.ledger.iter().map(|entry| ledger_event(entry, rebase(entry.mono_ns))));
+    all.extend(sources.steps.iter().map(|record| step_event(record, rebase(record.mono_ns))));
+    all.sort_by_key(|event| event.time_ns);
+    let end_ns = all.last().map_or(0, |event| event.time_ns).max(now_ns);
+    all.extend(sources.closing.into_iter().map(|mut event| {
+        event.time_ns = end_ns;
+        event
+    }));
+    for (index, event) in all.iter_mut().enumerate() {
+        event.index = index as u64;
+    }
+    all
+}
+
+/// Writes a whole history to `path` (through a `.partial` file, renamed: a reader never
+/// sees half of it); answers how many events it holds.
+pub fn write_whole(path: &Path, events: Vec<Event>) -> std::io::Result<usize> {
+    let partial = path.with_extension("jsonl.partial");
+    let mut writer = Writer::new(BufWriter::new(File::create(&partial)?));
+    for event in events {
+        writer.append(event).map_err(std::io::Error::other)?;
+    }
+    let count = writer.len() as usize;
+    drop(writer.into_inner());
+    std::fs::rename(&partial, path)?;
+    Ok(count)
 }
 
 /// A runner's log, rebased. A torn last line (a killed runner) is skipped; any other line
 /// that is not an event of the vocabulary, or a log that cannot be read, becomes an
 /// `unreadable` event naming the file and line, so the verdict is unknown rather than blind.
-fn read_runner_log(path: &Path, start_ns: u64, now_ns: u64) -> Vec<Event> {
+pub fn read_runner_log(path: &Path, start_ns: u64, now_ns: u64) -> Vec<Event> {
     let unreadable = |time_ns: u64, why: String| {
         let mut event = Event::new(time_ns, Process::HARNESS, EventType::Info, Op::Unreadable);
         event.reason = Some(format!("{}: {why}", path.display()));
@@ -253,7 +282,10 @@ mod tests {
             json!({"attempts": [{"attempt": "j1-a1", "runner": "r1", "fence": 1, "state": "succeeded", "closed_by": "result"}]}),
         );
 
-        recorder.finish(&[log], &ledger, &steps, vec![last]).unwrap();
+        // As the driver does: the run declares every source it held (a nemesis that did
+        // nothing, an operator with nothing to reconcile).
+        let every = history::Source::ALL.iter().copied().collect();
+        recorder.finish(&[log], &ledger, &steps, vec![last, history::sources_event(&every)]).unwrap();
 
         let events = history::read(std::fs::File::open(dir.path().join("history.jsonl")).unwrap()).unwrap();
         let from_log: Vec<&Event> = events.iter().filter(|event| event.process == Process::runner("r1")).collect();

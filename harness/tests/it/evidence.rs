@@ -107,3 +107,120 @@ async fn a_ledger_with_one_result_edited_into_a_stale_completion_is_invalid_nami
     let Verdict::Invalid { anomalies } = anomalies.verdict else { panic!("{anomalies:?}") };
     assert!(anomalies.iter().any(|anomaly| anomaly.job.as_deref() == Some(job.as_str())), "{anomalies:#?}");
 }
+
+/// Runs `fencelab` with `args`: exit code and output.
+async fn fencelab(args: &[&str]) -> (Option<i32>, String) {
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    super::fencelab_output(&args, std::time::Duration::from_secs(60)).await
+}
+
+fn write_lines<T: serde::Serialize>(path: &Path, records: &[T]) {
+    let lines: Vec<String> = records.iter().map(|record| serde_json::to_string(record).unwrap()).collect();
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}
+
+/// From the outside, as a user after an incident would: a real lab runs three jobs; its
+/// ledger, jobs, step log and runner log are fetched over HTTP and written as files;
+/// `fencelab evidence` assembles them and `fencelab check` judges them — valid or unknown,
+/// never invalid, for the whole set and for the ledger alone; and a ledger whose heartbeat
+/// grant was edited past the lease policy is invalid.
+#[tokio::test(flavor = "multi_thread")]
+async fn records_gathered_by_hand_are_assembled_and_judged_on_what_they_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = lab::demo::LabOptions::new(Path::new(&super::lab_binary()), &dir.path().join("lab"));
+    options.lease_ms = 1_000;
+    let mut lab = lab::demo::LocalLab::start(options).await.unwrap();
+    lab.spawn_runner("r1", &[]).await.unwrap();
+    for job in ["j1", "j2", "j3"] {
+        lab.submit(job, job, protocol::JobSpec { steps: 3, step_ms: 100 }).await.unwrap();
+    }
+    let mut views = Vec::new();
+    for job in ["j1", "j2", "j3"] {
+        let wait = std::time::Duration::from_secs(30);
+        views.push(lab.wait_job(job, wait, |view| view.state == protocol::JobState::Succeeded).await.unwrap());
+    }
+    let ledger = lab.operator.ledger(100_000).await.unwrap();
+    let target = protocol::Client::new(&lab.target_url(), None, std::time::Duration::from_secs(5));
+    let steps = target.steps(100_000).await.unwrap();
+    let log = lab.runner_log("r1");
+    lab.shutdown().await;
+    let records = dir.path().join("records");
+    std::fs::create_dir_all(&records).unwrap();
+    std::fs::write(records.join("ledger.json"), serde_json::to_vec(&ledger).unwrap()).unwrap();
+    write_lines(&records.join("jobs.jsonl"), &views);
+    write_lines(&records.join("steps.jsonl"), &steps);
+    let path = |name: &str| records.join(name).display().to_string();
+    let (whole, ledger_only, edited) =
+        (dir.path().join("whole"), dir.path().join("ledger-only"), dir.path().join("edited"));
+    let log = log.display().to_string();
+    let whole_s = whole.display().to_string();
+    let (ledger_file, jobs_file, steps_file) = (path("ledger.json"), path("jobs.jsonl"), path("steps.jsonl"));
+    let assembled = fencelab(&[
+        "evidence",
+        "--ledger",
+        &ledger_file,
+        "--jobs",
+        &jobs_file,
+        "--steps",
+        &steps_file,
+        "--runner-log",
+        &log,
+        "--lease-ms",
+        "1000",
+        "--out",
+        &whole_s,
+    ])
+    .await;
+    assert_eq!(assembled.0, Some(0), "{}", assembled.1);
+    let (code, output) = fencelab(&["check", &whole_s]).await;
+    assert!(matches!(code, Some(0) | Some(2)), "the correct lab's records are never invalid: {output}");
+    let ledger_s = ledger_only.display().to_string();
+    assert_eq!(fencelab(&["evidence", "--ledger", &ledger_file, "--out", &ledger_s]).await.0, Some(0));
+    let (code, output) = fencelab(&["check", &ledger_s]).await;
+    assert!(matches!(code, Some(0) | Some(2)), "the ledger alone is never invalid: {output}");
+    assert!(output.contains("unknown"), "what the ledger alone cannot show is said unknown: {output}");
+
+    let mut bent = ledger.clone();
+    let grant = bent.iter_mut().find(|entry| entry.kind == history::Op::Heartbeat && entry.lease_expires_ms.is_some());
+    let grant = grant.expect("a heartbeat was granted");
+    grant.lease_expires_ms = grant.lease_expires_ms.map(|end| end + 60_000);
+    std::fs::write(records.join("bent.json"), serde_json::to_vec(&bent).unwrap()).unwrap();
+    let (bent_file, edited_s) = (path("bent.json"), edited.display().to_string());
+    let assembled = fencelab(&["evidence", "--ledger", &bent_file, "--lease-ms", "1000", "--out", &edited_s]).await;
+    assert_eq!(assembled.0, Some(0), "{}", assembled.1);
+    let (code, output) = fencelab(&["check", &edited_s]).await;
+    assert_eq!(code, Some(1), "a lease granted past the policy is caught from the ledger alone: {output}");
+    assert!(output.contains("rules-model"), "{output}");
+
+    let (code, output) = fencelab(&["evidence", "--ledger", &path("nothing.json"), "--out", &edited_s]).await;
+    assert_eq!(code, Some(254), "a missing input is bad input: {output}");
+    std::fs::write(records.join("broken.jsonl"), "{\"seq\": 1}\nnot json\n").unwrap();
+    let broken = path("broken.jsonl");
+    let fresh = dir.path().join("fresh").display().to_string();
+    let (code, output) = fencelab(&["evidence", "--ledger", &broken, "--out", &fresh]).await;
+    assert_eq!(code, Some(254), "{output}");
+    assert!(output.contains("broken.jsonl: line 1"), "the file and line are named: {output}");
+    assert!(!dir.path().join("fresh").exists(), "bad input changes nothing");
+}
+
+/// A folder holding only `history.jsonl` is checked (every other file has its default); a
+/// `config.json` that is not JSON is bad input naming the file, never an internal error.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_folder_with_only_a_history_is_checked_and_a_broken_config_is_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut events = vec![Event::new(0, history::Process::CLIENT, EventType::Invoke, Op::Submit).with_job("j1")];
+    events[0].index = 0;
+    let mut writer = history::Writer::new(Vec::new());
+    for event in events {
+        writer.append(event).unwrap();
+    }
+    std::fs::write(dir.path().join("history.jsonl"), writer.into_inner()).unwrap();
+    let folder = dir.path().display().to_string();
+    let (code, output) = fencelab(&["check", &folder]).await;
+    assert_eq!(code, Some(2), "a history with almost nothing in it is unknown: {output}");
+    assert!(dir.path().join("results.json").is_file() && dir.path().join("junit.xml").is_file(), "{output}");
+    std::fs::write(dir.path().join("config.json"), "{ not json").unwrap();
+    let (code, output) = fencelab(&["check", &folder]).await;
+    assert_eq!(code, Some(254), "{output}");
+    assert!(output.contains("config.json"), "{output}");
+}

@@ -106,7 +106,7 @@ async fn cut_runner_link_makes_the_job_uncertain_not_requeued() {
 }
 
 /// The lab binary, built by cargo next to this crate's binary.
-fn lab_binary() -> String {
+pub fn lab_binary() -> String {
     let ours = Path::new(env!("CARGO_BIN_EXE_fencelab"));
     let lab = ours.with_file_name("fencelab-lab");
     assert!(lab.exists(), "{} is not built: run the tests with `cargo nextest run --workspace`", lab.display());

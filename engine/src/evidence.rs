@@ -1,0 +1,102 @@
+//! `fencelab evidence`: a minimal evidence folder assembled from records a user gathered by
+//! hand — a control plane's ledger (`GET /v1/ledger`), its jobs (`GET /v1/jobs/{id}`), a
+//! target's step log (`GET /v1/steps`) and runners' logs — into one `history.jsonl`
+//! that `fencelab check` judges. Each record goes through the one collector's conversions
+//! and the one merge; the history declares exactly the sources it was given, so a rule
+//! standing on one that was not given answers unknown. Every input is read and checked
+//! before anything is written: bad input changes nothing.
+//!
+//! The records are put on one clock by their monotonic times (`mono_ns` of ledger entries
+//! and step records, `time_ns` of runner log lines), as the lab's processes on one host
+//! stamp them; records from hosts whose monotonic clocks differ cannot be ordered against
+//! each other, and should be checked apart (the ledger alone, say).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use history::{Event, EventType, Op, Process, Source};
+use protocol::{JobView, LedgerEntry, StepRecord};
+
+use crate::check::FolderError;
+use crate::run::recorder::{merge, write_whole, Sources};
+
+/// The records to assemble, each optional.
+#[derive(Clone, Debug, Default)]
+pub struct Inputs {
+    pub ledger: Option<PathBuf>,
+    pub jobs: Option<PathBuf>,
+    pub steps: Option<PathBuf>,
+    pub runner_logs: Vec<PathBuf>,
+    /// The lease policy, for the rules that judge a granted lease against it.
+    pub lease_ms: Option<u64>,
+    pub out: PathBuf,
+}
+
+/// What was assembled.
+pub struct Assembled {
+    pub events: usize,
+    pub sources: BTreeSet<Source>,
+}
+
+/// Records of type `T` from a file holding a JSON array of them or one per line; the
+/// error names the file and the line.
+fn records<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, FolderError> {
+    let bad = |why: String| FolderError::Bad(format!("{}: {why}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|error| bad(error.to_string()))?;
+    if text.trim_start().starts_with('[') {
+        return serde_json::from_str(&text).map_err(|error| bad(error.to_string()));
+    }
+    let lines = text.lines().enumerate().filter(|(_, line)| !line.trim().is_empty());
+    lines
+        .map(|(number, line)| serde_json::from_str(line).map_err(|error| bad(format!("line {}: {error}", number + 1))))
+        .collect()
+}
+
+/// Assembles `inputs` into `inputs.out/history.jsonl`.
+pub fn assemble(inputs: &Inputs) -> Result<Assembled, FolderError> {
+    let ledger: Vec<LedgerEntry> = inputs.ledger.as_deref().map(records).transpose()?.unwrap_or_default();
+    let jobs: Vec<JobView> = inputs.jobs.as_deref().map(records).transpose()?.unwrap_or_default();
+    let steps: Vec<StepRecord> = inputs.steps.as_deref().map(records).transpose()?.unwrap_or_default();
+    for log in &inputs.runner_logs {
+        if !log.is_file() {
+            return Err(FolderError::Bad(format!("--runner-log {}: no such file", log.display())));
+        }
+    }
+    if inputs.ledger.is_none() && inputs.runner_logs.is_empty() && inputs.steps.is_none() {
+        return Err(FolderError::Bad("give at least one of --ledger, --runner-log, --steps".into()));
+    }
+    if inputs.out.join("history.jsonl").exists() {
+        let said = format!("--out {} already holds a history.jsonl", inputs.out.display());
+        return Err(FolderError::Bad(said));
+    }
+    let mut sources = BTreeSet::new();
+    let given = [
+        (inputs.ledger.is_some(), Source::Ledger),
+        (!inputs.runner_logs.is_empty(), Source::RunnerLogs),
+        (inputs.steps.is_some(), Source::TargetLog),
+        (inputs.jobs.is_some(), Source::Finals),
+        (inputs.lease_ms.is_some(), Source::Config),
+    ];
+    sources.extend(given.iter().filter(|(given, _)| *given).map(|(_, source)| *source));
+    let own: Vec<Event> = inputs.lease_ms.map(config_event).into_iter().collect();
+    let mut closing: Vec<Event> = jobs.iter().map(system::collect::final_event).collect();
+    closing.push(history::sources_event(&sources));
+    let parts = Sources { own, runner_logs: &inputs.runner_logs, ledger: &ledger, steps: &steps, closing };
+    let mut events = merge(0, 0, parts);
+    let start_ns = events.iter().filter(|event| event.f != Op::Config).map(|event| event.time_ns).min().unwrap_or(0);
+    for event in &mut events {
+        event.time_ns = event.time_ns.saturating_sub(start_ns);
+    }
+    std::fs::create_dir_all(&inputs.out)
+        .map_err(|error| FolderError::Bad(format!("--out {}: {error}", inputs.out.display())))?;
+    let written = write_whole(&inputs.out.join("history.jsonl"), events)
+        .map_err(|error| FolderError::Write(format!("{}: {error}", inputs.out.display())))?;
+    Ok(Assembled { events: written, sources })
+}
+
+/// The lease policy as a `config` event.
+fn config_event(lease_ms: u64) -> Event {
+    let mut event = Event::new(0, Process::HARNESS, EventType::Ok, Op::Config);
+    event.value = Some(serde_json::json!({ "lease_ms": lease_ms }));
+    event
+}
