@@ -15,6 +15,21 @@ pub use system::ClockControl;
 
 pub use system::{libfaketime, LIBFAKETIME_PATHS};
 
+/// A runner's clock file at `offset_ms` from true time, in the form its method reads:
+/// libfaketime's signed seconds (`+0`, `+120`, `-30.5`; an unsigned `0` is read as an
+/// absolute date, and libfaketime 0.9.10 refuses it with a newline or a space after it
+/// and ends the process), the runner's own offset in ms.
+/// None for clocks that cannot be moved.
+pub fn clock_text(clock: &ClockControl, offset_ms: i64) -> Option<String> {
+    match clock {
+        ClockControl::Libfaketime { .. } | ClockControl::LibfaketimeMounted { .. } => {
+            Some(format!("{:+}", offset_ms as f64 / 1_000.0))
+        }
+        ClockControl::RunnerOffset => Some(offset_ms.to_string()),
+        ClockControl::Fixed => None,
+    }
+}
+
 pub struct RunnerSlot {
     pub id: String,
     pub token: String,
@@ -226,7 +241,7 @@ impl Cluster {
         self.target_links.push(format!("http://{}", target.listen_addr()?));
         let registered = self.system.register_token(&id).await?;
         let clock_file = self.system.launch.dir.join(format!("clock-{id}"));
-        std::fs::write(&clock_file, "0")?;
+        std::fs::write(&clock_file, clock_text(&self.clock, 0).unwrap_or_default())?;
         self.runners.push(RunnerSlot {
             id,
             token: registered,
@@ -312,13 +327,8 @@ impl Cluster {
 
     /// Moves runner `index`'s clock to `offset_ms` from true time.
     pub fn set_clock(&self, index: usize, offset_ms: i64) -> std::io::Result<()> {
-        let text = match self.clock {
-            ClockControl::Libfaketime { .. } | ClockControl::LibfaketimeMounted { .. } => {
-                format!("{:+}", offset_ms as f64 / 1_000.0)
-            }
-            ClockControl::RunnerOffset => offset_ms.to_string(),
-            ClockControl::Fixed => return Err(std::io::Error::other("this system's runner clocks cannot be moved")),
-        };
+        let text = clock_text(&self.clock, offset_ms)
+            .ok_or_else(|| std::io::Error::other("this system's runner clocks cannot be moved"))?;
         std::fs::write(&self.runners[index].clock_file, text)
     }
 
@@ -387,6 +397,16 @@ async fn start_proxy(config: &RunConfig, dir: &Path) -> anyhow::Result<Proxies> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clock_file_is_written_in_the_form_its_method_parses_at_every_offset() {
+        let library = std::path::PathBuf::from("/lib/libfaketime.so.1");
+        let faketime = ClockControl::Libfaketime { library };
+        let texts: Vec<String> = [0, 120_000, -30_500].iter().map(|ms| clock_text(&faketime, *ms).unwrap()).collect();
+        assert_eq!(texts, ["+0", "+120", "-30.5"], "a bare `0` makes libfaketime refuse to start the process");
+        assert_eq!(clock_text(&ClockControl::RunnerOffset, -250).as_deref(), Some("-250"));
+        assert_eq!(clock_text(&ClockControl::Fixed, 0), None);
+    }
 
     #[test]
     fn a_database_url_is_pointed_at_a_proxy_keeping_user_database_and_parameters() {

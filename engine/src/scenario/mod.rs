@@ -135,45 +135,26 @@ pub async fn run_file(
     let (expects_passed, mut lines) = expectations(&scenario, &view);
     let evidence = &driven.records.unreadable;
     lines.extend(evidence.iter().map(|why| format!("  unknown {why}")));
-    let history = crate::check::read_history(&driven.folder.join("history.jsonl")).unwrap_or_else(|why| {
-        lines.push(format!("  unknown {why}"));
-        Vec::new()
-    });
-    let idle = ineffective(&history);
+    // A fault of the scenario's steps that this host cannot act on (no libfaketime, a
+    // process in a container, another store) leaves what it was to show unjudged.
+    let played: Vec<_> =
+        scenario.steps.iter().filter_map(|step| format::fault_of(&step.action, 0, scenario.runners).ok()).collect();
+    let idle: Vec<String> = driven
+        .system
+        .faults_not_run
+        .iter()
+        .filter(|not| played.iter().any(|fault| fault.kind == not.fault))
+        .map(|not| format!("{} did not take effect: {}", not.fault.name(), not.why))
+        .collect();
     let passed = driven.steps_passed && expects_passed;
     if !passed {
-        lines.extend(idle.iter().map(|why| format!("  unknown {why}: an expectation that needs it cannot be judged")));
+        lines.extend(idle.iter().map(|why| format!("  unknown {why}; an expectation that needs it cannot be judged")));
     }
-    let outcome = match (passed, evidence.is_empty() && !history.is_empty(), idle.is_empty()) {
-        (_, false, _) => history::Exit::Unknown,
-        (false, true, false) => history::Exit::Unknown,
+    let outcome = match (passed, evidence.is_empty(), idle.is_empty()) {
+        (_, false, _) | (false, true, false) => history::Exit::Unknown,
         (passed, true, _) => history::Exit::passed(passed),
     };
     Ok(Report { folder: driven.folder, passed: outcome == history::Exit::Valid, outcome, lines })
-}
-
-/// The faults of a history that never took effect (every start `effective: false`, or
-/// refused), each with why: `target-clock-skew did not take effect: libfaketime …`.
-pub fn ineffective(events: &[history::Event]) -> Vec<String> {
-    let mut faults: BTreeMap<history::Op, (bool, Vec<String>)> = BTreeMap::new();
-    let starts = events.iter().filter(|event| event.process == history::Process::NEMESIS);
-    for event in starts.filter(|event| event.value.as_ref().is_some_and(|value| value["phase"] == "start")) {
-        let Some(value) = event.value.as_ref() else { continue };
-        let entry = faults.entry(event.f).or_default();
-        if value["effective"] == true && event.kind == history::EventType::Ok {
-            entry.0 = true;
-        } else if let Some(reason) = &event.reason {
-            entry.1.push(reason.clone());
-        }
-    }
-    faults
-        .into_iter()
-        .filter(|(_, (took, _))| !took)
-        .map(|(op, (_, reasons))| {
-            let why = reasons.last().cloned().unwrap_or_else(|| "it found nothing to hit".to_string());
-            format!("{op} did not take effect: {why}")
-        })
-        .collect()
 }
 
 /// Holds the runners a scenario names idle (SIGSTOP) before its first step, and gives a

@@ -101,3 +101,39 @@ async fn each_python_bug_variant_is_caught_under_its_faults() {
         assert!(row.contains("1/1"), "{row}");
     }
 }
+
+/// The Python implementation's runners under libfaketime (its system file with
+/// `runner_clock = ["libfaketime"]`), with clock skew: its multithreaded runner starts,
+/// survives every clock the nemesis sets, and the run is valid. A clock file libfaketime
+/// cannot parse (a bare `0`) made every runner exit at once, and the correct
+/// implementation invalid (`runner-exited`, `not-settled`).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_implementation_is_valid_under_libfaketime_clock_skew() {
+    if python_missing() {
+        return;
+    }
+    if engine::run::cluster::libfaketime().is_none() {
+        eprintln!("SKIPPED: libfaketime is not installed");
+        let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
+        assert!(!require_all, "libfaketime is missing and FENCELAB_REQUIRE_ALL=1");
+        return;
+    }
+    let original = std::fs::read_to_string(python_system()).unwrap();
+    let here = python_system().parent().unwrap().canonicalize().unwrap();
+    let mut text = original.replace("runner_clock = [\"offset-file\"]", "runner_clock = [\"libfaketime\"]");
+    for role in ["[control_plane]", "[target]", "[runner]"] {
+        text = text.replacen(role, &format!("{role}\ncwd = \"{}\"", here.display()), 1);
+    }
+    assert!(text.contains("runner_clock = [\"libfaketime\"]"), "the clock method was found in the file");
+    let dir = tempfile::tempdir().unwrap();
+    let system = dir.path().join("python-libfaketime.toml");
+    std::fs::write(&system, text).unwrap();
+    let system = system.display().to_string();
+    let args = ["--system", &system, "--seed", "6", "--time-limit", "15", "--nemesis", "clock-skew,kill"];
+    let finished = run(&args).await;
+    assert_eq!(finished.code, Some(0), "{}\n{}", finished.stdout, finished.stderr);
+    let config = std::fs::read_to_string(finished.folder().join("config.json")).unwrap();
+    assert!(config.contains("\"libfaketime\""), "the runners' clocks were libfaketime's: {config}");
+    let skewed = finished.history().iter().any(|event| event.f == history::Op::ClockSkew);
+    assert!(skewed, "a clock skew was scheduled and recorded");
+}
