@@ -23,7 +23,7 @@ fn line(fault: &workloads::faults::Fault) -> FaultLine {
         at_ms: fault.at_ms,
         duration_ms: fault.duration_ms,
         kind: fault.kind.name().to_string(),
-        runner: fault.runner.map(|runner| runner.to_string()),
+        runner: fault.runner.map(|runner| format!("r{}", runner + 1)),
         variant: serde_json::to_string(&fault.variant).unwrap_or_default(),
     }
 }

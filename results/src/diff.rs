@@ -25,7 +25,7 @@ pub struct FaultLine {
     pub at_ms: u64,
     pub duration_ms: u64,
     pub kind: String,
-    /// The runner it hits (as the schedule names it), if any.
+    /// The runner it hits, by name (`r1`: the schedule numbers runners from 0), if any.
     pub runner: Option<String>,
     /// The fault's variant, as text.
     pub variant: String,
@@ -33,7 +33,7 @@ pub struct FaultLine {
 
 impl std::fmt::Display for FaultLine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let runner = self.runner.as_deref().map(|r| format!(" on runner {r}")).unwrap_or_default();
+        let runner = self.runner.as_deref().map(|r| format!(" on {r}")).unwrap_or_default();
         write!(f, "at {} ms for {} ms: {}{runner} {}", self.at_ms, self.duration_ms, self.kind, self.variant)
     }
 }
@@ -257,7 +257,13 @@ mod tests {
     }
 
     fn fault(at_ms: u64, kind: &str) -> FaultLine {
-        FaultLine { at_ms, duration_ms: 3000, kind: kind.into(), runner: Some("1".into()), variant: "cut-links".into() }
+        FaultLine {
+            at_ms,
+            duration_ms: 3000,
+            kind: kind.into(),
+            runner: Some("r1".into()),
+            variant: "cut-links".into(),
+        }
     }
 
     #[test]
@@ -298,8 +304,8 @@ mod tests {
             "  overall                      invalid → valid",
             "  stale-completion             invalid (2 anomalies) → valid",
             "  stale-completion / superseded-result-accepted 2 → 0",
-            "  only in A: at 6000 ms for 3000 ms: reconnects on runner 1 cut-links",
-            "  only in B: at 7000 ms for 3000 ms: kill on runner 1 cut-links",
+            "  only in A: at 6000 ms for 3000 ms: reconnects on r1 cut-links",
+            "  only in B: at 7000 ms for 3000 ms: kill on r1 cut-links",
             "  (1 faults in both; A has 2, B has 2)",
             "  --bug                        accept-stale-result → (absent)",
             "  duration_ms                  20000 → 21500  (+1500)",

@@ -89,32 +89,49 @@ fn extend_lease(lease: &mut Vec<(u64, u64)>, start: u64, end: u64) {
     }
 }
 
-/// The fault windows: from the realised schedule when it lists any, else from the nemesis's
-/// `start`/`heal` events. Windows still open at the end of the history end at `end_ns`.
+/// The fault windows as they happened: from the nemesis's events — a window opens at the
+/// start that took effect and closes at its heal (a one-off fault, a resent result, lasts
+/// its scheduled duration), on the runner the event names — else, for a history without
+/// them, from the schedule. Windows still open at the end of the history end at `end_ns`.
 pub fn fault_windows(schedule: &serde_json::Value, events: &[Event], end_ns: u64) -> Vec<FaultWindow> {
-    let scheduled = from_schedule(schedule);
-    if !scheduled.is_empty() {
-        return scheduled;
+    let realised = from_history(events, end_ns);
+    if !realised.is_empty() {
+        return realised;
     }
-    let mut open: BTreeMap<(String, Option<String>), u64> = BTreeMap::new();
+    from_schedule(schedule)
+}
+
+fn from_history(events: &[Event], end_ns: u64) -> Vec<FaultWindow> {
+    let mut open: BTreeMap<(String, Option<String>), (u64, u64)> = BTreeMap::new();
     let mut windows = Vec::new();
+    let close = |kind: String, runner: Option<String>, start_ns: u64, end: u64| FaultWindow {
+        start_ns,
+        end_ns: end,
+        kind,
+        runner,
+    };
     for e in events.iter().filter(|e| e.process == Process::NEMESIS) {
-        let phase = e.value.as_ref().and_then(|v| v.get("phase")).and_then(|p| p.as_str());
+        let Some(value) = e.value.as_ref() else { continue };
+        let phase = value.get("phase").and_then(|p| p.as_str());
         let key = (e.f.to_string(), e.runner.clone());
         match (phase, e.kind) {
-            (Some("start"), EventType::Invoke) => {
-                open.entry(key).or_insert(e.time_ns);
+            (Some("start"), EventType::Ok) if value.get("effective") != Some(&serde_json::Value::Bool(false)) => {
+                let duration_ns = value.get("duration_ms").and_then(|d| d.as_u64()).unwrap_or(0).saturating_mul(MS);
+                if let Some((start_ns, duration)) = open.insert(key.clone(), (e.time_ns, duration_ns)) {
+                    windows.push(close(key.0, key.1, start_ns, (start_ns + duration).min(e.time_ns)));
+                }
             }
             (Some("heal"), EventType::Ok | EventType::Info) => {
-                if let Some(start_ns) = open.remove(&key) {
-                    windows.push(FaultWindow { start_ns, end_ns: e.time_ns, kind: key.0, runner: key.1 });
+                if let Some((start_ns, _)) = open.remove(&key) {
+                    windows.push(close(key.0, key.1, start_ns, e.time_ns));
                 }
             }
             _ => {}
         }
     }
-    for ((kind, runner), start_ns) in open {
-        windows.push(FaultWindow { start_ns, end_ns: end_ns.max(start_ns), kind, runner });
+    for ((kind, runner), (start_ns, duration_ns)) in open {
+        let end = if duration_ns > 0 { start_ns.saturating_add(duration_ns).min(end_ns) } else { end_ns };
+        windows.push(close(kind, runner, start_ns, end.max(start_ns)));
     }
     windows.sort_by(|a, b| (a.start_ns, &a.kind).cmp(&(b.start_ns, &b.kind)));
     windows
@@ -133,7 +150,12 @@ fn from_schedule(schedule: &serde_json::Value) -> Vec<FaultWindow> {
                 start_ns: at_ms.saturating_mul(MS),
                 end_ns: at_ms.saturating_add(duration_ms).saturating_mul(MS),
                 kind: name.unwrap_or("fault").to_string(),
-                runner: item.get("runner").and_then(|r| r.as_str()).map(str::to_string),
+                // The schedule numbers runners from 0; the rest of the report names them.
+                runner: match item.get("runner") {
+                    Some(serde_json::Value::Number(index)) => index.as_u64().map(|index| format!("r{}", index + 1)),
+                    Some(serde_json::Value::String(name)) => Some(name.clone()),
+                    _ => None,
+                },
             })
         })
         .collect();

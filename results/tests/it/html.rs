@@ -133,8 +133,10 @@ fn faults_come_from_nemesis_events_without_a_schedule() {
     let mut run = fixture::run(&events);
     run.schedule = serde_json::json!([]);
     let html = report_html(&run, &events);
-    // 1200 ms to 4001 ms of 6000 ms, plot from x=190 over 1000 px.
-    assert!(timeline_svg(&html).contains("<rect class=\"fault\" x=\"390.0\" y=\"22\" width=\"466.8\""));
+    // 1201 ms (its start took effect) to 4001 ms (healed) of 6000 ms, plot from x=190 over
+    // 1000 px.
+    let svg = timeline_svg(&html);
+    assert!(svg.contains("<rect class=\"fault\" x=\"390.2\" y=\"22\" width=\"466.7\""), "{svg}");
 }
 
 #[test]

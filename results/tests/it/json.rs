@@ -170,11 +170,25 @@ fn results_read_back_through_the_same_types_stories_included() {
 /// The fixture anomaly's story, as `Story::lines` gives it.
 pub const STORY: [&str; 8] = [
     "t+0.000 s  r1 claimed j1-a1 with fence 1, lease 1500 ms",
-    "t+1.189 s  fault delayed-heartbeats on r1 begins",
+    "t+1.190 s  fault delayed-heartbeats on r1 begins",
     "t+3.489 s  r1's heartbeat for j1-a1 refused (expired)",
-    "t+3.989 s  fault delayed-heartbeats on r1 healed",
+    "t+3.990 s  fault delayed-heartbeats on r1 healed",
     "t+4.089 s  j1-a1's lease expired, job j1 uncertain",
     "t+4.189 s  r2 claimed j1-a2 with fence 3, lease 1500 ms",
     "t+4.289 s  the target refused step 1 of j1-a1 (fence 1) (stale_fence)",
     "t+4.489 s  r1's result for j1-a1 refused (expired), kept as a late observation — the rule broken: No step of a superseded attempt is applied.",
 ];
+
+/// A history without the nemesis's events falls back to the schedule, which numbers
+/// runners from 0 (`schedule.json` as a run writes it): the story names the runner.
+#[test]
+fn a_scheduled_fault_is_told_on_the_runner_the_schedule_numbers_from_zero() {
+    let keep: std::collections::BTreeSet<_> =
+        history::Source::ALL.iter().copied().filter(|source| *source != history::Source::Nemesis).collect();
+    let events = history::cut(&fixture::history(), &keep);
+    let mut run = fixture::run(&events);
+    run.schedule = json!([{"at_ms": 1200, "duration_ms": 2800, "kind": "delayed-heartbeats", "runner": 0}]);
+    let doc = results::read_results(&results_json(&run, &events)).unwrap();
+    let story = doc.stories.first().expect("the anomaly's story").lines().join("\n");
+    assert!(story.contains("fault delayed-heartbeats on r1 begins"), "{story}");
+}

@@ -19,9 +19,10 @@ fn report_has_every_plot_with_the_fault_window_as_a_band() {
     let html = report_html(&fixture::run(&events), &events);
     for id in PLOTS {
         let svg = plot_svg(&html, id);
-        // The fixture's one fault: 1200 ms to 4000 ms of 6000 ms, plot from x=70 over 1000 px.
-        assert!(svg.contains("<rect class=\"band\" x=\"270.0\""), "{id} has the fault band:\n{svg}");
-        assert!(svg.contains("delayed-heartbeats on r1: 1.200 s to 4.000 s"), "{id}");
+        // The fixture's one fault as it happened: it took effect at 1201 ms and was healed at
+        // 4001 ms (scheduled 1200 to 4000) of 6000 ms, plot from x=70 over 1000 px.
+        assert!(svg.contains("<rect class=\"band\" x=\"270.2\""), "{id} has the fault band:\n{svg}");
+        assert!(svg.contains("delayed-heartbeats on r1: 1.201 s to 4.001 s"), "{id}");
         assert!(count_elements(svg) < 200, "{id}: {}", count_elements(svg));
     }
     let margin = plot_svg(&html, "plot-lease-margin");
