@@ -44,7 +44,10 @@ async fn echo_server() -> SocketAddr {
     addr
 }
 
-/// Reads until EOF, then answers one byte so the sender knows all arrived.
+/// Reads until [`BULK_BYTES`] arrived, then answers one byte so the sender knows all
+/// arrived. It counts rather than waiting for the sender's FIN: the proxy, as Toxiproxy
+/// does, closes both directions when the client closes its side, so an answer after a
+/// half-close would never get back.
 async fn sink_server() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -52,9 +55,14 @@ async fn sink_server() -> SocketAddr {
         while let Ok((mut sock, _)) = listener.accept().await {
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 256 * 1024];
+                let mut received = 0u64;
                 while let Ok(n) = sock.read(&mut buf).await {
-                    if n == 0 {
+                    received += n as u64;
+                    if received >= BULK_BYTES {
                         let _ = sock.write_all(b"k").await;
+                        return;
+                    }
+                    if n == 0 {
                         return;
                     }
                 }
@@ -96,7 +104,6 @@ async fn bulk(addr: SocketAddr) -> f64 {
             sock.write_all(&chunk).await.unwrap();
             sent += chunk.len() as u64;
         }
-        sock.shutdown().await.unwrap();
         let mut ack = [0u8; 1];
         sock.read_exact(&mut ack).await.unwrap();
         rates.push(sent as f64 / start.elapsed().as_secs_f64() / 1e9);

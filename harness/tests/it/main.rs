@@ -106,6 +106,19 @@ async fn cut_runner_link_makes_the_job_uncertain_not_requeued() {
 }
 
 /// The lab binary, built by cargo next to this crate's binary.
+/// The lab's system file with `role`'s process (`target`, `control-plane`) under
+/// `timeout -s KILL seconds`, written into `dir`: a system whose part dies during a run.
+pub fn dying_lab(dir: &Path, role: &str, seconds: u32) -> std::path::PathBuf {
+    let lab = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../systems/lab.toml")).unwrap();
+    let command = format!("\"{{fencelab}}\", \"lab\", \"{role}\"");
+    let wrapped = format!("\"timeout\", \"-s\", \"KILL\", \"{seconds}\", {command}");
+    let dying = lab.replacen(&command, &wrapped, 1);
+    assert_ne!(dying, lab, "the {role}'s command was found in systems/lab.toml");
+    let system = dir.join(format!("dying-{role}.toml"));
+    std::fs::write(&system, dying).unwrap();
+    system
+}
+
 pub fn lab_binary() -> String {
     let ours = Path::new(env!("CARGO_BIN_EXE_fencelab"));
     let lab = ours.with_file_name("fencelab-lab");

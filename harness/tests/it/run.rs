@@ -607,16 +607,7 @@ async fn a_database_that_dies_mid_run_makes_the_run_unknown_and_says_why() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_whose_target_died_before_collection_is_unknown() {
     let dir = tempfile::tempdir().unwrap();
-    let lab = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../systems/lab.toml")).unwrap();
-    let dying = lab.replacen(
-        "\"{fencelab}\", \"lab\", \"target\"",
-        "\"timeout\", \"-s\", \"KILL\", \"6\", \"{fencelab}\", \"lab\", \"target\"",
-        1,
-    );
-    assert_ne!(dying, lab, "the target's command was found in systems/lab.toml");
-    let system = dir.path().join("dying-target.toml");
-    std::fs::write(&system, dying).unwrap();
-    let system = system.display().to_string();
+    let system = super::dying_lab(dir.path(), "target", 6).display().to_string();
     let args = ["--system", &system, "--time-limit", "8", "--recovery-limit", "5", "--seed", "4", "--nemesis", "none"];
     let finished = run(&args).await;
     assert_eq!(finished.code, Some(2), "{}\n{}", finished.stdout, finished.stderr);

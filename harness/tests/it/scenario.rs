@@ -158,15 +158,7 @@ fn every_shipped_scenario_round_trips_through_its_types() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_scenario_whose_control_plane_died_before_collection_is_unknown() {
     let dir = tempfile::tempdir().unwrap();
-    let lab = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../systems/lab.toml")).unwrap();
-    let dying = lab.replacen(
-        "\"{fencelab}\", \"lab\", \"control-plane\"",
-        "\"timeout\", \"-s\", \"KILL\", \"8\", \"{fencelab}\", \"lab\", \"control-plane\"",
-        1,
-    );
-    assert_ne!(dying, lab, "the control plane's command was found in systems/lab.toml");
-    let system = dir.path().join("dying.toml");
-    std::fs::write(&system, dying).unwrap();
+    let system = super::dying_lab(dir.path(), "control-plane", 8);
     let text = "name = \"dying\"\nrunners = 1\n\n[[step]]\naction = \"submit\"\njob = \"j\"\nkey = \"k\"\n\n\
                 [[step]]\naction = \"elapse\"\nms = 12000\n\n[[expect]]\njob = \"j\"\nstate = \"succeeded\"\n";
     let file = dir.path().join("dying.toml.scenario");
