@@ -298,8 +298,15 @@ impl Index {
         if let Some(source) = history::Source::of(event) {
             self.sources_seen.insert(source);
         }
-        if let Some(declared) = history::declared(event) {
-            self.sources_declared = Some(declared);
+        if event.f == Op::Sources {
+            match history::declared(event) {
+                Some(declared) => self.sources_declared = Some(declared),
+                None if self.malformed.is_none() => {
+                    let why = format!("event {} declares sources outside the vocabulary", event.index);
+                    self.malformed = Some(why);
+                }
+                None => {}
+            }
         }
         if event.f == Op::Recovery && event.kind == EventType::Info && event.process == Process::HARNESS {
             self.unsettled = Some(event.reason.clone().unwrap_or_else(|| "some jobs did not settle".to_string()));

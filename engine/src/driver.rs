@@ -70,17 +70,7 @@ pub async fn drive(
         Work::Chaos { .. } => config.command_in(&folder),
         Work::Steps { file, .. } => format!("fencelab scenario run {}", file.display()),
     };
-    let faults = match &work {
-        Work::Chaos { jobs, schedule } => {
-            crate::run::write_json(&folder.join("schedule.json"), schedule)?;
-            crate::run::write_json(&folder.join("jobs.json"), jobs)?;
-            schedule.len()
-        }
-        Work::Steps { .. } => {
-            crate::run::write_json(&folder.join("schedule.json"), &serde_json::json!([]))?;
-            0
-        }
-    };
+    let faults = write_plan(&work, &folder)?;
     let recorder = Recorder::create(&folder.join("history.jsonl"))?;
     let cluster = tokio::time::timeout(HEALTHY_WAIT_MAX, Cluster::start(&config, &folder.join("lab"), program))
         .await
@@ -117,7 +107,8 @@ pub async fn drive(
     };
     let (records, events) = finish(&shared, &ended).await?;
     crate::run::link_latest(&shared.config.store, &folder);
-    let has_ledger = !shared.cluster.lock().await.info.absent.contains(&system::Feature::Ledger);
+    let info = shared.cluster.lock().await.info.clone();
+    let has_ledger = !info.absent.contains(&system::Feature::Ledger);
     let complete = ended.settled
         && !ended.interrupted
         && records.unreadable.is_empty()
@@ -126,9 +117,24 @@ pub async fn drive(
     crate::run::write_json(&folder.join("run.json"), &meta)?;
     let (_, run) =
         crate::check::check_folder(&folder).map_err(|error| anyhow::anyhow!("checking the run folder: {error}"))?;
-    let system = shared.cluster.lock().await.info.clone();
     let steps_passed = ended.steps_passed;
-    Ok(Driven { folder, complete, steps_passed, records, events, healthy_ms, faults, run, system })
+    Ok(Driven { folder, complete, steps_passed, records, events, healthy_ms, faults, run, system: info })
+}
+
+/// Writes the plan the work follows — a chaos run's fault schedule and jobs, a scenario's
+/// empty schedule — and answers how many faults it schedules.
+fn write_plan(work: &Work<'_>, folder: &Path) -> std::io::Result<usize> {
+    match work {
+        Work::Chaos { jobs, schedule } => {
+            crate::run::write_json(&folder.join("schedule.json"), schedule)?;
+            crate::run::write_json(&folder.join("jobs.json"), jobs)?;
+            Ok(schedule.len())
+        }
+        Work::Steps { .. } => {
+            crate::run::write_json(&folder.join("schedule.json"), &serde_json::json!([]))?;
+            Ok(0)
+        }
+    }
 }
 
 /// How the work in the middle ended.

@@ -165,3 +165,17 @@ fn a_malformed_history_is_unknown_not_a_panic() {
         assert!(matches!(result.verdict, Verdict::Unknown { .. }), "{result:?}");
     }
 }
+
+/// A declaration of sources naming a source the vocabulary does not hold makes every
+/// verdict unknown: a history is never judged on sources guessed in place of a typo.
+#[test]
+fn a_declaration_of_unknown_sources_makes_the_history_unknown() {
+    let mut events = walk_through(false);
+    let last = events.last_mut().expect("the builder declares its sources last");
+    assert_eq!(last.f, Op::Sources);
+    last.value = Some(serde_json::json!({"sources": ["ledger", "tea-leaves"]}));
+    for result in checkers::check_all(&events) {
+        let Verdict::Unknown { reason } = &result.verdict else { panic!("{}: {:?}", result.checker, result.verdict) };
+        assert!(reason.contains("declares sources outside the vocabulary"), "{reason}");
+    }
+}
