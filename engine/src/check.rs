@@ -67,7 +67,6 @@ pub fn check_folder(folder: &Path) -> Result<(Overall, Run), FolderError> {
         return Err(FolderError::Bad(format!("{} holds no history.jsonl", folder.display())));
     }
     let config: serde_json::Value = optional(&folder.join("config.json"), || serde_json::json!({}))?;
-    let schedule: serde_json::Value = optional(&folder.join("schedule.json"), || serde_json::json!([]))?;
     let meta: RunMeta = optional(&folder.join("run.json"), || RunMeta {
         command: format!("fencelab check {}", folder.display()),
         started_at: String::new(),
@@ -81,6 +80,19 @@ pub fn check_folder(folder: &Path) -> Result<(Overall, Run), FolderError> {
         }
         Err(why) => (Vec::new(), checkers::unreadable(&why)),
     };
+    let run = run_of(folder, &events, checkers, config, meta)?;
+    Ok((run.overall(), run))
+}
+
+/// The checked run of a folder's history, its three reports written into `folder`.
+pub fn run_of(
+    folder: &Path,
+    events: &[history::Event],
+    checkers: Vec<checkers::CheckerResult>,
+    config: serde_json::Value,
+    meta: RunMeta,
+) -> Result<Run, FolderError> {
+    let schedule: serde_json::Value = optional(&folder.join("schedule.json"), || serde_json::json!([]))?;
     let run = Run {
         test_name: config["test_name"].as_str().unwrap_or("evidence").to_string(),
         seed: config["seed"].as_u64().unwrap_or(0),
@@ -96,8 +108,8 @@ pub fn check_folder(folder: &Path) -> Result<(Overall, Run), FolderError> {
         std::fs::write(folder.join(name), text)
             .map_err(|error| FolderError::Write(format!("{}: {error}", folder.join(name).display())))
     };
-    write("results.json", results::results_json(&run, &events))?;
-    write("report.html", results::report_html(&run, &events))?;
-    write("junit.xml", results::junit_xml_with_stories(&run, &events))?;
-    Ok((run.overall(), run))
+    write("results.json", results::results_json(&run, events))?;
+    write("report.html", results::report_html(&run, events))?;
+    write("junit.xml", results::junit_xml_with_stories(&run, events))?;
+    Ok(run)
 }

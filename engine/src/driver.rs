@@ -91,6 +91,12 @@ pub async fn drive(
         healthy_ms: scenario.is_none().then_some(healthy_ms),
         scenario,
     };
+    let replicas = 0..cluster.system.ports.len();
+    let endpoints = serde_json::json!({
+        "control_urls": replicas.map(|replica| format!("http://{}", cluster.system.replica_addr(replica))).collect::<Vec<_>>(),
+        "target_url": cluster.system.target_url(),
+    });
+    crate::run::write_json(&folder.join("endpoints.json"), &endpoints)?;
     let full_config = serde_json::to_value(&file)?;
     crate::run::write_json(&folder.join("config.json"), &full_config)?;
     recorder.record(Process::HARNESS, EventType::Ok, Op::Config, |event| event.value = Some(full_config.clone()));

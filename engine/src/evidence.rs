@@ -69,29 +69,63 @@ pub fn assemble(inputs: &Inputs) -> Result<Assembled, FolderError> {
         let said = format!("--out {} already holds a history.jsonl", inputs.out.display());
         return Err(FolderError::Bad(said));
     }
-    let mut sources = BTreeSet::new();
-    let given = [
-        (inputs.ledger.is_some(), Source::Ledger),
-        (!inputs.runner_logs.is_empty(), Source::RunnerLogs),
-        (inputs.steps.is_some(), Source::TargetLog),
-        (inputs.jobs.is_some(), Source::Finals),
-        (inputs.lease_ms.is_some(), Source::Config),
-    ];
-    sources.extend(given.iter().filter(|(given, _)| *given).map(|(_, source)| *source));
-    let own: Vec<Event> = inputs.lease_ms.map(config_event).into_iter().collect();
-    let mut closing: Vec<Event> = jobs.iter().map(system::collect::final_event).collect();
-    closing.push(history::sources_event(&sources));
-    let parts = Sources { own, runner_logs: &inputs.runner_logs, ledger: &ledger, steps: &steps, closing };
+    std::fs::create_dir_all(&inputs.out)
+        .map_err(|error| FolderError::Bad(format!("--out {}: {error}", inputs.out.display())))?;
+    let given = Given {
+        ledger: inputs.ledger.is_some().then_some(&ledger[..]),
+        jobs: inputs.jobs.is_some().then_some(&jobs[..]),
+        steps: inputs.steps.is_some().then_some(&steps[..]),
+        runner_logs: &inputs.runner_logs,
+        lease_ms: inputs.lease_ms,
+    };
+    let events = history_of(&given);
+    let written = write_whole(&inputs.out.join("history.jsonl"), events)
+        .map_err(|error| FolderError::Write(format!("{}: {error}", inputs.out.display())))?;
+    Ok(Assembled { events: written, sources: given.sources() })
+}
+
+/// Records read, each `None` when not given (a given record may be empty).
+pub struct Given<'a> {
+    pub ledger: Option<&'a [LedgerEntry]>,
+    pub jobs: Option<&'a [JobView]>,
+    pub steps: Option<&'a [StepRecord]>,
+    pub runner_logs: &'a [PathBuf],
+    pub lease_ms: Option<u64>,
+}
+
+impl Given<'_> {
+    /// The sources these records are.
+    pub fn sources(&self) -> BTreeSet<Source> {
+        let given = [
+            (self.ledger.is_some(), Source::Ledger),
+            (!self.runner_logs.is_empty(), Source::RunnerLogs),
+            (self.steps.is_some(), Source::TargetLog),
+            (self.jobs.is_some(), Source::Finals),
+            (self.lease_ms.is_some(), Source::Config),
+        ];
+        given.iter().filter(|(given, _)| *given).map(|(_, source)| *source).collect()
+    }
+}
+
+/// The history of these records: merged on their monotonic times, starting at 0, declaring
+/// exactly the sources given.
+pub fn history_of(given: &Given<'_>) -> Vec<Event> {
+    let own: Vec<Event> = given.lease_ms.map(config_event).into_iter().collect();
+    let mut closing: Vec<Event> = given.jobs.unwrap_or_default().iter().map(system::collect::final_event).collect();
+    closing.push(history::sources_event(&given.sources()));
+    let parts = Sources {
+        own,
+        runner_logs: given.runner_logs,
+        ledger: given.ledger.unwrap_or_default(),
+        steps: given.steps.unwrap_or_default(),
+        closing,
+    };
     let mut events = merge(0, 0, parts);
     let start_ns = events.iter().filter(|event| event.f != Op::Config).map(|event| event.time_ns).min().unwrap_or(0);
     for event in &mut events {
         event.time_ns = event.time_ns.saturating_sub(start_ns);
     }
-    std::fs::create_dir_all(&inputs.out)
-        .map_err(|error| FolderError::Bad(format!("--out {}: {error}", inputs.out.display())))?;
-    let written = write_whole(&inputs.out.join("history.jsonl"), events)
-        .map_err(|error| FolderError::Write(format!("{}: {error}", inputs.out.display())))?;
-    Ok(Assembled { events: written, sources })
+    events
 }
 
 /// The lease policy as a `config` event.

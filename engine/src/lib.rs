@@ -3,6 +3,7 @@
 //! history, and the run folder written and read back through typed files. It knows a run;
 //! how a system is started and acted on is the `system` crate's.
 
+pub mod audit;
 pub mod check;
 pub mod driver;
 pub mod evidence;

@@ -330,3 +330,92 @@ mod tests {
         assert!(parse_db("mysql").unwrap_err().contains("`mysql`"));
     }
 }
+
+/// The flags of `fencelab audit`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct AuditArgs {
+    /// The control plane to audit (`http://host:port`), read directly, not through a proxy.
+    #[arg(long)]
+    pub url: String,
+    /// The operator's bearer token.
+    #[arg(long, env = "FENCELAB_OPERATOR_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// A system file (`docs/system.md`) to take the operator token from, and to refuse a
+    /// system that keeps no ledger.
+    #[arg(long)]
+    pub system: Option<PathBuf>,
+    /// The audit's folder: created, or resumed from its `cursor.json`.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The control plane's lease policy, for the rules that judge a granted lease against it.
+    #[arg(long)]
+    pub lease_ms: Option<u64>,
+    /// Entries asked for per page (1..=10000).
+    #[arg(long, default_value_t = 1_000)]
+    pub page_entries: u64,
+    /// Most pages this audit reads; past it the audit is incomplete (unknown) and resumable.
+    #[arg(long, default_value_t = 100_000)]
+    pub pages_max: u64,
+    /// Seconds the whole audit may take, `--follow` included.
+    #[arg(long = "time-limit", default_value_t = 600)]
+    pub time_limit_s: u64,
+    /// Keep auditing new entries, in rounds, until interrupted or the time limit.
+    #[arg(long)]
+    pub follow: bool,
+    /// With `--follow`: the wait between rounds once the ledger's end is reached.
+    #[arg(long, default_value_t = 1_000)]
+    pub interval_ms: u64,
+    /// With `--follow`: check a round at least every N new entries, also while catching up.
+    #[arg(long, default_value_t = 20_000)]
+    pub round_entries: usize,
+    /// The longest wait for one answer of the control plane.
+    #[arg(long, default_value_t = 10_000)]
+    pub request_timeout_ms: u64,
+}
+
+impl AuditArgs {
+    /// The audit's options: the token from `--token` (or its variable), else from `--system`.
+    pub fn options(&self) -> Result<engine::audit::Options, String> {
+        let file =
+            self.system.as_deref().map(system::SystemFile::read).transpose().map_err(|error| error.to_string())?;
+        if let Some(file) = &file {
+            if file.provides.absent().contains(&system::Feature::Ledger) {
+                return Err(format!(
+                    "--system {}: the system keeps no ledger: there is nothing to audit",
+                    file.path.display()
+                ));
+            }
+        }
+        let token = match (&self.token, &file) {
+            (Some(token), _) => token.clone(),
+            (None, Some(file)) => file.operator_token.clone(),
+            (None, None) => return Err("give the operator token: --token, FENCELAB_OPERATOR_TOKEN or --system".into()),
+        };
+        if self.request_timeout_ms == 0 {
+            return Err("--request-timeout-ms 0: a request needs time to be answered".into());
+        }
+        let mut command = format!("fencelab audit --url {} --out {}", self.url, self.out.display());
+        if let Some(system) = &self.system {
+            command.push_str(&format!(" --system {}", system.display()));
+        }
+        if let Some(lease_ms) = self.lease_ms {
+            command.push_str(&format!(" --lease-ms {lease_ms}"));
+        }
+        if self.follow {
+            command.push_str(&format!(" --follow --interval-ms {}", self.interval_ms));
+        }
+        Ok(engine::audit::Options {
+            url: self.url.trim_end_matches('/').to_string(),
+            token,
+            out: self.out.clone(),
+            lease_ms: self.lease_ms,
+            page_entries: self.page_entries,
+            pages_max: self.pages_max,
+            time_limit: std::time::Duration::from_secs(self.time_limit_s),
+            follow: self.follow.then(|| std::time::Duration::from_millis(self.interval_ms)),
+            round_entries: self.round_entries,
+            request_timeout: std::time::Duration::from_millis(self.request_timeout_ms),
+            command,
+        })
+    }
+}

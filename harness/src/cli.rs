@@ -47,6 +47,9 @@ enum Command {
         /// The run folder (`store/<test>/<start-time>`, or `store/latest`).
         folder: std::path::PathBuf,
     },
+    /// Audit a live control plane's ledger (`GET /v1/ledger`, from a saved cursor) against
+    /// every rule the ledger alone can prove; `--follow` keeps auditing new entries.
+    Audit(crate::args::AuditArgs),
     /// Assemble a minimal evidence folder from records gathered by hand (a control plane's
     /// ledger and jobs, a target's step log, runners' logs) for `fencelab check`.
     Evidence {
@@ -213,6 +216,7 @@ fn name(command: &Command) -> &'static str {
         Command::Lab { .. } => "lab",
         Command::Toxiproxy { .. } => "toxiproxy",
         Command::Check { .. } => "check",
+        Command::Audit(_) => "audit",
         Command::Evidence { .. } => "evidence",
         Command::Matrix(_) => "matrix",
         Command::Replay { .. } => "replay",
@@ -263,6 +267,7 @@ fn execute(command: Command) -> Result<Exit, CommandError> {
             let (_, run) = engine::check::check_folder(&folder)?;
             Ok(print_verdict(&folder, &run, &run.command))
         }
+        Command::Audit(args) => audit_command(&args),
         Command::Evidence { ledger, jobs, steps, runner_logs, lease_ms, out } => {
             let inputs = engine::evidence::Inputs { ledger, jobs, steps, runner_logs, lease_ms, out };
             let assembled = engine::evidence::assemble(&inputs)?;
@@ -359,6 +364,28 @@ fn run_command(args: crate::args::RunArgs) -> Result<Exit, CommandError> {
         .map_err(|error| CommandError::from(error).repeat_with(&command))?;
     summary(&driven, &command);
     Ok(print_verdict(&driven.folder, &driven.run, &command))
+}
+
+fn audit_command(args: &crate::args::AuditArgs) -> Result<Exit, CommandError> {
+    let options = args.options().map_err(bad)?;
+    let audited = runtime()?.block_on(engine::audit::audit(&options, lab::web::termination()))?;
+    let cursor = &audited.cursor;
+    println!("audit folder {}", options.out.display());
+    println!(
+        "ledger       {} entries ({} read now in {} pages), cursor after seq {}",
+        cursor.entries, audited.new_entries, audited.pages, cursor.after
+    );
+    if options.follow.is_some() {
+        println!(
+            "window       {} rounds, {} entries held at most, {} now",
+            cursor.rounds, cursor.window_entries_peak, cursor.window_entries
+        );
+    }
+    match &cursor.stopped {
+        Some(why) => println!("complete     no: {why}; the same command resumes from the cursor"),
+        None => println!("complete     yes: read to the ledger's end"),
+    }
+    Ok(print_verdict(&options.out, &audited.run, &options.command))
 }
 
 /// Prints the verdict table of a checked run; answers its exit.

@@ -182,6 +182,11 @@ impl Client {
         Ok(all)
     }
 
+    /// One page of the ledger: the entries after `seq = after`, at most `limit`.
+    pub async fn ledger_page(&self, after: u64, limit: u64) -> Result<Vec<LedgerEntry>, ClientError> {
+        self.call(reqwest::Method::GET, &format!("/v1/ledger?after={after}&limit={limit}"), None::<&()>, &[]).await
+    }
+
     /// A target step: 200 applied, 409 refused; both carry the record.
     pub async fn step(&self, request: &StepRequest) -> Result<StepResponse, ClientError> {
         self.call(reqwest::Method::POST, "/v1/steps", Some(request), &[409]).await

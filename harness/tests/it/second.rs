@@ -12,7 +12,7 @@ pub fn python_system() -> PathBuf {
 }
 
 /// Skips (or, under `FENCELAB_REQUIRE_ALL=1`, fails) when `python3` is not on the PATH.
-fn python_missing() -> bool {
+pub fn python_missing() -> bool {
     let found = std::process::Command::new("python3").arg("--version").output().is_ok_and(|out| out.status.success());
     if !found {
         eprintln!("SKIPPED: python3 is not installed");
