@@ -650,9 +650,18 @@ pub struct RunnerStart<'a> {
 pub const LIBFAKETIME_PATHS: [&str; 2] =
     ["/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1"];
 
-/// libfaketime on this host, if installed.
+/// The variable that names libfaketime's library where Debian does not put it, or `none`
+/// for a run that must not use it (as on a host without it).
+pub const LIBFAKETIME_VARIABLE: &str = "FENCELAB_LIBFAKETIME";
+
+/// libfaketime on this host, if installed: the library `FENCELAB_LIBFAKETIME` names (none
+/// when it says `none`, or names no file), else the first of [`LIBFAKETIME_PATHS`] there.
 pub fn libfaketime() -> Option<PathBuf> {
-    LIBFAKETIME_PATHS.iter().map(PathBuf::from).find(|path| path.exists())
+    match std::env::var_os(LIBFAKETIME_VARIABLE) {
+        Some(named) if named == "none" => None,
+        Some(named) => Some(PathBuf::from(named)).filter(|path| path.is_file()),
+        None => LIBFAKETIME_PATHS.iter().map(PathBuf::from).find(|path| path.exists()),
+    }
 }
 
 /// How a runner's clock is moved.

@@ -132,15 +132,15 @@ pub async fn run_file(
         crate::driver::drive(config, folder, program, work, interrupt).await.map_err(ScenarioError::Internal)?;
     let jobs = driven.records.jobs.iter().map(|job| (job.id.clone(), job.clone())).collect();
     let view = View { jobs, steps: driven.records.steps.clone(), checkers: driven.run.checkers.clone() };
-    let (expects_passed, mut lines) = expectations(&scenario, &view);
-    let evidence = &driven.records.unreadable;
-    lines.extend(evidence.iter().map(|why| format!("  unknown {why}")));
     // A fault of the scenario's steps (its run's nemesis is exactly those, `config`) that
     // this host cannot act on — no libfaketime, a process in a container, another store —
     // leaves what it was to show unjudged.
     let idle: Vec<String> = (driven.system.faults_not_run.iter())
         .map(|not| format!("{} did not take effect: {}", not.fault.name(), not.why))
         .collect();
+    let (expects_passed, mut lines) = expectations(&scenario, &view, &idle);
+    let evidence = &driven.records.unreadable;
+    lines.extend(evidence.iter().map(|why| format!("  unknown {why}")));
     let passed = driven.steps_passed && expects_passed;
     if !passed {
         lines.extend(idle.iter().map(|why| format!("  unknown {why}; an expectation that needs it cannot be judged")));
@@ -244,17 +244,21 @@ async fn settle(shared: &Shared) -> bool {
     settled
 }
 
-/// Checks every expectation: true when all hold, and one line (or two) each.
-fn expectations(scenario: &Scenario, view: &View) -> (bool, Vec<String>) {
+/// Checks every expectation: true when all hold, and one line (or two) each. With faults
+/// that did not take effect (`idle`), an expectation that does not hold is not judged: it
+/// says `unknown` and why, not FAILED.
+fn expectations(scenario: &Scenario, view: &View, idle: &[String]) -> (bool, Vec<String>) {
     let mut passed = true;
     let mut lines = Vec::new();
+    let word = if idle.is_empty() { "FAILED " } else { "unknown" };
     for (index, expect) in scenario.expects.iter().enumerate() {
         match evaluate(expect, view) {
             Ok(()) => lines.push(format!("  ok      expect {}: {}", index + 1, describe(expect))),
             Err(found) => {
                 passed = false;
+                let because = idle.first().map(|why| format!("\n          not judged: {why}")).unwrap_or_default();
                 lines.push(format!(
-                    "  FAILED  expect {}: expected {}\n          found {found}",
+                    "  {word} expect {}: expected {}\n          found {found}{because}",
                     index + 1,
                     describe(expect)
                 ));

@@ -178,3 +178,24 @@ async fn a_scenario_whose_control_plane_died_before_collection_is_unknown() {
     assert!(output.contains("ledger could not be read"), "the reason is said: {output}");
     assert!(output.contains("scenario     unknown"), "{output}");
 }
+
+/// On a host without libfaketime (here: `FENCELAB_LIBFAKETIME=none`, which makes fencelab
+/// find none), the seed's target-fence scenario cannot move the target's clock: it is
+/// unknown (exit 2), each expectation that did not hold says `unknown` and why, none says
+/// FAILED.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scenario_whose_clock_fault_cannot_act_here_is_unknown_and_says_why() {
+    let store = tempfile::tempdir().unwrap();
+    let file = scenarios_dir().join("bug-target-ignores-fence.toml");
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
+    command.args(["scenario", "run"]).arg(&file).arg("--store").arg(store.path());
+    command.env(system::launch::LIBFAKETIME_VARIABLE, "none").kill_on_drop(true);
+    let output = tokio::time::timeout(SCENARIO_WAIT_MAX, command.output()).await.unwrap().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    let repeat = "FENCELAB_LIBFAKETIME=none fencelab scenario run workloads/scenarios/bug-target-ignores-fence.toml";
+    assert_eq!(output.status.code(), Some(2), "{repeat}\n{said}");
+    assert!(!said.contains("FAILED"), "an expectation the fault could not serve is not FAILED ({repeat}):\n{said}");
+    assert!(said.contains("unknown expect"), "{said}");
+    assert!(said.contains("target-clock-skew did not take effect"), "{said}");
+    assert!(said.contains("libfaketime, which is not installed here"), "{said}");
+}
