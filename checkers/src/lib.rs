@@ -16,6 +16,7 @@ pub mod lost_work;
 mod model;
 pub mod progress;
 pub mod rules_model;
+pub mod runner_contract;
 pub mod single_owner;
 pub mod stale_completion;
 pub mod stale_side_effect;
@@ -76,6 +77,7 @@ pub fn names() -> &'static [(&'static str, &'static str)] {
         (ledger_completeness::NAME, ledger_completeness::ABOUT),
         (rules_model::NAME, rules_model::ABOUT),
         (progress::NAME, progress::ABOUT),
+        (runner_contract::NAME, runner_contract::ABOUT),
     ]
 }
 
@@ -93,6 +95,7 @@ fn all_checks() -> Vec<Box<dyn Check>> {
         Box::<ledger_completeness::LedgerCompleteness>::default(),
         Box::<rules_model::RulesModel>::default(),
         Box::<progress::Progress>::default(),
+        Box::<runner_contract::RunnerContract>::default(),
     ]
 }
 

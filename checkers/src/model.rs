@@ -92,6 +92,8 @@ pub enum Source {
     /// result), or a result the nemesis sent with a runner's token (`invoke` of
     /// `duplicate-results` or `conflicting-results`).
     ReportSent,
+    /// A runner's claim or step request (`request`): when it asked, on its own clock.
+    RunnerRequest,
     /// A result the nemesis sent for a claim with the token of another runner than the one
     /// the claim names (`value.token_of`): a report nobody entitled to it made.
     ForeignReport,
@@ -222,6 +224,9 @@ fn classify(event: &Event) -> Source {
         EventType::Step => Source::Target,
         EventType::Response if event.process.is_runner() => Source::RunnerResponse,
         EventType::Request if event.process.is_runner() && event.f.is_report() => Source::ReportSent,
+        EventType::Request if event.process.is_runner() && matches!(event.f, Op::Claim | Op::Step) => {
+            Source::RunnerRequest
+        }
         EventType::Invoke
             if event.process == Process::NEMESIS
                 && matches!(event.f, Op::DuplicateResults | Op::ConflictingResults)

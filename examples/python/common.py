@@ -33,6 +33,7 @@ ALL_BUGS = {
     "accept-stale-result": "control-plane",
     "trust-runner-clock": "control-plane",
     "target-ignores-fence": "target",
+    "runner-ignores-deadline": "runner",
 }
 
 _ID_RE = re.compile(r"[A-Za-z0-9\-_.:]{1,128}")

@@ -1020,7 +1020,9 @@ def run_bugs(ref: str, work: str) -> list[str]:
     failures = []
     lease = 600
     table = {}
-    for bug in [None] + sorted(ALL_BUGS):
+    # The servers' bugs only: a runner's bug changes no server's answer.
+    servers = sorted(bug for bug, process in ALL_BUGS.items() if process != "runner")
+    for bug in [None] + servers:
         for lab in (Lab("ref", ref), Lab("py", None)):
             d = os.path.join(work, f"bugs-{lab.name}-{bug or 'none'}")
             os.makedirs(d, exist_ok=True)
@@ -1042,7 +1044,7 @@ def run_bugs(ref: str, work: str) -> list[str]:
             print(f"      {c}")
         if not changed:
             failures.append(f"{name} lab with {bug}: no answer differs from the correct lab")
-    for bug in sorted(ALL_BUGS):
+    for bug in servers:
         if table[(bug, "ref")] != table[(bug, "py")]:
             diffs = [f"{a[0]}: ref {a[1]} py {b[1]}" for a, b in zip(table[(bug, "ref")], table[(bug, "py")]) if a != b]
             print(f"  {bug}: the Python bug differs from the reference's: {diffs}")

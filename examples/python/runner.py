@@ -36,7 +36,7 @@ import threading
 import time
 import urllib.parse
 
-from common import ArgParser, mono_ns, wall_ms
+from common import ALL_BUGS, ArgParser, bugs_from_env, mono_ns, wall_ms
 
 
 # ====================================================================== clock and log
@@ -140,13 +140,17 @@ class Authority:
     """The renewal deadline on the monotonic clock, moved only by accepted claims and
     heartbeats, ended at once by a definite refusal."""
 
-    def __init__(self, deadline_ns: int):
+    def __init__(self, deadline_ns: int, ignores_deadline: bool = False):
         self.deadline_ns = deadline_ns
         self.ended = False
         self.cond = threading.Condition()
+        # The planted `runner-ignores-deadline`: authority ends only by a refusal.
+        self.ignores_deadline = ignores_deadline
 
     def live(self) -> bool:
         with self.cond:
+            if self.ignores_deadline:
+                return not self.ended
             return not self.ended and time.monotonic_ns() < self.deadline_ns
 
     def extend(self, deadline_ns: int):
@@ -167,9 +171,9 @@ class Authority:
                 if self.ended:
                     return False
                 left = self.deadline_ns - time.monotonic_ns()
-                if left <= 0:
+                if left <= 0 and not self.ignores_deadline:
                     return False
-                self.cond.wait(min(left / 1e9, 0.01))
+                self.cond.wait(min(max(left, 0) / 1e9, 0.01) or 0.01)
             return True
 
 
@@ -184,6 +188,7 @@ class Runner:
         self.clock = Clock(args.clock_offset_ms, args.clock_offset_file)
         self.log = RunnerLog(args.log, args.id)
         self.timeout_s = args.request_timeout_ms / 1000
+        self.bugs = set(args.bug) | bugs_from_env("runner")
         self.stopping = threading.Event()
         # Control-plane replicas, its own first; after a request that got no answer the
         # next request goes to the next replica (round robin).
@@ -257,7 +262,7 @@ class Runner:
         key = grant["deployment_key"]
         spec = grant["spec"]
         window_ns = (grant["lease_ms"] - a.renewal_margin_ms) * 1_000_000
-        authority = Authority(sent_ns + window_ns)
+        authority = Authority(sent_ns + window_ns, "runner-ignores-deadline" in self.bugs)
         finished = threading.Event()
         beats = threading.Thread(target=self.heartbeats, args=(claim, authority, window_ns, finished),
                                  name=f"heartbeat-{claim['attempt']}", daemon=True)
@@ -405,6 +410,9 @@ def main(argv=None) -> int:
                     help="a file holding a further offset in ms, re-read at every observation")
     ap.add_argument("--jobs-max", type=non_negative, help="exit 0 after this many jobs")
     ap.add_argument("--log", help="JSONL log of every request and answer")
+    ap.add_argument("--bug", action="append", default=[],
+                    choices=sorted(b for b, process in ALL_BUGS.items() if process == "runner"),
+                    help="switch on a planted bug (repeatable); also FENCELAB_PY_BUGS=a,b")
     args = ap.parse_args(argv)
     if args.heartbeat_interval_ms == 0:
         ap.error("--heartbeat-interval-ms must be above 0")

@@ -4,6 +4,7 @@
 mod builder;
 mod model;
 mod progress;
+mod runner_contract;
 mod scenarios;
 mod violations;
 
@@ -40,7 +41,7 @@ pub fn all_valid(events: &[Event]) {
 }
 
 #[test]
-fn names_list_twelve_checkers_in_order_and_check_all_follows_it() {
+fn names_list_thirteen_checkers_in_order_and_check_all_follows_it() {
     let names: Vec<&str> = checkers::names().iter().map(|(name, _)| *name).collect();
     assert_eq!(
         names,
@@ -56,7 +57,8 @@ fn names_list_twelve_checkers_in_order_and_check_all_follows_it() {
             "lost-work",
             "ledger-completeness",
             "rules-model",
-            "progress"
+            "progress",
+            "runner-contract"
         ]
     );
     let results = checkers::check_all(&scenarios::walk_through(false));
@@ -82,6 +84,7 @@ fn each_module_function_agrees_with_check_all() {
         checkers::ledger_completeness::check(&events),
         checkers::rules_model::check(&events),
         checkers::progress::check(&events),
+        checkers::runner_contract::check(&events),
     ];
     assert_eq!(all, singles);
 }
