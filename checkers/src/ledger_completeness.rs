@@ -18,6 +18,10 @@
 //! receipt too, on the history's clock: a report is logged before it is sent, so an entry
 //! received before its runner had sent as many reports is no one's, whatever the runner
 //! sends later.
+//!
+//! And every result gets a ruling: one answered with an error that names a verdict's reason
+//! (`409 not_current` as an error body, no `decision`, no `ledger_seq`) was decided and kept
+//! nowhere (`result-not-ruled`).
 
 use crate::driver::{Check, Findings, Found};
 use crate::model::{FxMap, Index, Observed, Op, Source};
@@ -102,6 +106,25 @@ fn sent_kind(op: Op) -> Op {
     }
 }
 
+/// A result answered with an error naming a ruling's reason (`409 not_current: …`, or the
+/// bare code): the server decided the result and kept no ruling. The contract answers every
+/// result of a claim with a verdict and a ledger entry, a late one as a late observation.
+fn not_ruled(ev: &Observed, ctx: &Index, attempt: u32, out: &mut Findings) {
+    let Some(said) = ev.raw.reason.as_deref() else { return };
+    let code = said.strip_prefix("409 ").unwrap_or(said);
+    let code = code.split(':').next().unwrap_or(code).trim();
+    let ruled = said.starts_with("409 ") || (code == said.trim() && history::Reason::parse(code).is_some());
+    if !ruled || history::Reason::parse(code).is_none() {
+        return;
+    }
+    let message = format!(
+        "the result for {} was answered with the error `{said}`: no ruling and no ledger entry, where the contract rules every result (a late one as a late observation)",
+        ctx.label(attempt)
+    );
+    let found = Found::new(NAME, "result-not-ruled").job(ctx, ev.job).attempt(ctx, attempt).reported(ctx, ev);
+    out.push(found.events(&[ev.index]).says(message));
+}
+
 impl Check for LedgerCompleteness {
     fn name(&self) -> &'static str {
         NAME
@@ -113,6 +136,7 @@ impl Check for LedgerCompleteness {
             ("answer-differs-from-ledger", &[history::Source::RunnerLogs]),
             ("applied-more-than-sent", &[history::Source::RunnerLogs, history::Source::Nemesis]),
             ("foreign-report-applied", &[history::Source::RunnerLogs, history::Source::Nemesis]),
+            ("result-not-ruled", &[history::Source::RunnerLogs]),
         ]
     }
 
@@ -154,6 +178,9 @@ impl Check for LedgerCompleteness {
         }
         if !ev.op.is_report() {
             return;
+        }
+        if let (Source::RunnerResponse, Op::Result, None, Some(attempt)) = (ev.src, ev.op, ev.decision, ev.attempt) {
+            not_ruled(ev, ctx, attempt, out);
         }
         let says = Says { op: ev.op, attempt: ev.attempt, decision: ev.decision };
         match (ev.src, ev.seq, ev.ledger_seq) {

@@ -27,6 +27,7 @@ pub enum Bug {
     RetryLostCommit,
     TrustNamedRunner,
     CapabilityOutlivesLease,
+    UnrecordedLateResult,
 }
 
 /// Which process a bug lives in.
@@ -37,7 +38,7 @@ pub enum Home {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 19] = [
+    pub const ALL: [Bug; 20] = [
         Bug::AcceptStaleResult,
         Bug::HeartbeatRevivesExpired,
         Bug::RequeueOnExpiry,
@@ -57,6 +58,7 @@ impl Bug {
         Bug::RetryLostCommit,
         Bug::TrustNamedRunner,
         Bug::CapabilityOutlivesLease,
+        Bug::UnrecordedLateResult,
     ];
 
     pub fn name(self) -> &'static str {
@@ -80,6 +82,7 @@ impl Bug {
             Bug::RetryLostCommit => "retry-lost-commit",
             Bug::TrustNamedRunner => "trust-named-runner",
             Bug::CapabilityOutlivesLease => "capability-outlives-lease",
+            Bug::UnrecordedLateResult => "unrecorded-late-result",
         }
     }
 
@@ -126,6 +129,9 @@ impl Bug {
             }
             Bug::CapabilityOutlivesLease => {
                 "a capability lives its whole time to live, past the lease it was granted under"
+            }
+            Bug::UnrecordedLateResult => {
+                "a refused result is answered with an error and kept nowhere, instead of ruled and recorded as a late observation"
             }
         }
     }

@@ -178,3 +178,27 @@ fn without_the_runners_logs_or_the_lease_the_rules_are_not_judged() {
     let checkers::Verdict::Unknown { reason } = result.verdict else { panic!("{result:?}") };
     assert!(reason.contains("`acted-past-deadline` needs"), "{reason}");
 }
+
+/// `ledger-completeness`'s `result-not-ruled`: a result answered with an error naming a
+/// ruling's reason, in the lab's form (`409 CODE: sentence`) and as a bare code.
+#[test]
+fn a_result_answered_with_an_error_instead_of_a_ruling_is_flagged() {
+    let answered = |reason: &str| {
+        let mut log = Log::new().result(10, "succeeded");
+        let mut answer = log.runner(11, EventType::Response, Op::Result);
+        answer.reason = Some(reason.into());
+        answer.outcome = Some("succeeded".into());
+        log.push(answer);
+        log.build()
+    };
+    let kinds = |events: &[Event]| -> Vec<String> {
+        match checkers::check_one("ledger-completeness", events).unwrap().verdict {
+            checkers::Verdict::Invalid { anomalies } => anomalies.into_iter().map(|anomaly| anomaly.kind).collect(),
+            _ => Vec::new(),
+        }
+    };
+    assert_eq!(kinds(&answered("409 not_current: the result is not current")), ["result-not-ruled"]);
+    assert_eq!(kinds(&answered("superseded")), ["result-not-ruled"]);
+    assert!(kinds(&answered("403 forbidden: not this runner's claim")).is_empty());
+    assert!(kinds(&answered("400 invalid_field: outcome")).is_empty());
+}

@@ -102,6 +102,7 @@ const CAUGHT: &[(&str, &[&str])] = &[
     ("expire-early", &["rule/expiry-on-server-clock", "model/rules-replay"]),
     ("target-refuses-current-fence", &["target/fenced", "target/steps"]),
     ("capability-outlives-lease", &["endpoint/capability"]),
+    ("unrecorded-late-result", &["rule/stale-completion", "rule/reconcile-supersedes", "rule/fence-across-jobs"]),
     (
         "trust-named-runner",
         &["input/claim-as-other-runner", "input/heartbeat-as-other-runner", "input/result-as-other-runner"],

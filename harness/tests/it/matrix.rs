@@ -55,6 +55,7 @@ const KINDS: &[(&str, &[&str])] = &[
     ("target-refuses-current-fence", &["progress/refusal-unjustified", "progress/no-progress"]),
     ("trust-named-runner", &["ledger-completeness/foreign-report-applied"]),
     ("capability-outlives-lease", &["stale-side-effect/step-after-lease"]),
+    ("unrecorded-late-result", &["ledger-completeness/result-not-ruled"]),
     ("replica-clock", &["clock-authority/split-clock"]),
     ("claim-without-lock", &["single-owner/two-attempts-one-job", "rules-model/claim-not-queued"]),
     ("sweeper-without-lock", &["rules-model/expired-not-running"]),

@@ -561,6 +561,9 @@ impl<S: Store> Rules<S> {
         let reason = standing(Some(job), attempt.as_ref(), report.claim, report.project, now.ms)
             .err()
             .unwrap_or(Reason::NotCurrent);
+        if report.kind == Op::Result && self.bugs.has(Bug::UnrecordedLateResult) {
+            return refuse(409, reason.as_str(), "the result is not the attempt's current one");
+        }
         let mut entry = self.report_entry(report, &job.deployment_key, Decision::Rejected, Some(reason), now);
         entry.outcome = outcome.map(Into::into);
         if report.kind == Op::Result {
