@@ -60,6 +60,23 @@ pub async fn run_cell(
     run_line(program, store, None, &row, seed, time_limit, extra).await
 }
 
+/// Runs one matrix cell of a system file's variant under the faults it declares (its
+/// `nemesis`; every fault when it declares none), as `fencelab matrix --system` does.
+pub async fn run_variant_cell(
+    program: &Path,
+    store: &Path,
+    system: &Path,
+    variant: &str,
+    seed: u64,
+    time_limit: u64,
+) -> anyhow::Result<Cell> {
+    let file = system::SystemFile::read(system)?;
+    file.check_variants(&[variant.to_string()])?;
+    let exposing = file.variants[variant].nemesis.clone().unwrap_or_else(|| "all".to_string());
+    let line = Line { name: Some(variant.to_string()), bug: None, nemesis: exposing.clone(), exposing };
+    Ok(run_line(program, store, Some(system), &line, seed, time_limit, vec![]).await)
+}
+
 /// One row of the matrix: a planted bug of the lab, a variant of a system file, or the
 /// correct system (`name` none).
 #[derive(Clone, Debug)]
