@@ -97,13 +97,15 @@ impl Applied {
 /// `(entries, sent)` where they first disagreed.
 type Over<'a> = (&'a (Op, u32), &'a Applied, (u64, u64));
 
-/// The report kind a sent event stands for (the nemesis's resends are results).
-fn sent_kind(op: Op) -> Op {
-    if op.is_report() {
-        op
-    } else {
-        Op::Result
+/// The report kind a sent event stands for: a runner's request's own; a report the
+/// nemesis sent names its kind (`value.report`: a borrowed claim's heartbeat, capability
+/// or result), and a resend without one is a result.
+fn sent_kind(ev: &Observed) -> Op {
+    if ev.op.is_report() {
+        return ev.op;
     }
+    let named = ev.raw.value.as_ref().and_then(|value| value.get("report")?.as_str()).and_then(Op::parse);
+    named.filter(|op| op.is_report()).unwrap_or(Op::Result)
 }
 
 /// A result answered with an error naming a ruling's reason (`409 not_current: …`, or the
@@ -155,7 +157,7 @@ impl Check for LedgerCompleteness {
             && ev.raw.value.as_ref().is_some_and(|value| value.get("played") == Some(&serde_json::Value::Bool(true)));
         if let (true, Some(attempt)) = (ev.src == Source::ReportSent || played, ev.attempt) {
             self.sent += 1;
-            let counts = self.applied.entry((sent_kind(ev.op), attempt)).or_default();
+            let counts = self.applied.entry((sent_kind(ev), attempt)).or_default();
             if played {
                 counts.played += 1;
             } else {
@@ -165,7 +167,7 @@ impl Check for LedgerCompleteness {
         }
         if let (Source::ForeignReport, Some(attempt)) = (ev.src, ev.attempt) {
             self.sent += 1;
-            self.applied.entry((sent_kind(ev.op), attempt)).or_default().foreign.push(ev.index);
+            self.applied.entry((sent_kind(ev), attempt)).or_default().foreign.push(ev.index);
         }
         if let (Source::Ledger, Some(attempt), true) = (ev.src, ev.attempt, ev.op.is_report()) {
             let counts = self.applied.entry((ev.op, attempt)).or_default();

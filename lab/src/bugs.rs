@@ -28,6 +28,7 @@ pub enum Bug {
     TrustNamedRunner,
     CapabilityOutlivesLease,
     UnrecordedLateResult,
+    AcceptBorrowedClaim,
 }
 
 /// Which process a bug lives in.
@@ -38,7 +39,7 @@ pub enum Home {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 20] = [
+    pub const ALL: [Bug; 21] = [
         Bug::AcceptStaleResult,
         Bug::HeartbeatRevivesExpired,
         Bug::RequeueOnExpiry,
@@ -59,6 +60,7 @@ impl Bug {
         Bug::TrustNamedRunner,
         Bug::CapabilityOutlivesLease,
         Bug::UnrecordedLateResult,
+        Bug::AcceptBorrowedClaim,
     ];
 
     pub fn name(self) -> &'static str {
@@ -83,6 +85,7 @@ impl Bug {
             Bug::TrustNamedRunner => "trust-named-runner",
             Bug::CapabilityOutlivesLease => "capability-outlives-lease",
             Bug::UnrecordedLateResult => "unrecorded-late-result",
+            Bug::AcceptBorrowedClaim => "accept-borrowed-claim",
         }
     }
 
@@ -132,6 +135,9 @@ impl Bug {
             }
             Bug::UnrecordedLateResult => {
                 "a refused result is answered with an error and kept nowhere, instead of ruled and recorded as a late observation"
+            }
+            Bug::AcceptBorrowedClaim => {
+                "a report is matched to its attempt by job, attempt and fence, not by the runner holding it: a runner may report under another's claim"
             }
         }
     }

@@ -111,6 +111,10 @@ pub enum Variant {
     /// Another runner's current claim reported as failed with runner `runner`'s token: a
     /// report made by a runner that does not hold the claim it names.
     Impersonate,
+    /// Another runner's current claim — its job, attempt and fence — reported by runner
+    /// `runner` under its own id and token: a heartbeat, a capability request and a
+    /// result made under a borrowed claim.
+    BorrowedClaim,
     /// Both links cut for the window; the old runner reports when they return.
     CutLinks,
     /// The runner's clock moved by `offset_ms` for the window.
@@ -154,7 +158,9 @@ impl Variant {
         match self {
             Variant::Latency { .. } | Variant::Pause => FaultKind::DelayedHeartbeats,
             Variant::LostResponse | Variant::Replay => FaultKind::DuplicateResults,
-            Variant::Conflict | Variant::CrossJob | Variant::Impersonate => FaultKind::ConflictingResults,
+            Variant::Conflict | Variant::CrossJob | Variant::Impersonate | Variant::BorrowedClaim => {
+                FaultKind::ConflictingResults
+            }
             Variant::CutLinks => FaultKind::Reconnects,
             Variant::StaticSkew { .. } | Variant::Jump { .. } => FaultKind::ClockSkew,
             Variant::ControlLink
@@ -220,7 +226,9 @@ impl FaultKind {
         match self {
             FaultKind::DelayedHeartbeats => &[Variant::Latency { latency_ms: 0 }, Variant::Pause],
             FaultKind::DuplicateResults => &[Variant::LostResponse, Variant::Replay],
-            FaultKind::ConflictingResults => &[Variant::Conflict, Variant::CrossJob, Variant::Impersonate],
+            FaultKind::ConflictingResults => {
+                &[Variant::Conflict, Variant::CrossJob, Variant::Impersonate, Variant::BorrowedClaim]
+            }
             FaultKind::Reconnects => &[Variant::CutLinks],
             FaultKind::ClockSkew => &[Variant::StaticSkew { offset_ms: 0 }, Variant::Jump { offset_ms: 0 }],
             FaultKind::DisconnectDuringMutation => &[
@@ -259,6 +267,7 @@ impl Variant {
             Variant::Conflict => "conflict",
             Variant::CrossJob => "cross-job",
             Variant::Impersonate => "impersonate",
+            Variant::BorrowedClaim => "borrowed-claim",
             Variant::CutLinks => "cut-links",
             Variant::StaticSkew { .. } => "static-skew",
             Variant::Jump { .. } => "jump",
@@ -467,6 +476,7 @@ fn realise(
         Variant::Conflict => (0, runner, Variant::Conflict),
         Variant::CrossJob => (0, runner, Variant::CrossJob),
         Variant::Impersonate => (0, runner, Variant::Impersonate),
+        Variant::BorrowedClaim => (0, runner, Variant::BorrowedClaim),
         Variant::CutLinks => (3 * lease_ms, runner, Variant::CutLinks),
         Variant::StaticSkew { .. } => (4 * lease_ms, runner, Variant::StaticSkew { offset_ms: skew_ms }),
         Variant::Jump { .. } => (4 * lease_ms, runner, Variant::Jump { offset_ms: skew_ms }),
@@ -604,7 +614,7 @@ mod tests {
     fn the_default_run_exercises_every_variant() {
         let default = default_run();
         let names: Vec<&str> = FaultKind::ALL.iter().flat_map(|kind| kind.variants()).map(Variant::name).collect();
-        assert_eq!(names.len(), 17);
+        assert_eq!(names.len(), 18);
         for seed in 0..20 {
             let faults = schedule(seed, &default);
             for name in &names {
@@ -620,7 +630,7 @@ mod tests {
         let options = ScheduleOptions { kinds, time_limit_ms: 30_000, runners: 3, lease_ms: 1_000, replicas: 3 };
         let runner_only = ScheduleOptions { kinds: FaultKind::ALL.to_vec(), ..options.clone() };
         let names: Vec<&str> = options.kinds.iter().flat_map(|kind| kind.variants()).map(Variant::name).collect();
-        assert_eq!(names.len(), 22);
+        assert_eq!(names.len(), 23);
         for seed in 0..20 {
             let faults = schedule(seed, &options);
             for name in &names {

@@ -353,6 +353,15 @@ impl H {
         self.push(sent)
     }
 
+    /// A report of kind `report` the nemesis sent for `c` under a borrowed claim: `c` names
+    /// the sender as its runner and another runner's attempt; returns its index.
+    pub fn nemesis_borrowed(&mut self, c: &C, report: Op) -> u64 {
+        let mut sent = Event::new(0, Process::NEMESIS, EventType::Invoke, Op::ConflictingResults)
+            .with_claim(&c.job, &c.attempt, &c.runner, c.fence);
+        sent.value = Some(json!({ "token_of": c.runner, "report": report.as_str() }));
+        self.push(sent)
+    }
+
     pub fn nemesis_restart(&mut self) {
         self.push(Event::new(0, Process::NEMESIS, EventType::Invoke, Op::RestartControlPlane));
         self.push(Event::new(0, Process::NEMESIS, EventType::Ok, Op::RestartControlPlane));

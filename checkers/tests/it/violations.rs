@@ -305,6 +305,31 @@ fn ledger_completeness_a_report_sent_with_another_runners_token_applied() {
 }
 
 #[test]
+fn ledger_completeness_counts_a_borrowed_claims_reports_by_their_kind() {
+    // r2 presents r1's attempt under its own id: a heartbeat and a capability request, each
+    // refused and recorded. Each is a sent report of its own kind, so the ledger holds no
+    // more heartbeats or capabilities than were sent; counted as results they would be.
+    let borrowed = |h: &mut H| {
+        let b = claim("j1", "j1-a1", "r2", 7);
+        for report in [Op::Heartbeat, Op::Capability] {
+            h.nemesis_borrowed(&b, report);
+            h.ledger_report(report, &b, 1_050, 1_050, Rejected, Some(Reason::NotCurrent), None, None, None);
+        }
+    };
+    let (mut h, a1) = start();
+    borrowed(&mut h);
+    check(&finish(h, &a1), "ledger-completeness", &[]);
+    // The same history with the reports' kind left out reads them as results.
+    let (mut h, a1) = start();
+    borrowed(&mut h);
+    let mut events = finish(h, &a1);
+    for event in events.iter_mut().filter(|event| event.process == Process::NEMESIS) {
+        event.value = Some(serde_json::json!({ "token_of": "r2" }));
+    }
+    check(&events, "ledger-completeness", &["applied-more-than-sent", "applied-more-than-sent"]);
+}
+
+#[test]
 fn ledger_completeness_an_entry_recorded_before_its_runner_sent_anything_is_no_ones() {
     // r2 reports r1's claim with its own token and the ledger records it; r1's own result
     // goes out later and never gets an answer: counted over the whole run the two match,

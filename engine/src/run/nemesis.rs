@@ -150,8 +150,11 @@ async fn start(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let index = runner(fault);
     // A fault on a runner matters while it holds a claim: wait (bounded) for one. Resent
     // results pick a claim the runner already finished; an impersonation, another's claim.
-    let mid_deployment =
-        fault.runner.is_some() && !matches!(fault.variant, Variant::Replay | Variant::Conflict | Variant::Impersonate);
+    let mid_deployment = fault.runner.is_some()
+        && !matches!(
+            fault.variant,
+            Variant::Replay | Variant::Conflict | Variant::Impersonate | Variant::BorrowedClaim
+        );
     if mid_deployment && !wait_busy(shared, index).await {
         let why = format!("runner r{} held no claim within {} ms: nothing to hit", index + 1, claim_wait_ms(shared));
         record_start(&shared.recorder, fault, try_number, Err(why), false);
@@ -161,6 +164,7 @@ async fn start(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
         Variant::Replay | Variant::Conflict => return resend(shared, fault, try_number).await,
         Variant::CrossJob => return cross(shared, fault, try_number).await,
         Variant::Impersonate => return impersonate(shared, fault, try_number).await,
+        Variant::BorrowedClaim => return borrow(shared, fault, try_number).await,
         Variant::DelayedStep { .. } | Variant::LateStep { .. } => return hold_step(shared, fault, try_number).await,
         Variant::RestartControl => restart_control(shared).await,
         Variant::TargetSkew { offset_ms } => target_clock(shared, *offset_ms).await,
@@ -211,6 +215,7 @@ async fn start_on(shared_cluster: &Mutex<Cluster>, index: usize, variant: &Varia
         | Variant::Conflict
         | Variant::CrossJob
         | Variant::Impersonate
+        | Variant::BorrowedClaim
         | Variant::DelayedStep { .. }
         | Variant::LateStep { .. }
         | Variant::RestartControl
@@ -269,6 +274,7 @@ async fn heal(shared: &Shared, fault: &Fault) {
             | Variant::Conflict
             | Variant::CrossJob
             | Variant::Impersonate
+            | Variant::BorrowedClaim
             | Variant::RestartControl => return,
         }
     };
@@ -384,30 +390,70 @@ async fn resend(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
 /// A client holding one runner's token, and that runner's id.
 type RunnerClient = (protocol::client::Client, String);
 
+/// A report the nemesis sends in a runner's name: a result, or (under a borrowed claim) a
+/// heartbeat or a capability request.
+#[derive(Clone, Copy)]
+enum Report {
+    Heartbeat,
+    Capability,
+    Result(Outcome),
+}
+
+impl Report {
+    fn op(self) -> Op {
+        match self {
+            Report::Heartbeat => Op::Heartbeat,
+            Report::Capability => Op::Capability,
+            Report::Result(_) => Op::Result,
+        }
+    }
+}
+
 /// Sends a result for `claim` with the token of `client`'s runner (`value.token_of` in the
 /// history; `claim.runner` unless the fault impersonates), recording it as the nemesis's
 /// operation.
 async fn send_result(
     shared: &Shared,
     fault: &Fault,
-    (client, token_of): &RunnerClient,
+    client: &RunnerClient,
     claim: ClaimRef,
     outcome: Outcome,
     try_number: u32,
 ) {
-    let request =
-        ResultRequest { claim: claim.clone(), outcome, observed_ms: lab::control::Now::read().ms, detail: None };
+    send_report(shared, fault, client, &claim, Report::Result(outcome), try_number).await;
+}
+
+/// Sends `report` for `claim` with the token of `client`'s runner, recorded as the
+/// nemesis's operation: `value.report` names the report's kind, `value.token_of` whose
+/// token it carried.
+async fn send_report(
+    shared: &Shared,
+    fault: &Fault,
+    (client, token_of): &RunnerClient,
+    claim: &ClaimRef,
+    report: Report,
+    try_number: u32,
+) {
+    let observed_ms = lab::control::Now::read().ms;
     let fill = |event: &mut history::Event| {
         *event = event.clone().with_claim(&claim.job, &claim.attempt, &claim.runner, claim.fence);
-        event.outcome = Some(outcome.as_str().to_string());
+        if let Report::Result(outcome) = report {
+            event.outcome = Some(outcome.as_str().to_string());
+        }
         let mut value = serde_json::to_value(fault).unwrap_or_default();
         value["effective"] = serde_json::Value::from(true);
         value["try"] = serde_json::Value::from(try_number);
         value["token_of"] = serde_json::Value::from(token_of.as_str());
+        value["report"] = serde_json::Value::from(report.op().as_str());
         event.value = Some(value);
     };
     shared.recorder.record(Process::NEMESIS, EventType::Invoke, fault.kind.op(), fill);
-    let answer = client.result(&request).await;
+    let claim = claim.clone();
+    let answer = match report {
+        Report::Heartbeat => client.heartbeat(&protocol::HeartbeatRequest { claim, observed_ms }).await,
+        Report::Capability => client.capability(&protocol::CapabilityRequest { claim, observed_ms }).await,
+        Report::Result(outcome) => client.result(&ResultRequest { claim, outcome, observed_ms, detail: None }).await,
+    };
     let kind = match &answer {
         Ok(_) => EventType::Ok,
         Err(error) if error.outcome_unknown() => EventType::Info,
@@ -420,6 +466,28 @@ async fn send_result(
             Err(error) => event.reason = Some(error.to_string()),
         }
     });
+}
+
+/// Reports another runner's current claim — its job, attempt and fence — under runner
+/// `index`'s own id and token: a heartbeat, a capability request and a result (failed).
+/// The claim is not the reporter's, so the control plane must refuse each
+/// (`not_current`) and accept none.
+async fn borrow(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
+    let index = runner(fault);
+    let (operator, client) = runner_client(shared, index).await;
+    let others = |claims: Vec<ClaimRef>| {
+        claims.into_iter().filter(|claim| claim.runner != client.1).min_by_key(|claim| claim.fence)
+    };
+    let Some(owned) = awaited(shared, &operator, others).await else {
+        let why = format!("no running claim of a runner other than r{} to borrow within 2 leases", index + 1);
+        record_start(&shared.recorder, fault, try_number, Err(why), false);
+        return Started::Ineffective;
+    };
+    let borrowed = ClaimRef { runner: client.1.clone(), ..owned };
+    for report in [Report::Heartbeat, Report::Capability, Report::Result(Outcome::Failed)] {
+        send_report(shared, fault, &client, &borrowed, report, try_number).await;
+    }
+    Started::Sent
 }
 
 /// The running attempts the control plane holds now.

@@ -103,6 +103,7 @@ const CAUGHT: &[(&str, &[&str])] = &[
     ("target-refuses-current-fence", &["target/fenced", "target/steps"]),
     ("capability-outlives-lease", &["endpoint/capability"]),
     ("unrecorded-late-result", &["rule/stale-completion", "rule/reconcile-supersedes", "rule/fence-across-jobs"]),
+    ("accept-borrowed-claim", &["rule/fence-across-runners", "model/rules-replay"]),
     (
         "trust-named-runner",
         &["input/claim-as-other-runner", "input/heartbeat-as-other-runner", "input/result-as-other-runner"],

@@ -461,7 +461,7 @@ impl<S: Store> Rules<S> {
             job: claim.job.clone(),
             project: Some(report.project.to_string()),
             attempt: Some(claim.attempt.clone()),
-            runner: Some(claim.runner.clone()),
+            runner: (!self.bugs.has(Bug::AcceptBorrowedClaim)).then(|| claim.runner.clone()),
             fence: Some(claim.fence),
             current: true,
             states: vec![AttemptState::Running],
@@ -587,7 +587,11 @@ impl<S: Store> Rules<S> {
             self.expire_in(tx, now)?;
             let job = self.reported_job(tx, &report)?;
             let attempt = tx.attempt(&request.claim.attempt)?;
-            let live = standing(Some(&job), attempt.as_ref(), &request.claim, project, now.ms).ok().and(attempt);
+            let mut claim = request.claim.clone();
+            if let Some(holder) = attempt.as_ref().filter(|_| self.bugs.has(Bug::AcceptBorrowedClaim)) {
+                claim.runner = holder.runner.clone();
+            }
+            let live = standing(Some(&job), attempt.as_ref(), &claim, project, now.ms).ok().and(attempt);
             let Some(attempt) = live else {
                 return self.reject(tx, &report, &job, None, now);
             };
