@@ -21,6 +21,7 @@ mod restart;
 mod rules;
 pub mod session;
 mod targets;
+mod windows;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -102,6 +103,7 @@ impl Options {
 fn defs() -> Vec<Def> {
     let mut all = endpoints::defs();
     all.extend(rules::defs());
+    all.extend(windows::defs());
     all.extend(races::defs());
     all.extend(targets::defs());
     all.extend(restart::defs());

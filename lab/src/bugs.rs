@@ -29,6 +29,7 @@ pub enum Bug {
     CapabilityOutlivesLease,
     UnrecordedLateResult,
     AcceptBorrowedClaim,
+    LeaseJudgedBySweeper,
 }
 
 /// Which process a bug lives in.
@@ -39,7 +40,7 @@ pub enum Home {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 21] = [
+    pub const ALL: [Bug; 22] = [
         Bug::AcceptStaleResult,
         Bug::HeartbeatRevivesExpired,
         Bug::RequeueOnExpiry,
@@ -61,6 +62,7 @@ impl Bug {
         Bug::CapabilityOutlivesLease,
         Bug::UnrecordedLateResult,
         Bug::AcceptBorrowedClaim,
+        Bug::LeaseJudgedBySweeper,
     ];
 
     pub fn name(self) -> &'static str {
@@ -86,6 +88,7 @@ impl Bug {
             Bug::CapabilityOutlivesLease => "capability-outlives-lease",
             Bug::UnrecordedLateResult => "unrecorded-late-result",
             Bug::AcceptBorrowedClaim => "accept-borrowed-claim",
+            Bug::LeaseJudgedBySweeper => "lease-judged-by-sweeper",
         }
     }
 
@@ -138,6 +141,9 @@ impl Bug {
             }
             Bug::AcceptBorrowedClaim => {
                 "a report is matched to its attempt by job, attempt and fence, not by the runner holding it: a runner may report under another's claim"
+            }
+            Bug::LeaseJudgedBySweeper => {
+                "a report is judged on its attempt's state alone: a lapsed lease counts as live until the sweeper marks it uncertain"
             }
         }
     }

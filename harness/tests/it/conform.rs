@@ -105,6 +105,15 @@ const CAUGHT: &[(&str, &[&str])] = &[
     ("unrecorded-late-result", &["rule/stale-completion", "rule/reconcile-supersedes", "rule/fence-across-jobs"]),
     ("accept-borrowed-claim", &["rule/fence-across-runners", "model/rules-replay"]),
     (
+        "lease-judged-by-sweeper",
+        &[
+            "window/heartbeat-at-lease-end",
+            "window/capability-at-lease-end",
+            "window/result-at-lease-end",
+            "model/rules-replay",
+        ],
+    ),
+    (
         "trust-named-runner",
         &["input/claim-as-other-runner", "input/heartbeat-as-other-runner", "input/result-as-other-runner"],
     ),

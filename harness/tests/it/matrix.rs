@@ -57,6 +57,10 @@ const KINDS: &[(&str, &[&str])] = &[
     ("capability-outlives-lease", &["stale-side-effect/step-after-lease"]),
     ("unrecorded-late-result", &["ledger-completeness/result-not-ruled"]),
     ("accept-borrowed-claim", &["fence-order/report-claim-mismatch", "rules-model/result-accepted-wrongly"]),
+    (
+        "lease-judged-by-sweeper",
+        &["heartbeat-resurrection/heartbeat-after-lease-end", "rules-model/heartbeat-accepted-wrongly"],
+    ),
     ("replica-clock", &["clock-authority/split-clock"]),
     ("claim-without-lock", &["single-owner/two-attempts-one-job", "rules-model/claim-not-queued"]),
     ("sweeper-without-lock", &["rules-model/expired-not-running"]),

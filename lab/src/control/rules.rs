@@ -361,6 +361,16 @@ impl<S: Store> Rules<S> {
         })
     }
 
+    /// Expires lapsed leases before a claim or a report is judged, so that a lease counts
+    /// from its end and not from when the sweeper notices it (under
+    /// `lease-judged-by-sweeper`, only the sweeper expires).
+    fn expire_unless_swept(&self, tx: &mut dyn Tx, now: Now) -> RuleResult<()> {
+        if !self.bugs.has(Bug::LeaseJudgedBySweeper) {
+            self.expire_in(tx, now)?;
+        }
+        Ok(())
+    }
+
     fn expire_in(&self, tx: &mut dyn Tx, now: Now) -> RuleResult<usize> {
         let early_ms = if self.bugs.has(Bug::ExpireEarly) { self.policy.lease_ms as i64 / 2 } else { 0 };
         let ended: Vec<AttemptRow> =
@@ -402,7 +412,7 @@ impl<S: Store> Rules<S> {
         let (runner, project) = acting_runner(principal, &request.runner)?;
         self.transact(self.bugs.has(Bug::ClaimWithoutLock), |tx| {
             let now = self.now_in(tx, now)?;
-            self.expire_in(tx, now)?;
+            self.expire_unless_swept(tx, now)?;
             let Some(mut job) = claimable_job(tx, project)? else {
                 return Ok(ClaimResponse { grant: None });
             };
@@ -465,7 +475,7 @@ impl<S: Store> Rules<S> {
             fence: Some(claim.fence),
             current: true,
             states: vec![AttemptState::Running],
-            lease_valid_at_ms: Some(now.ms),
+            lease_valid_at_ms: (!self.bugs.has(Bug::LeaseJudgedBySweeper)).then_some(now.ms),
             fence_at_most: None,
         };
         if self.bugs.has(Bug::TrustRunnerClock) {
@@ -519,7 +529,7 @@ impl<S: Store> Rules<S> {
         let report = Report { kind: Op::Heartbeat, claim: &request.claim, project, observed_ms: request.observed_ms };
         self.transact(false, |tx| {
             let now = self.now_in(tx, now)?;
-            self.expire_in(tx, now)?;
+            self.expire_unless_swept(tx, now)?;
             let mut job = self.reported_job(tx, &report)?;
             let lease_expires_ms = now.ms + self.policy.lease_ms as i64;
             let change = AttemptChange {
@@ -584,14 +594,15 @@ impl<S: Store> Rules<S> {
         let report = Report { kind: Op::Capability, claim: &request.claim, project, observed_ms: request.observed_ms };
         self.transact(false, |tx| {
             let now = self.now_in(tx, now)?;
-            self.expire_in(tx, now)?;
+            self.expire_unless_swept(tx, now)?;
             let job = self.reported_job(tx, &report)?;
             let attempt = tx.attempt(&request.claim.attempt)?;
             let mut claim = request.claim.clone();
             if let Some(holder) = attempt.as_ref().filter(|_| self.bugs.has(Bug::AcceptBorrowedClaim)) {
                 claim.runner = holder.runner.clone();
             }
-            let live = standing(Some(&job), attempt.as_ref(), &claim, project, now.ms).ok().and(attempt);
+            let judged_ms = if self.bugs.has(Bug::LeaseJudgedBySweeper) { i64::MIN } else { now.ms };
+            let live = standing(Some(&job), attempt.as_ref(), &claim, project, judged_ms).ok().and(attempt);
             let Some(attempt) = live else {
                 return self.reject(tx, &report, &job, None, now);
             };
@@ -641,7 +652,7 @@ impl<S: Store> Rules<S> {
     fn result_in(&self, tx: &mut dyn Tx, project: &str, request: &ResultRequest, now: Now) -> RuleResult<Ruling> {
         let report = Report { kind: Op::Result, claim: &request.claim, project, observed_ms: request.observed_ms };
         let now = self.now_in(tx, now)?;
-        self.expire_in(tx, now)?;
+        self.expire_unless_swept(tx, now)?;
         let mut job = self.reported_job(tx, &report)?;
         let attempt = tx.attempt(&request.claim.attempt)?;
         let committed = attempt.as_ref().filter(|attempt| {
