@@ -2,7 +2,9 @@
 //!
 //! From the ledger: an accepted heartbeat, capability or result whose server receipt time
 //! (`received_ms`) is at or past the attempt's lease end while the runner's `observed_ms`
-//! is before it — a decision that holds only on the runner's clock.
+//! is before it — a decision that holds only on the runner's clock. The ledger cannot tell
+//! whether that clock was the cause (a report that waited in the network before a lapsed
+//! lease was judged carries the same times), so the anomaly says what holds, not why.
 //!
 //! And one authority: in sequence order, no ledger entry's `received_ms` is more than a
 //! lease before an earlier entry's. The control plane's decisions are serialised, so their
@@ -15,7 +17,7 @@ use crate::model::{Index, Observed, Op, Source};
 
 pub const NAME: &str = "clock-authority";
 pub const ABOUT: &str =
-    "no report is accepted past the lease end on the server's clock because the runner's clock said it was still early";
+    "no report is accepted past the lease end on the server's clock where only the runner's clock puts it inside the lease";
 
 /// Runs this checker alone over a history.
 pub fn check(events: &[history::Event]) -> crate::CheckerResult {
@@ -69,7 +71,7 @@ impl Check for ClockAuthority {
             return;
         }
         let message = format!(
-            "{} for {} accepted at {received} ms on the server's clock, at or past its lease end {end} ms, because the runner's clock said {observed} ms",
+            "{} for {} accepted at {received} ms on the server's clock, at or past its lease end {end} ms: only the runner's clock, which said {observed} ms, puts it inside the lease",
             ev.raw.f,
             ctx.label(target)
         );

@@ -190,7 +190,7 @@ fn clock_authority_accepts_on_the_runners_clock() {
             _ => drop(h.result(&a1, 3_200, 2_900, "succeeded", Accepted, None)),
         }
         let anomalies = check(&h.build(), "clock-authority", &["runner-clock-trusted"]);
-        assert!(anomalies[0].message.contains("runner's clock said 2900 ms"), "{}", anomalies[0].message);
+        assert!(anomalies[0].message.contains("runner's clock, which said 2900 ms"), "{}", anomalies[0].message);
     }
     // Past the lease on both clocks: not a clock-authority anomaly (heartbeat-resurrection's).
     let (mut h, a1) = start();
