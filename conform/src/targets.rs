@@ -30,9 +30,11 @@ struct Pair {
     high: Capability,
 }
 
+/// Two capabilities on one key from claims of two runners, the lower fence's job done
+/// first: a target must compare fences per key, whoever presents them.
 async fn pair(s: &Session, case: &Case) -> Result<Pair, Finding> {
-    let team = s.team(case, 1).await?;
-    let runner = &team.runners[0];
+    let team = s.team(case, 2).await?;
+    let (runner, other) = (&team.runners[0], &team.runners[1]);
     tries(|n| {
         let team = &team;
         async move {
@@ -49,11 +51,11 @@ async fn pair(s: &Session, case: &Case) -> Result<Pair, Finding> {
                     low_grant.claim.attempt, done.reason
                 )));
             }
-            let (_, high) =
-                match fresh_capability(s, runner, &team.project, &case.id(&format!("high{n}")), &key).await? {
-                    Try::Done(both) => both,
-                    Try::Late(why) => return Ok(Try::Late(why)),
-                };
+            let (_, high) = match fresh_capability(s, other, &team.project, &case.id(&format!("high{n}")), &key).await?
+            {
+                Try::Done(both) => both,
+                Try::Late(why) => return Ok(Try::Late(why)),
+            };
             ensure(high.fence > low.fence, || {
                 format!("the later claim on {key} has fence {}, not above {}", high.fence, low.fence)
             })?;

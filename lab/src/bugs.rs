@@ -30,6 +30,7 @@ pub enum Bug {
     UnrecordedLateResult,
     AcceptBorrowedClaim,
     LeaseJudgedBySweeper,
+    TargetFencesPerRunner,
 }
 
 /// Which process a bug lives in.
@@ -40,7 +41,7 @@ pub enum Home {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 22] = [
+    pub const ALL: [Bug; 23] = [
         Bug::AcceptStaleResult,
         Bug::HeartbeatRevivesExpired,
         Bug::RequeueOnExpiry,
@@ -63,6 +64,7 @@ impl Bug {
         Bug::UnrecordedLateResult,
         Bug::AcceptBorrowedClaim,
         Bug::LeaseJudgedBySweeper,
+        Bug::TargetFencesPerRunner,
     ];
 
     pub fn name(self) -> &'static str {
@@ -89,6 +91,7 @@ impl Bug {
             Bug::UnrecordedLateResult => "unrecorded-late-result",
             Bug::AcceptBorrowedClaim => "accept-borrowed-claim",
             Bug::LeaseJudgedBySweeper => "lease-judged-by-sweeper",
+            Bug::TargetFencesPerRunner => "target-fences-per-runner",
         }
     }
 
@@ -145,12 +148,15 @@ impl Bug {
             Bug::LeaseJudgedBySweeper => {
                 "a report is judged on its attempt's state alone: a lapsed lease counts as live until the sweeper marks it uncertain"
             }
+            Bug::TargetFencesPerRunner => {
+                "the fenced target compares a step's fence with the highest its own runner applied on the key, not the key's highest"
+            }
         }
     }
 
     pub fn home(self) -> Home {
         match self {
-            Bug::TargetIgnoresFence | Bug::TargetRefusesCurrentFence => Home::Target,
+            Bug::TargetIgnoresFence | Bug::TargetRefusesCurrentFence | Bug::TargetFencesPerRunner => Home::Target,
             _ => Home::ControlPlane,
         }
     }

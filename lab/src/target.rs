@@ -74,6 +74,9 @@ pub struct Deployment {
     pub highest_fence: u64,
     #[serde(skip)]
     applied: HashSet<(String, u32)>,
+    /// The highest fence each runner applied: what `target-fences-per-runner` compares with.
+    #[serde(skip)]
+    highest_by_runner: BTreeMap<String, u64>,
 }
 
 pub struct Target {
@@ -121,7 +124,11 @@ impl Target {
                 Judgement { applied: true, reason: None }
             };
         }
-        if capability.fence < deployment.highest_fence && !self.bugs.has(Bug::TargetIgnoresFence) {
+        let highest = match self.bugs.has(Bug::TargetFencesPerRunner) {
+            true => deployment.highest_by_runner.get(&capability.runner).copied().unwrap_or(0),
+            false => deployment.highest_fence,
+        };
+        if capability.fence < highest && !self.bugs.has(Bug::TargetIgnoresFence) {
             return refuse(Reason::StaleFence);
         }
         if capability.fence == deployment.highest_fence && self.bugs.has(Bug::TargetRefusesCurrentFence) {
@@ -144,6 +151,8 @@ impl Target {
             let deployment = state.deployments.entry(key.clone()).or_insert(unknown);
             deployment.revision += 1;
             deployment.highest_fence = deployment.highest_fence.max(capability.fence);
+            let own = deployment.highest_by_runner.entry(capability.runner.clone()).or_default();
+            *own = (*own).max(capability.fence);
             deployment.applied.insert((capability.job.clone(), request.step));
             revision = deployment.revision;
         }

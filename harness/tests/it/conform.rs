@@ -97,6 +97,7 @@ const CAUGHT: &[(&str, &[&str])] = &[
     ("blind-retry-on-zero-rows", &["rule/stale-completion", "rule/heartbeat-after-expiry", "model/rules-replay"]),
     ("ack-before-commit", &["restart/acknowledged-survives-kill-9"]),
     ("target-ignores-fence", &["target/fenced"]),
+    ("target-fences-per-runner", &["target/fenced"]),
     ("refuse-duplicate-result", &["rule/duplicate-result", "race/results", "model/rules-replay"]),
     ("self-reconcile", &["rule/no-requeue-on-expiry", "rule/stale-completion", "model/rules-replay"]),
     ("expire-early", &["rule/expiry-on-server-clock", "model/rules-replay"]),

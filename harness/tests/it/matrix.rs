@@ -49,6 +49,7 @@ const KINDS: &[(&str, &[&str])] = &[
         &["ledger-completeness/answer-differs-from-ledger", "ledger-completeness/answer-missing-from-ledger"],
     ),
     ("target-ignores-fence", &["stale-side-effect/stale-step-applied"]),
+    ("target-fences-per-runner", &["stale-side-effect/stale-step-applied"]),
     ("refuse-duplicate-result", &["terminal-stability/duplicate-not-acknowledged"]),
     ("self-reconcile", &["rules-model/reconcile-unauthorised"]),
     ("expire-early", &["rules-model/expired-early"]),
