@@ -34,6 +34,7 @@ ALL_BUGS = {
     "trust-runner-clock": "control-plane",
     "target-ignores-fence": "target",
     "runner-ignores-deadline": "runner",
+    "runner-reports-unfinished-success": "runner",
 }
 
 _ID_RE = re.compile(r"[A-Za-z0-9\-_.:]{1,128}")

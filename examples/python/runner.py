@@ -285,6 +285,9 @@ class Runner:
         if self.stopping.is_set():
             return
         outcome = "succeeded" if applied == spec["steps"] else "failed"
+        if "runner-reports-unfinished-success" in self.bugs:
+            # The planted bug: a job the runner stopped working on counts as done.
+            outcome = "succeeded"
         self.report(claim, outcome)
 
     def heartbeats(self, claim, authority: Authority, window_ns: int, finished: threading.Event):

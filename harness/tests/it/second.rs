@@ -125,12 +125,20 @@ async fn each_python_bug_variant_is_caught_under_its_faults() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    for variant in ["accept-stale-result", "trust-runner-clock", "target-ignores-fence", "runner-ignores-deadline"] {
+    let shipped = [
+        "accept-stale-result",
+        "trust-runner-clock",
+        "target-ignores-fence",
+        "runner-ignores-deadline",
+        "runner-reports-unfinished-success",
+    ];
+    for variant in shipped {
         assert!(caught.contains_key(variant), "the file declares {variant}: {caught:?}");
     }
-    // The runner's own bug is masked by the control plane and the fenced target: only the
-    // runner's contract, read on its log, sees it.
+    // The runner's own bugs are masked by the control plane and the fenced target: only the
+    // runner's contract, read on its log, sees them.
     assert_eq!(caught["runner-ignores-deadline"], ["runner-contract"], "{caught:?}");
+    assert_eq!(caught["runner-reports-unfinished-success"], ["runner-contract"], "{caught:?}");
 }
 
 /// The Python implementation's runners under libfaketime (its system file with
