@@ -163,12 +163,15 @@ pub async fn execute(suite: &SuiteFile, shard: Option<(usize, usize)>, program: 
                 report: None,
                 bugs: run.bugs.iter().map(|bug| bug.name().to_string()).chain(run.variants.iter().cloned()).collect(),
                 checkers: vec![],
+                duration_ms: None,
             });
             continue;
         }
         let (program, out) = (program.to_path_buf(), store.to_path_buf());
         running.spawn(async move {
+            let began = Instant::now();
             let cell = run_child(&program, &out.join("runs"), &spec).await;
+            let duration_ms = Some(began.elapsed().as_millis() as u64);
             let passed = cell.verdict.is(run.expect);
             let report = cell.folder.as_ref().map(|folder| relative(&out, &folder.join("report.html")));
             let bugs = run.bugs.iter().map(|bug| bug.name().to_string()).chain(run.variants.iter().cloned()).collect();
@@ -183,6 +186,7 @@ pub async fn execute(suite: &SuiteFile, shard: Option<(usize, usize)>, program: 
                 report,
                 bugs,
                 checkers: cell.checkers,
+                duration_ms,
             }
         });
     }
@@ -196,25 +200,30 @@ pub async fn execute(suite: &SuiteFile, shard: Option<(usize, usize)>, program: 
 /// Joins shard results into one, in suite order. Each result comes with the folder it was
 /// read from; report links are rewritten to be relative to `out`.
 pub fn merge(results: Vec<(PathBuf, SuiteResult)>, out: &Path) -> Result<SuiteResult, String> {
-    let results: Vec<SuiteResult> = results
-        .into_iter()
-        .map(|(folder, mut result)| {
-            for entry in &mut result.entries {
-                entry.report = entry.report.take().map(|report| relative(out, &folder.join(report)));
-            }
-            result
-        })
-        .collect();
-    let suite = results.first().map(|result| result.suite.clone()).ok_or("nothing to merge")?;
-    if let Some(other) = results.iter().find(|result| result.suite != suite) {
-        return Err(format!("shards of different suites: `{suite}` and `{}`", other.suite));
+    let suite = results.first().map(|(_, result)| result.suite.clone()).ok_or("nothing to merge")?;
+    if let Some((folder, other)) = results.iter().find(|(_, result)| result.suite != suite) {
+        return Err(format!("shards of different suites: `{suite}` and `{}` ({})", other.suite, folder.display()));
     }
-    let mut entries: Vec<Entry> = results.into_iter().flat_map(|result| result.entries).collect();
-    entries.sort_by_key(|entry| entry.index);
-    if entries.windows(2).any(|pair| pair[0].index == pair[1].index) {
-        return Err("two shards ran the same entry".into());
+    let mut entries: Vec<(PathBuf, Entry)> = Vec::new();
+    for (folder, result) in results {
+        for mut entry in result.entries {
+            entry.report = entry.report.take().map(|report| relative(out, &folder.join(report)));
+            entries.push((folder.clone(), entry));
+        }
     }
-    Ok(SuiteResult { suite, entries })
+    entries.sort_by_key(|(_, entry)| entry.index);
+    if let Some(pair) = entries.windows(2).find(|pair| pair[0].1.index == pair[1].1.index) {
+        let ((first, entry), (second, _)) = (&pair[0], &pair[1]);
+        return Err(format!(
+            "two shards ran entry {} (`{}`, seed {}): {} and {}",
+            entry.index,
+            entry.name,
+            entry.seed,
+            first.display(),
+            second.display()
+        ));
+    }
+    Ok(SuiteResult { suite, entries: entries.into_iter().map(|(_, entry)| entry).collect() })
 }
 
 /// A path to `target` relative to the folder `from` (both made absolute first).
@@ -327,6 +336,7 @@ expect = "invalid"
             report: Some("runs/x/report.html".into()),
             bugs: vec![],
             checkers: vec![],
+            duration_ms: Some(31_500),
         }
     }
 
@@ -342,7 +352,8 @@ expect = "invalid"
         );
         assert_eq!(merged.entries[1].report.as_deref(), Some(Path::new("../s2/runs/x/report.html")));
         assert_eq!(exit(&merged), history::Exit::Invalid);
-        assert!(merge(vec![("/s1".into(), first.clone()), ("/s1".into(), first)], out).is_err());
+        let error = merge(vec![("/s1".into(), first.clone()), ("/s3".into(), first)], out).unwrap_err();
+        assert!(error.contains("entry 0 (`a`, seed 0)") && error.contains("/s1") && error.contains("/s3"), "{error}");
     }
 
     #[test]
@@ -355,6 +366,17 @@ expect = "invalid"
             assert!(xml.contains(counted), "{counted} in {xml}");
         }
         assert!(xml.contains("fencelab.suite.s&lt;&amp;&gt;"), "{xml}");
+        // Each case: its entry's class, its time, and properties a CI system shows.
+        assert!(xml.contains("classname=\"fencelab.suite.s&lt;&amp;&gt;.a\""), "{xml}");
+        assert!(xml.contains("time=\"31.500\""), "{xml}");
+        for property in [
+            "name=\"seed\" value=\"2\"",
+            "name=\"command\" value=\"fencelab run\"",
+            "name=\"report\" value=\"runs/x/report.html\"",
+        ] {
+            assert!(xml.contains(property), "{property} in {xml}");
+        }
+        assert!(xml.contains("report: runs/x/report.html"), "the report's link in system-out: {xml}");
         assert_eq!(exit(&result), history::Exit::Invalid);
     }
 }

@@ -77,13 +77,15 @@ async fn at_lease_end(s: &Session, case: Case, report: Op) -> CaseOutcome {
         judge(s, &job, &grant, report, &ruling).await?;
         match swept_first(s, &job, &ruling).await? {
             Some(why) => swept.push(why),
-            None => return Ok(format!(
+            None => {
+                return Ok(format!(
                 "a {} for {} sent {PAST_END_MS} ms after its lease ended at {} (server clock), before any sweep: {}",
                 report.as_str(),
                 grant.claim.attempt,
                 grant.lease_expires_ms,
                 said(&ruling)
-            )),
+            ))
+            }
         }
     }
     Ok(format!(

@@ -42,6 +42,8 @@ pub struct Driven {
     pub folder: PathBuf,
     /// Not interrupted, every job settled, every record read.
     pub complete: bool,
+    /// Why the run is not complete, in words (`None` when it is).
+    pub incomplete: Option<String>,
     /// A scenario's steps all ran (always true for a chaos run).
     pub steps_passed: bool,
     pub records: system::collect::Records,
@@ -115,16 +117,38 @@ pub async fn drive(
     crate::run::link_latest(&shared.config.store, &folder);
     let info = shared.cluster.lock().await.info.clone();
     let has_ledger = !info.absent.contains(&system::Feature::Ledger);
-    let complete = ended.settled
-        && !ended.interrupted
-        && records.unreadable.is_empty()
-        && (!has_ledger || !records.ledger.is_empty());
+    let incomplete = incompleteness(&ended, &records, has_ledger, shared.config.recovery_limit_ms);
+    let complete = incomplete.is_none();
     let meta = RunMeta { command, started_at, duration_ms: started.elapsed().as_millis() as u64, complete };
     crate::run::write_json(&folder.join("run.json"), &meta)?;
     let (_, run) =
         crate::check::check_folder(&folder).map_err(|error| anyhow::anyhow!("checking the run folder: {error}"))?;
     let steps_passed = ended.steps_passed;
-    Ok(Driven { folder, complete, steps_passed, records, events, healthy_ms, faults, run, system: info })
+    Ok(Driven { folder, complete, incomplete, steps_passed, records, events, healthy_ms, faults, run, system: info })
+}
+
+/// Why a run is incomplete: interrupted, jobs that did not settle (which, and in which
+/// state), records that could not be read, or a ledger the system keeps that came back
+/// empty. `None` when it is complete.
+fn incompleteness(
+    ended: &Ended,
+    records: &system::collect::Records,
+    has_ledger: bool,
+    recovery_limit_ms: u64,
+) -> Option<String> {
+    let mut why = Vec::new();
+    if ended.interrupted {
+        why.push("interrupted".to_string());
+    } else if !ended.settled {
+        why.push(unsettled(records, recovery_limit_ms));
+    }
+    if !records.unreadable.is_empty() {
+        why.push(format!("{} records could not be read", records.unreadable.len()));
+    }
+    if has_ledger && records.ledger.is_empty() {
+        why.push("the control plane's ledger came back empty".to_string());
+    }
+    (!why.is_empty()).then(|| why.join("; "))
 }
 
 /// Writes the plan the work follows — a chaos run's fault schedule and jobs, a scenario's
@@ -187,6 +211,16 @@ const UNSETTLED_NAMED_MAX: usize = 10;
 /// Says in the history whether recovery settled every job, and if not which jobs were left
 /// in which state: such a run is incomplete, and its unsettled jobs are not judged lost.
 fn recovery(shared: &Shared, settled: bool, records: &system::collect::Records) {
+    let kind = if settled { EventType::Ok } else { EventType::Info };
+    shared.recorder.record(Process::HARNESS, kind, Op::Recovery, |event| {
+        if !settled {
+            event.reason = Some(unsettled(records, shared.config.recovery_limit_ms));
+        }
+    });
+}
+
+/// Which jobs were not terminal after the recovery limit, and in which state.
+fn unsettled(records: &system::collect::Records, recovery_limit_ms: u64) -> String {
     let terminal =
         |job: &&protocol::JobView| matches!(job.state, protocol::JobState::Succeeded | protocol::JobState::Failed);
     let left: Vec<String> = records
@@ -195,20 +229,14 @@ fn recovery(shared: &Shared, settled: bool, records: &system::collect::Records) 
         .filter(|job| !terminal(job))
         .map(|job| format!("{} ({})", job.id, format!("{:?}", job.state).to_lowercase()))
         .collect();
-    let kind = if settled { EventType::Ok } else { EventType::Info };
-    shared.recorder.record(Process::HARNESS, kind, Op::Recovery, |event| {
-        if !settled {
-            let named = left.iter().take(UNSETTLED_NAMED_MAX).cloned().collect::<Vec<_>>().join(", ");
-            let more = left.len().saturating_sub(UNSETTLED_NAMED_MAX);
-            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
-            event.reason = Some(format!(
-                "{} of {} jobs were not terminal after the {} ms recovery limit: {named}{more}",
-                left.len(),
-                records.jobs.len(),
-                shared.config.recovery_limit_ms
-            ));
-        }
-    });
+    let named = left.iter().take(UNSETTLED_NAMED_MAX).cloned().collect::<Vec<_>>().join(", ");
+    let more = left.len().saturating_sub(UNSETTLED_NAMED_MAX);
+    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+    format!(
+        "{} of {} jobs were not terminal after the {recovery_limit_ms} ms recovery limit: {named}{more}",
+        left.len(),
+        records.jobs.len()
+    )
 }
 
 /// The sources of evidence a driven run's history holds: the harness was the client, the

@@ -20,6 +20,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the lab under faults and record one history (the main job).
+    // A negative number is a value clap refuses by name, not an unknown flag.
+    #[command(allow_negative_numbers = true)]
     Run(Box<crate::args::RunArgs>),
     /// Run a lab process (control plane, target, runner): the lab's own command line.
     #[command(disable_help_flag = true)]
@@ -390,11 +392,17 @@ fn audit_command(args: &crate::args::AuditArgs) -> Result<Exit, CommandError> {
 
 /// Prints the verdict table of a checked run; answers its exit.
 fn print_verdict(folder: &std::path::Path, run: &results::Run, command: &str) -> Exit {
+    // A reason every checker shares (a history that cannot be read) is said once.
+    let mut said: Option<&str> = None;
     for result in &run.checkers {
         let (word, detail) = match &result.verdict {
             checkers::Verdict::Valid => ("valid", String::new()),
             checkers::Verdict::Invalid { anomalies } => ("INVALID", format!("{} anomalies", anomalies.len())),
-            checkers::Verdict::Unknown { reason } => ("unknown", reason.clone()),
+            checkers::Verdict::Unknown { reason } if said == Some(reason.as_str()) => ("unknown", "(as above)".into()),
+            checkers::Verdict::Unknown { reason } => {
+                said = Some(reason);
+                ("unknown", reason.clone())
+            }
         };
         println!("  {:<24} {:<8} {detail}", result.checker, word);
     }
@@ -426,7 +434,7 @@ fn summary(driven: &engine::driver::Driven, command: &str) {
     println!("faults       {}", driven.faults);
     println!("jobs         {} ({} attempts): {:?}", jobs.len(), attempts, states);
     println!("history      {} events", driven.events);
-    println!("complete     {}", if driven.complete { "yes" } else { "no: interrupted, or jobs did not settle" });
+    println!("complete     {}", driven.incomplete.as_ref().map_or("yes".to_string(), |why| format!("no: {why}")));
     for not in &driven.system.faults_not_run {
         let why = if not.why.is_empty() { format!("needs `{}`", not.needs.name()) } else { not.why.clone() };
         println!("not run      {}: {why}", not.fault.name());
@@ -510,16 +518,23 @@ fn replay_command(folder: &std::path::Path, tries: u32, store: &std::path::Path)
         return Err(bad(format!("{} holds no results.json", folder.display())));
     };
     let (runtime, program) = (runtime()?, program()?);
-    println!("original anomalies in: {:?}", original);
+    let listed = |checkers: &std::collections::BTreeSet<String>| match checkers.is_empty() {
+        true => "no checker".to_string(),
+        false => checkers.iter().map(String::as_str).collect::<Vec<_>>().join(", "),
+    };
+    println!("original     anomalies in {}", listed(&original));
     let mut reproduced = 0;
     for index in 1..=tries.max(1) {
         let store = store.join(format!("replay-{}-{index}", std::process::id()));
         let replayed = runtime.block_on(campaign::replay::replay(&program, folder, store)).map_err(bad)?;
         reproduced += u32::from(replayed.reproduced);
         let word = if replayed.reproduced { "reproduced" } else { "NOT reproduced" };
+        let folder =
+            replayed.cell.folder.as_ref().map_or("no run folder".to_string(), |folder| folder.display().to_string());
         println!(
-            "replay {index}: {word}: {} in {:?} ({:?})",
-            replayed.cell.verdict, replayed.checkers, replayed.cell.folder
+            "replay {index}     {word}: {}, anomalies in {} ({folder})",
+            replayed.cell.verdict,
+            listed(&replayed.checkers)
         );
     }
     println!("{reproduced} of {} replays reproduced the anomalies", tries.max(1));

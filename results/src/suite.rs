@@ -26,6 +26,10 @@ pub struct Entry {
     /// The checkers that found anomalies; absent in older suite.json files.
     #[serde(default)]
     pub checkers: Vec<String>,
+    /// How long the run took, start to checked; absent when it did not run, and in older
+    /// suite.json files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -79,6 +83,8 @@ pub fn junit_xml(result: &SuiteResult) -> String {
     let name = format!("fencelab.suite.{}", result.suite);
     let mut cases = suite(&name, None, "", &[]);
     for entry in &result.entries {
+        // One class per suite entry, so that a CI system groups an entry's seeds together.
+        let classname = format!("{name}.{}", entry.name);
         let outcome = if entry.verdict.is_skipped() {
             Outcome::Skipped { message: entry.verdict.to_string() }
         } else if !entry.passed {
@@ -87,7 +93,18 @@ pub fn junit_xml(result: &SuiteResult) -> String {
         } else {
             Outcome::Passed
         };
-        cases.add_test_case(case(&format!("{}-s{}", entry.name, entry.seed), &name, None, outcome));
+        let mut case = case(&format!("{}-s{}", entry.name, entry.seed), &classname, entry.duration_ms, outcome);
+        let mut properties = vec![("seed", entry.seed.to_string()), ("command", entry.command.clone())];
+        if let Some(report) = &entry.report {
+            properties.push(("report", report.display().to_string()));
+            case.set_system_out(format!("report: {}", report.display()));
+        }
+        properties.extend((!entry.bugs.is_empty()).then(|| ("bugs", entry.bugs.join(","))));
+        properties.extend((!entry.checkers.is_empty()).then(|| ("checkers", entry.checkers.join(","))));
+        for (property, value) in properties {
+            case.add_property(quick_junit::Property::new(property, value));
+        }
+        cases.add_test_case(case);
     }
     render(&name, vec![cases])
 }

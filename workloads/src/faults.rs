@@ -71,17 +71,29 @@ impl FaultKind {
         self.op().as_str()
     }
 
-    /// Parses `a,b,...` or `all`; an unknown name is an error that lists the known ones.
+    /// Every fault's name, comma-separated.
+    fn known() -> String {
+        let every = FaultKind::ALL.into_iter().chain(FaultKind::REPLICAS).chain(FaultKind::DATABASE);
+        every.map(|kind| kind.name()).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Parses `a,b,...` or `all`; an unknown or empty name is an error that lists the known
+    /// ones.
     pub fn parse_list(list: &str) -> Result<Vec<FaultKind>, String> {
         if list.trim() == "all" {
             return Ok(FaultKind::ALL.to_vec());
         }
         let mut kinds = Vec::new();
-        for name in list.split(',').map(str::trim).filter(|name| !name.is_empty()) {
+        for name in list.split(',').map(str::trim) {
+            if name.is_empty() {
+                return Err(format!(
+                    "`{list}` names an empty fault (a comma too many); known: all, {}",
+                    FaultKind::known()
+                ));
+            }
             let every = FaultKind::ALL.into_iter().chain(FaultKind::REPLICAS).chain(FaultKind::DATABASE);
             let Some(kind) = every.clone().find(|kind| kind.name() == name) else {
-                let known: Vec<&str> = every.map(|kind| kind.name()).collect();
-                return Err(format!("unknown fault `{name}`; known: all, {}", known.join(", ")));
+                return Err(format!("unknown fault `{name}`; known: all, {}", FaultKind::known()));
             };
             if !kinds.contains(&kind) {
                 kinds.push(kind);
@@ -699,5 +711,9 @@ mod tests {
         );
         let error = FaultKind::parse_list("kill,partition").unwrap_err();
         assert!(error.contains("`partition`") && error.contains("clock-skew"), "{error}");
+        for list in ["kill,,reconnects", "kill,", ",kill"] {
+            let error = FaultKind::parse_list(list).unwrap_err();
+            assert!(error.contains(&format!("`{list}`")) && error.contains("empty fault"), "{error}");
+        }
     }
 }

@@ -306,9 +306,13 @@ impl RunConfig {
         format!("fencelab run {}", self.args().join(" "))
     }
 
-    /// The command that repeats this run, whose folder is `folder`.
+    /// The command that repeats this run, whose folder is `folder`: with its store when it
+    /// is not the default, and its schedule when it was given one.
     pub fn command_in(&self, folder: &std::path::Path) -> String {
         let mut command = self.command();
+        if self.store != RunConfig::default().store {
+            command.push_str(&format!(" --store {}", self.store.display()));
+        }
         if self.schedule.is_some() {
             command.push_str(&format!(" --schedule {}", folder.join("schedule.json").display()));
         }

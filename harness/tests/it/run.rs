@@ -524,8 +524,10 @@ async fn sigkill_of_the_harness_takes_every_child_with_it() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_flags_exit_254_before_anything_starts() {
-    let cases: [&[&str]; 6] = [
+    let cases: [&[&str]; 8] = [
         &["--nemesis", "kill,partition"],
+        &["--nemesis", "kill,,reconnects"],
+        &["--time-limit", "-1"],
         &["--bug", "no-such-bug"],
         &["--lease-ms", "1000", "--heartbeat-interval-ms", "1000"],
         &["--toxiproxy-url", "http://127.0.0.1:9"],
@@ -535,8 +537,13 @@ async fn bad_flags_exit_254_before_anything_starts() {
     for args in cases {
         let finished = run(args).await;
         assert_eq!(finished.code, Some(254), "{args:?}: {}", finished.stderr);
-        assert!(finished.stderr.contains("--"), "{args:?}: the error names the flag: {}", finished.stderr);
+        assert!(finished.stderr.contains(args[0]), "{args:?}: the error names the flag: {}", finished.stderr);
         assert!(!finished.store.path().join("run").exists(), "{args:?} started something");
+    }
+    // The value itself is named too: an empty name in a list, a negative number.
+    for (args, named) in [(["--nemesis", "kill,,reconnects"], "empty fault"), (["--time-limit", "-1"], "'-1'")] {
+        let finished = run(&args).await;
+        assert!(finished.stderr.contains(named) && finished.stderr.contains(args[1]), "{args:?}: {}", finished.stderr);
     }
     let mut command = fencelab();
     command.args(["run", "--store", "/proc/no-such-place"]);
@@ -613,6 +620,14 @@ async fn a_run_whose_target_died_before_collection_is_unknown() {
     assert_eq!(finished.code, Some(2), "{}\n{}", finished.stdout, finished.stderr);
     let results = std::fs::read_to_string(finished.folder().join("results.json")).unwrap();
     assert!(results.contains("the target's step log could not be read"), "{results}");
+    // The summary says why the run is incomplete, not a guess between two causes.
+    assert!(finished.stdout.contains("complete     no: "), "{}", finished.stdout);
+    assert!(!finished.stdout.contains("interrupted, or jobs did not settle"), "{}", finished.stdout);
+    assert!(finished.stdout.contains("records could not be read"), "{}", finished.stdout);
+    // The command that repeats it writes where this one did.
+    let store = format!("--store {}", finished.store.path().display());
+    let repeat = finished.stdout.lines().find(|line| line.starts_with("command ")).unwrap_or_default();
+    assert!(repeat.ends_with(&store), "{repeat}");
     let doc = results::read_results(&results).unwrap();
     assert_eq!((doc.overall, doc.exit_code), (results::Overall::Unknown, 2), "results.json is the process's verdict");
 }

@@ -83,6 +83,7 @@ async fn two_shards_merged_give_the_same_table_as_the_whole_suite() {
             report: None,
             bugs: vec![],
             checkers: vec![],
+            duration_ms: None,
         };
         let result = campaign::suite::SuiteResult { suite: "small".into(), entries: vec![entry] };
         campaign::suite::write(&result, &dir.path().join("nights").join(night)).unwrap();
@@ -142,4 +143,7 @@ async fn a_replay_of_a_run_that_caught_a_bug_catches_it_again() {
         fencelab(&["replay".into(), folder, "--tries".into(), "2".into(), "--store".into(), replays]).await;
     assert_eq!(code, Some(0), "{said}");
     assert!(said.contains("2 of 2 replays reproduced"), "{said}");
+    // Plain words, not Rust's debug text.
+    assert!(said.contains("anomalies in ") && said.contains("terminal-stability"), "{said}");
+    assert!(!said.contains("Some(") && !said.contains("{\""), "{said}");
 }

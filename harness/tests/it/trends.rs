@@ -21,6 +21,7 @@ fn entry(index: usize, name: &str, passed: bool, verdict: &str, bugs: &[&str], c
         report: None,
         bugs: bugs.iter().map(|b| b.to_string()).collect(),
         checkers: checkers.iter().map(|c| c.to_string()).collect(),
+        duration_ms: None,
     }
 }
 

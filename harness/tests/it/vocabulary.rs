@@ -87,6 +87,7 @@ async fn every_renamed_word_makes_check_unknown_never_valid() {
         let (code, output) = check(&copy).await;
         assert_eq!(code, Some(2), "`{field}` `{word}` renamed: not unknown\n{output}");
         assert!(output.contains("history line "), "`{field}` `{word}` renamed: no line named\n{output}");
+        assert_eq!(output.matches("history line ").count(), 1, "`{field}` `{word}`: the line is named once\n{output}");
         let results = std::fs::read_to_string(copy.join("results.json")).unwrap();
         assert!(results.contains("\"unknown\""), "`{field}` `{word}`: results.json is not unknown");
     }
