@@ -473,14 +473,7 @@ async fn send_report(
 /// The claim is not the reporter's, so the control plane must refuse each
 /// (`not_current`) and accept none.
 async fn borrow(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
-    let index = runner(fault);
-    let (operator, client) = runner_client(shared, index).await;
-    let others = |claims: Vec<ClaimRef>| {
-        claims.into_iter().filter(|claim| claim.runner != client.1).min_by_key(|claim| claim.fence)
-    };
-    let Some(owned) = awaited(shared, &operator, others).await else {
-        let why = format!("no running claim of a runner other than r{} to borrow within 2 leases", index + 1);
-        record_start(&shared.recorder, fault, try_number, Err(why), false);
+    let Some((client, owned)) = claim_of_another(shared, fault, try_number, "borrow").await else {
         return Started::Ineffective;
     };
     let borrowed = ClaimRef { runner: client.1.clone(), ..owned };
@@ -569,18 +562,33 @@ async fn runner_client(shared: &Shared, index: usize) -> (protocol::client::Clie
 /// by a runner that does not hold the claim. The control plane must refuse it
 /// (`runner_mismatch`) and record nothing.
 async fn impersonate(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
+    let Some((client, victim)) = claim_of_another(shared, fault, try_number, "report for").await else {
+        return Started::Ineffective;
+    };
+    send_result(shared, fault, &client, victim, Outcome::Failed, try_number).await;
+    Started::Sent
+}
+
+/// A client with the token of the fault's runner, and the running claim (lowest fence) of
+/// another runner, looked for during up to 2 leases; when there is none the try is
+/// recorded as ineffective (nothing to `purpose`).
+async fn claim_of_another(
+    shared: &Shared,
+    fault: &Fault,
+    try_number: u32,
+    purpose: &str,
+) -> Option<(RunnerClient, ClaimRef)> {
     let index = runner(fault);
     let (operator, client) = runner_client(shared, index).await;
     let others = |claims: Vec<ClaimRef>| {
         claims.into_iter().filter(|claim| claim.runner != client.1).min_by_key(|claim| claim.fence)
     };
-    let Some(victim) = awaited(shared, &operator, others).await else {
-        let why = format!("no running claim of a runner other than r{} to report for within 2 leases", index + 1);
+    let found = awaited(shared, &operator, others).await;
+    if found.is_none() {
+        let why = format!("no running claim of a runner other than r{} to {purpose} within 2 leases", index + 1);
         record_start(&shared.recorder, fault, try_number, Err(why), false);
-        return Started::Ineffective;
-    };
-    send_result(shared, fault, &client, victim, Outcome::Failed, try_number).await;
-    Started::Sent
+    }
+    Some((client, found?))
 }
 
 /// Heals everything: toxics removed and proxies enabled, paused runners continued, clocks

@@ -95,9 +95,7 @@ async fn a_commit_whose_answer_is_cut_is_answered_as_an_unknown_outcome() {
             super::run::fault("db-link", None, 1_500 + (n / 3) * 1_500, 1_000, variant)
         })
         .collect();
-    let schedule = dir.path().join("schedule.json");
-    std::fs::write(&schedule, serde_json::to_vec(&cuts).unwrap()).unwrap();
-    let schedule = schedule.to_string_lossy().into_owned();
+    let schedule = super::run::schedule_file(dir.path(), &cuts);
     let args = [
         "--db",
         "postgres",

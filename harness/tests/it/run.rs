@@ -81,13 +81,18 @@ pub async fn faults_at_rate(faults: Vec<serde_json::Value>, rate_per_s: &str) ->
     finished
 }
 
+/// Writes `faults` as `schedule.json` in `dir` (for `--schedule`); its path.
+pub fn schedule_file(dir: &std::path::Path, faults: &[serde_json::Value]) -> String {
+    let schedule = dir.join("schedule.json");
+    std::fs::write(&schedule, serde_json::to_vec(faults).unwrap()).unwrap();
+    schedule.to_string_lossy().into_owned()
+}
+
 /// A run of two busy runners with exactly the faults of `faults`, and `extra` flags (a
 /// planted bug, say), whatever its verdict.
 async fn scheduled(faults: Vec<serde_json::Value>, rate_per_s: &str, extra: &[&str]) -> Finished {
     let dir = tempfile::tempdir().unwrap();
-    let schedule = dir.path().join("schedule.json");
-    std::fs::write(&schedule, serde_json::to_vec(&faults).unwrap()).unwrap();
-    let schedule = schedule.to_string_lossy().into_owned();
+    let schedule = schedule_file(dir.path(), &faults);
     let args = [
         "--seed",
         "1",
