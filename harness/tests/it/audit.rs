@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use checkers::Verdict;
 
-use super::run::{run, Finished};
+use super::run::{caught, run, Finished};
 
 /// Longest one audit may take here.
 const AUDIT_WAIT_MAX: Duration = Duration::from_secs(120);
@@ -165,24 +165,6 @@ async fn audits_agree(served: &Served, finished: &Finished, repeat: &str) -> (Op
         );
     }
     (once, followed)
-}
-
-/// Seeds tried for a run that must catch its planted bug: one run's timing decides whether
-/// its faults meet the bug (`fencelab matrix` measures the rate), as in the matrix tests.
-const BUGGY_SEEDS: [&str; 3] = ["3", "4", "5"];
-
-/// The first run of `args` under [`BUGGY_SEEDS`] that is invalid, and the command that
-/// repeats it.
-async fn caught(args: &[&str]) -> (Finished, String) {
-    let mut said = Vec::new();
-    for seed in BUGGY_SEEDS {
-        let finished = run(&[&["--seed", seed], args].concat()).await;
-        if finished.code == Some(1) {
-            return (finished, format!("fencelab run --seed {seed} {}", args.join(" ")));
-        }
-        said.push(format!("seed {seed}: exit {:?}\n{}", finished.code, finished.stdout));
-    }
-    panic!("no seed of {BUGGY_SEEDS:?} caught the bug ({}):\n{}", args.join(" "), said.join("\n"));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -65,6 +65,24 @@ pub async fn run(args: &[&str]) -> Finished {
 
 /// A run of two busy runners with exactly one fault, given as a schedule. Four jobs a
 /// second keep the queue full, so the runner a fault hits is working whenever it hits.
+/// Seeds tried for a run that must catch its planted bug: one run's timing decides whether
+/// its faults meet the bug (`fencelab matrix` measures the rate), as in the matrix tests.
+pub const BUGGY_SEEDS: [&str; 3] = ["3", "4", "5"];
+
+/// The first run of `args` under [`BUGGY_SEEDS`] that is invalid, and the command that
+/// repeats it.
+pub async fn caught(args: &[&str]) -> (Finished, String) {
+    let mut said = Vec::new();
+    for seed in BUGGY_SEEDS {
+        let finished = run(&[&["--seed", seed], args].concat()).await;
+        if finished.code == Some(1) {
+            return (finished, format!("fencelab run --seed {seed} {}", args.join(" ")));
+        }
+        said.push(format!("seed {seed}: exit {:?}\n{}", finished.code, finished.stdout));
+    }
+    panic!("no seed of {BUGGY_SEEDS:?} caught the bug ({}):\n{}", args.join(" "), said.join("\n"));
+}
+
 async fn one_fault(fault: serde_json::Value) -> Finished {
     one_fault_at_rate(fault, "4").await
 }
