@@ -72,6 +72,15 @@ async fn at_lease_end(s: &Session, case: Case, report: Op) -> CaseOutcome {
         let job = case.id(&format!("j{n}"));
         s.submit(&team.project, &job, &case.id(&format!("k{n}")), 1).await?;
         let grant = runner.claim_some().await?;
+        // The wait is bounded by the lease policy: a grant whose lease ends later is a
+        // finding, not a reason to wait.
+        let left_ms = grant.lease_expires_ms.saturating_sub(now_ms());
+        ensure(left_ms <= 2 * s.lease_ms as i64, || {
+            format!(
+                "{} was granted a lease ending {left_ms} ms from now, past the {} ms lease policy",
+                grant.claim.attempt, s.lease_ms
+            )
+        })?;
         sleep_until_ms(grant.lease_expires_ms + PAST_END_MS).await;
         let ruling = send(runner, &grant.claim, report).await?;
         judge(s, &job, &grant, report, &ruling).await?;
