@@ -254,6 +254,13 @@ impl Client {
         self.call(Method::DELETE, &toxic_path(proxy, name), None).await.map(drop)
     }
 
+    /// How many connections the `commit_cut` toxic `name` on `proxy` has cut so far
+    /// (fencelab's `fencelab_cuts` field; a server without it answers a decode error).
+    pub async fn commit_cuts(&self, proxy: &str, name: &str) -> Result<u64, ClientError> {
+        let body = self.call(Method::GET, &toxic_path(proxy, name), None).await?;
+        body[crate::link::CUTS_FIELD].as_u64().ok_or_else(|| ClientError::Decode(body.to_string()))
+    }
+
     /// Enables every proxy and removes every toxic.
     pub async fn reset(&self) -> Result<(), ClientError> {
         self.call(Method::POST, "/reset", None).await.map(drop)

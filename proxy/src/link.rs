@@ -21,6 +21,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
 use std::io;
+use serde_json::Value;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -50,7 +52,25 @@ pub(crate) struct Installed {
     pub id: u64,
     pub version: u64,
     pub toxic: Toxic,
+    /// The connections a `commit_cut` toxic has cut (after a COMMIT), over every connection;
+    /// kept across updates of the toxic.
+    pub cuts: Arc<AtomicU64>,
 }
+
+impl Installed {
+    /// The toxic's JSON; a `commit_cut` toxic adds `fencelab_cuts` (not Toxiproxy's), how
+    /// many connections it has cut so far.
+    pub(crate) fn to_json(&self) -> Value {
+        let mut body = self.toxic.to_json();
+        if self.toxic.kind == ToxicKind::CommitCut {
+            body[CUTS_FIELD] = Value::from(self.cuts.load(Ordering::Relaxed));
+        }
+        body
+    }
+}
+
+/// The JSON field of a `commit_cut` toxic's count of cut connections (fencelab's own).
+pub const CUTS_FIELD: &str = "fencelab_cuts";
 
 /// The toxics of one proxy, split by stream, in insertion order.
 #[derive(Debug, Default)]
@@ -489,7 +509,12 @@ impl DirState {
                 ToxicKind::LimitData { bytes } => {
                     close_after |= limit(&mut pieces, &mut st.passed_bytes, bytes);
                 }
-                ToxicKind::CommitCut => close_after |= cut_after_commit(&mut pieces),
+                ToxicKind::CommitCut => {
+                    if cut_after_commit(&mut pieces) {
+                        t.cuts.fetch_add(1, Ordering::Relaxed);
+                        close_after = true;
+                    }
+                }
                 ToxicKind::Bandwidth { rate_kbps } => pieces = pace(pieces, rate_kbps),
                 ToxicKind::Slicer { average_size_bytes, size_variation_bytes, delay_us } => {
                     let sizes = (average_size_bytes, size_variation_bytes);

@@ -113,7 +113,7 @@ impl ProxyEntry {
     }
 
     fn toxics_json(&self) -> Vec<Value> {
-        self.toxics.iter().map(|t| t.toxic.to_json()).collect()
+        self.toxics.iter().map(|t| t.to_json()).collect()
     }
 
     fn find_toxic(&self, name: &str) -> Result<usize, ApiError> {
@@ -384,9 +384,10 @@ impl Registry {
         if entry.toxics.iter().any(|t| t.toxic.name == toxic.name) {
             return Err(ApiError::new(409, "toxic already exists"));
         }
-        let body = toxic.to_json();
         let id = self.uid();
-        entry.toxics.push(Arc::new(Installed { id, version: id, toxic }));
+        let installed = Arc::new(Installed { id, version: id, toxic, cuts: Arc::default() });
+        let body = installed.to_json();
+        entry.toxics.push(installed);
         entry.publish();
         Ok(body)
     }
@@ -396,7 +397,7 @@ impl Registry {
         let proxies = self.proxies.lock().await;
         let entry = proxies.get(proxy).ok_or_else(ApiError::proxy_not_found)?;
         let idx = entry.find_toxic(name)?;
-        Ok(entry.toxics[idx].toxic.to_json())
+        Ok(entry.toxics[idx].to_json())
     }
 
     /// POST/PATCH /proxies/{name}/toxics/{toxic}: merges attributes and toxicity.
@@ -405,9 +406,10 @@ impl Registry {
         let entry = proxies.get_mut(proxy).ok_or_else(ApiError::proxy_not_found)?;
         let idx = entry.find_toxic(name)?;
         let toxic = entry.toxics[idx].toxic.merged_with(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let out = toxic.to_json();
-        let (id, version) = (entry.toxics[idx].id, self.uid());
-        entry.toxics[idx] = Arc::new(Installed { id, version, toxic });
+        let (id, version, cuts) = (entry.toxics[idx].id, self.uid(), entry.toxics[idx].cuts.clone());
+        let installed = Arc::new(Installed { id, version, toxic, cuts });
+        let out = installed.to_json();
+        entry.toxics[idx] = installed;
         entry.publish();
         Ok(out)
     }

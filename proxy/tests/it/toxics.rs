@@ -336,12 +336,15 @@ async fn commit_cut_passes_the_commit_and_loses_its_answer() {
         let listen = make_proxy(&s.url(), "p", up).await;
         let toxic = add_toxic(&s.url(), "p", r#"{"type":"commit_cut","stream":"upstream"}"#).await;
         assert_eq!(toxic["attributes"], serde_json::json!({}));
+        assert_eq!(toxic["fencelab_cuts"], 0, "a new toxic has cut nothing: {toxic}");
+        let api = proxy::Client::new(&s.url()).unwrap();
         let (mut client, mut server) = established(listen, &mut accepted).await;
         let commit = b"Q\0\0\0\x0bCOMMIT\0";
         // A statement that only names COMMIT passes whole.
         let select = b"Q\0\0\0\x14SELECT 'COMMIT'\0";
         client.write_all(select).await.unwrap();
         assert_eq!(read_n(&mut server, select.len()).await, select);
+        assert_eq!(api.commit_cuts("p", "commit_cut_upstream").await.unwrap(), 0, "no COMMIT passed yet");
         let mut sent = commit.to_vec();
         sent.extend_from_slice(b"Q\0\0\0\x0dROLLBACK\0");
         client.write_all(&sent).await.unwrap();
@@ -350,6 +353,7 @@ async fn commit_cut_passes_the_commit_and_loses_its_answer() {
         let _ = server.write_all(b"C\0\0\0\x0bCOMMIT\0Z\0\0\0\x05I").await;
         let (answer, _) = step("the client side ends", read_to_end(&mut client)).await;
         assert!(answer.is_empty(), "the answer to COMMIT was lost: {answer:?}");
+        assert_eq!(api.commit_cuts("p", "commit_cut_upstream").await.unwrap(), 1, "one connection cut");
         s.shutdown().await;
     })
     .await;
