@@ -347,18 +347,94 @@ async fn write_chunks(
 /// text and its NUL.
 const PG_COMMIT: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";
 
+/// What a `commit_cut` toxic knows of its connection's transaction.
+#[derive(Debug, Default)]
+pub(crate) struct Writes {
+    /// The connection sent a write since its last COMMIT.
+    pub wrote: bool,
+    /// The names of the prepared statements the connection parsed that are writes (at most
+    /// [`NAMED_WRITES_MAX`]): a client that caches its statements sends a write's text
+    /// once per connection, and afterwards only binds its name.
+    named: std::collections::HashSet<Vec<u8>>,
+}
+
+/// At most this many prepared statement names are remembered per connection.
+const NAMED_WRITES_MAX: usize = 4096;
+
+/// Longest statement or portal name looked for in a Parse or Bind message.
+const NAME_MAX_BYTES: usize = 64;
+
 /// Keeps the pieces up to and including the first `COMMIT` message (looked for within
-/// each piece); whether one was found, so the connection closes after it.
-fn cut_after_commit(pieces: &mut Vec<Piece>) -> bool {
+/// each piece) that ends a transaction which wrote (`writes`, carried from chunk to chunk).
+/// A COMMIT of a transaction that only read passes (its outcome cannot matter). Whether one
+/// was cut, so the connection closes after it.
+fn cut_after_commit(pieces: &mut Vec<Piece>, writes: &mut Writes) -> bool {
     for index in 0..pieces.len() {
-        let found = pieces[index].data.windows(PG_COMMIT.len()).position(|window| window == PG_COMMIT);
-        if let Some(at) = found {
-            pieces[index].data.truncate(at + PG_COMMIT.len());
-            pieces.truncate(index + 1);
-            return true;
+        let mut from = 0;
+        loop {
+            let data = &pieces[index].data[from..];
+            let found = data.windows(PG_COMMIT.len()).position(|window| window == PG_COMMIT);
+            writes.read(&data[..found.unwrap_or(data.len())]);
+            let Some(at) = found else { break };
+            let end = from + at + PG_COMMIT.len();
+            if std::mem::take(&mut writes.wrote) {
+                pieces[index].data.truncate(end);
+                pieces.truncate(index + 1);
+                return true;
+            }
+            from = end;
         }
     }
     false
+}
+
+impl Writes {
+    /// Reads a stretch of the client's stream: a simple query or an unnamed Parse naming a
+    /// write marks the transaction as writing; a named Parse of a write is remembered; a
+    /// Bind of a remembered name marks it as writing.
+    fn read(&mut self, data: &[u8]) {
+        self.wrote |= names_a_write(data);
+        for at in 0..data.len() {
+            let message = &data[at..];
+            match message[0] {
+                b'P' => {
+                    let Some((name, rest)) = c_string(message.get(5..).unwrap_or_default()) else { continue };
+                    let query = rest.split(|&byte| byte == 0).next().unwrap_or_default();
+                    if !name.is_empty() && names_a_write(query) && self.named.len() < NAMED_WRITES_MAX {
+                        self.named.insert(name.to_vec());
+                    }
+                }
+                b'B' if !self.named.is_empty() => {
+                    let Some((_portal, rest)) = c_string(message.get(5..).unwrap_or_default()) else { continue };
+                    if c_string(rest).is_some_and(|(name, _)| self.named.contains(name)) {
+                        self.wrote = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A NUL-terminated name of at most [`NAME_MAX_BYTES`] at the start of `data`, and what
+/// follows its NUL.
+fn c_string(data: &[u8]) -> Option<(&[u8], &[u8])> {
+    let end = data.iter().take(NAME_MAX_BYTES + 1).position(|&byte| byte == 0)?;
+    Some((&data[..end], &data[end + 1..]))
+}
+
+/// The words that make a statement a write, when followed by whitespace.
+const WRITE_WORDS: [&[u8]; 4] = [b"INSERT", b"UPDATE", b"DELETE", b"MERGE"];
+
+/// Whether `data` (a client's stream: simple queries or Parse messages) names a write
+/// statement: one of [`WRITE_WORDS`], in any case, followed by whitespace. A word split
+/// across two chunks is not seen.
+fn names_a_write(data: &[u8]) -> bool {
+    WRITE_WORDS.iter().any(|word| {
+        data.windows(word.len() + 1).any(|window| {
+            window[..word.len()].eq_ignore_ascii_case(word) && window[word.len()].is_ascii_whitespace()
+        })
+    })
 }
 
 /// Per-connection state of one toxic.
@@ -375,6 +451,8 @@ struct ToxicState {
     passed_bytes: u64,
     /// When a reset_peer toxic fires, once triggered by data.
     reset_at: Option<Instant>,
+    /// A commit_cut toxic: what it knows of the connection's transaction.
+    writes: Writes,
 }
 
 /// Per-direction state of a connection: toxic states and the pacing clock.
@@ -432,6 +510,7 @@ impl DirState {
                     timer_from: Instant::now(),
                     passed_bytes: 0,
                     reset_at: None,
+                    writes: Writes::default(),
                 }
             });
             if st.version != t.version {
@@ -510,7 +589,7 @@ impl DirState {
                     close_after |= limit(&mut pieces, &mut st.passed_bytes, bytes);
                 }
                 ToxicKind::CommitCut => {
-                    if cut_after_commit(&mut pieces) {
+                    if cut_after_commit(&mut pieces, &mut st.writes) {
                         t.cuts.fetch_add(1, Ordering::Relaxed);
                         close_after = true;
                     }
@@ -690,6 +769,71 @@ mod tests {
 
     fn piece(n: usize) -> Piece {
         Piece { data: vec![7; n], gap: Duration::ZERO }
+    }
+
+    fn data(bytes: &[u8]) -> Piece {
+        Piece { data: bytes.to_vec(), gap: Duration::ZERO }
+    }
+
+    #[test]
+    fn a_write_and_its_commit_in_one_chunk_are_cut_after_the_commit() {
+        // A Parse message (extended protocol) holding the write, then COMMIT and more.
+        let mut chunk = b"P\0\0\0\x20\0INSERT INTO t VALUES ($1)\0\0\0".to_vec();
+        let kept = chunk.len() + PG_COMMIT.len();
+        chunk.extend_from_slice(PG_COMMIT);
+        chunk.extend_from_slice(b"Q\0\0\0\x09BEGIN\0");
+        let mut pieces = vec![data(&chunk), piece(3)];
+        let mut writes = Writes::default();
+        assert!(cut_after_commit(&mut pieces, &mut writes));
+        assert_eq!((pieces.len(), pieces[0].data.len(), writes.wrote), (1, kept, false));
+    }
+
+    #[test]
+    fn a_read_only_commit_passes_and_a_later_write_is_carried_to_its_commit() {
+        let mut read_only = b"Q\0\0\0\x1eSELECT updated_at FROM t\0".to_vec();
+        read_only.extend_from_slice(PG_COMMIT);
+        read_only.extend_from_slice(b"Q\0\0\0\x17delete\tfrom t\0");
+        let mut pieces = vec![data(&read_only)];
+        let mut writes = Writes::default();
+        assert!(!cut_after_commit(&mut pieces, &mut writes), "the read-only COMMIT passes");
+        assert_eq!(pieces[0].data, read_only, "nothing is kept back");
+        assert!(writes.wrote, "the delete after it is remembered");
+        let mut pieces = vec![data(PG_COMMIT), piece(4)];
+        assert!(cut_after_commit(&mut pieces, &mut writes), "its COMMIT, in the next chunk, is cut");
+        assert_eq!(pieces.len(), 1);
+    }
+
+    /// A message: its type, its length (counting itself) and its body.
+    fn message(kind: u8, body: &[u8]) -> Vec<u8> {
+        let mut message = vec![kind];
+        message.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+        message.extend_from_slice(body);
+        message
+    }
+
+    #[test]
+    fn a_bind_of_a_prepared_write_makes_its_transaction_a_write() {
+        let mut writes = Writes::default();
+        // Prepared once per connection (Parse, Describe, Sync), in a transaction of its own.
+        let mut prepare = message(b'P', b"s7\0UPDATE attempts SET state = $1 WHERE id = $2\0\0\0");
+        prepare.extend(message(b'P', b"s8\0SELECT id FROM attempts\0\0\0"));
+        prepare.extend(message(b'S', b""));
+        writes.read(&prepare);
+        writes.wrote = false;
+        // Later transactions only bind the names.
+        let bind = |name: &[u8]| {
+            let mut body = b"\0".to_vec();
+            body.extend_from_slice(name);
+            body.extend_from_slice(b"\0\0\0\0\0\0\0");
+            let mut sent = message(b'B', &body);
+            sent.extend(message(b'E', b"\0\0\0\0\0"));
+            sent.extend_from_slice(PG_COMMIT);
+            sent
+        };
+        let mut pieces = vec![data(&bind(b"s8"))];
+        assert!(!cut_after_commit(&mut pieces, &mut writes), "a bound read passes");
+        let mut pieces = vec![data(&bind(b"s7"))];
+        assert!(cut_after_commit(&mut pieces, &mut writes), "a bound write's COMMIT is cut");
     }
 
     #[test]

@@ -326,8 +326,18 @@ async fn noop_passes_data() {
     .await;
 }
 
-/// `commit_cut`: the data up to and including a PostgreSQL `COMMIT` query message reaches
-/// the server, nothing after it does, and the server's answer never reaches the client.
+/// A PostgreSQL simple-query message: `Q`, its length, the text and its NUL.
+fn simple_query(text: &str) -> Vec<u8> {
+    let mut message = vec![b'Q'];
+    message.extend_from_slice(&(text.len() as u32 + 5).to_be_bytes());
+    message.extend_from_slice(text.as_bytes());
+    message.push(0);
+    message
+}
+
+/// `commit_cut`: the data up to and including a PostgreSQL `COMMIT` query message that ends
+/// a transaction which wrote reaches the server, nothing after it does, and the server's
+/// answer never reaches the client; a transaction that only read commits untouched.
 #[tokio::test]
 async fn commit_cut_passes_the_commit_and_loses_its_answer() {
     bounded(async {
@@ -339,17 +349,24 @@ async fn commit_cut_passes_the_commit_and_loses_its_answer() {
         assert_eq!(toxic["fencelab_cuts"], 0, "a new toxic has cut nothing: {toxic}");
         let api = proxy::Client::new(&s.url()).unwrap();
         let (mut client, mut server) = established(listen, &mut accepted).await;
-        let commit = b"Q\0\0\0\x0bCOMMIT\0";
-        // A statement that only names COMMIT passes whole.
-        let select = b"Q\0\0\0\x14SELECT 'COMMIT'\0";
-        client.write_all(select).await.unwrap();
-        assert_eq!(read_n(&mut server, select.len()).await, select);
-        assert_eq!(api.commit_cuts("p", "commit_cut_upstream").await.unwrap(), 0, "no COMMIT passed yet");
+        let commit = simple_query("COMMIT");
+        assert_eq!(commit, b"Q\0\0\0\x0bCOMMIT\0");
+        // A statement that only names COMMIT passes whole, and so does a transaction that
+        // only read (a column named `updated_at` is no write).
+        let mut read_only = simple_query("SELECT 'COMMIT'");
+        read_only.extend(simple_query("SELECT updated_at FROM t"));
+        read_only.extend(&commit);
+        client.write_all(&read_only).await.unwrap();
+        assert_eq!(read_n(&mut server, read_only.len()).await, read_only);
+        assert_eq!(api.commit_cuts("p", "commit_cut_upstream").await.unwrap(), 0, "no write committed yet");
+        let write = simple_query("update t set a = 1");
+        client.write_all(&write).await.unwrap();
+        assert_eq!(read_n(&mut server, write.len()).await, write);
         let mut sent = commit.to_vec();
-        sent.extend_from_slice(b"Q\0\0\0\x0dROLLBACK\0");
+        sent.extend_from_slice(&simple_query("ROLLBACK"));
         client.write_all(&sent).await.unwrap();
         let (got, _) = step("the server side ends after COMMIT", read_to_end(&mut server)).await;
-        assert_eq!(got, commit);
+        assert_eq!(got, commit, "the write's COMMIT reached the server, the ROLLBACK after it did not");
         let _ = server.write_all(b"C\0\0\0\x0bCOMMIT\0Z\0\0\0\x05I").await;
         let (answer, _) = step("the client side ends", read_to_end(&mut client)).await;
         assert!(answer.is_empty(), "the answer to COMMIT was lost: {answer:?}");
