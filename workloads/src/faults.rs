@@ -515,7 +515,9 @@ fn realise(
             (3 * lease_ms, None, Variant::DbLatency { replica: replica_of(rng), latency_ms: lease_ms / 12 })
         }
         Variant::DbCut { .. } => (lease_ms, None, Variant::DbCut { replica: replica_of(rng) }),
-        Variant::CommitCut { .. } => (lease_ms / 2, None, Variant::CommitCut { replica: replica_of(rng) }),
+        // Held until it has cut two COMMITs (a replica's transactions come a few per lease),
+        // at most 3 leases: a replica that sends none in that time had nothing to cut.
+        Variant::CommitCut { .. } => (3 * lease_ms, None, Variant::CommitCut { replica: replica_of(rng) }),
     };
     Fault { at_ms, duration_ms, kind: variant.kind(), runner, variant }
 }

@@ -77,7 +77,8 @@ pub(crate) async fn one(shared: Shared, fault: Fault) {
 }
 
 /// Holds the fault until `duration_ms` after it `started` (jumping back halfway for a jump),
-/// then heals it.
+/// then heals it. A commit cut is healed as soon as it has cut [`COMMIT_CUTS_WANTED`]
+/// COMMITs: its duration bounds the wait for them.
 async fn hold_and_heal(shared: &Shared, fault: &Fault, started: tokio::time::Instant) {
     let until = |share_ms: u64| started + Duration::from_millis(share_ms);
     if let Variant::Jump { offset_ms } = fault.variant {
@@ -85,8 +86,37 @@ async fn hold_and_heal(shared: &Shared, fault: &Fault, started: tokio::time::Ins
         let result = shared.cluster.lock().await.set_clock(runner(fault), -offset_ms);
         record(&shared.recorder, fault, "jump-back", result.map_err(|error| error.to_string()));
     }
-    tokio::time::sleep_until(until(fault.duration_ms)).await;
-    heal(shared, fault).await;
+    let mut fields = serde_json::Map::new();
+    if let Variant::CommitCut { .. } = fault.variant {
+        let cuts = commit_cuts(shared, fault, until(fault.duration_ms)).await;
+        fields.insert("cuts".into(), cuts.into());
+    } else {
+        tokio::time::sleep_until(until(fault.duration_ms)).await;
+    }
+    heal(shared, fault, fields).await;
+}
+
+/// How many COMMITs a commit cut is held for: each is a transaction whose outcome its
+/// replica cannot know (a claim, a heartbeat, a result or a sweep).
+const COMMIT_CUTS_WANTED: u64 = 2;
+
+/// Waits until commit cut `fault` has cut [`COMMIT_CUTS_WANTED`] COMMITs, or `bound`;
+/// answers the count (the last one read, 0 when the proxy could not be asked).
+async fn commit_cuts(shared: &Shared, fault: &Fault, bound: tokio::time::Instant) -> u64 {
+    let name = toxic_name(fault);
+    let link = {
+        let cluster = shared.cluster.lock().await;
+        super::cluster::db_link(fault.variant.replica().unwrap_or(0) as usize % cluster.system.replicas.len().max(1))
+    };
+    let mut cuts = 0;
+    loop {
+        let proxy = shared.cluster.lock().await.proxy.clone();
+        cuts = proxy.commit_cuts(&link, &name).await.unwrap_or(cuts);
+        if cuts >= COMMIT_CUTS_WANTED || tokio::time::Instant::now() >= bound {
+            return cuts;
+        }
+        tokio::time::sleep(Duration::from_millis(HOLD_POLL_MS)).await;
+    }
 }
 
 /// How the progress line names a fault in effect: `kind(r2)` on a runner, `kind(replica 2,
@@ -237,7 +267,8 @@ fn signal(cluster: &Cluster, index: usize, signal: i32) -> Result<(), String> {
     }
 }
 
-async fn heal(shared: &Shared, fault: &Fault) {
+/// Heals `fault`, recording the heal with `fields` added to its value.
+async fn heal(shared: &Shared, fault: &Fault, fields: serde_json::Map<String, serde_json::Value>) {
     let index = runner(fault);
     let result = {
         let mut cluster = shared.cluster.lock().await;
@@ -278,7 +309,7 @@ async fn heal(shared: &Shared, fault: &Fault) {
             | Variant::RestartControl => return,
         }
     };
-    record(&shared.recorder, fault, "heal", result);
+    record_with(&shared.recorder, fault, "heal", result, fields);
 }
 
 async fn enable_links(cluster: &Cluster, index: usize) -> Result<(), String> {

@@ -80,9 +80,8 @@ async fn the_correct_lab_on_postgresql_with_replicas_is_valid_under_every_fault(
 }
 
 /// A COMMIT whose answer the database link cuts is answered as an unknown outcome, and the
-/// lab stays valid. Twelve cuts of a second each, four on every replica, while three
-/// runners keep all of them busy: in the all-faults run one half-lease cut may meet no
-/// COMMIT on its replica, here every window is full of them.
+/// lab stays valid. Twelve cuts of at most a second each, four on every replica, while
+/// three runners keep all of them busy; every cut's heal says how many COMMITs it cut.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_commit_whose_answer_is_cut_is_answered_as_an_unknown_outcome() {
     if !postgres_or_skip() {
@@ -116,6 +115,16 @@ async fn a_commit_whose_answer_is_cut_is_answered_as_an_unknown_outcome() {
     ];
     let finished = run(&args).await;
     assert_eq!(finished.code, Some(0), "{}\n{}", finished.stdout, finished.stderr);
+    let heals: Vec<u64> = finished
+        .history()
+        .iter()
+        .filter(|event| event.f == Op::DbLink && event.kind == EventType::Ok)
+        .filter_map(|event| event.value.as_ref())
+        .filter(|value| value["phase"] == "heal")
+        .map(|value| value["cuts"].as_u64().expect("a commit cut's heal counts its cuts"))
+        .collect();
+    assert_eq!(heals.len(), 12, "every cut healed: {heals:?}");
+    assert!(heals.iter().sum::<u64>() >= 1, "the cuts met a COMMIT that wrote: {heals:?}");
     let logs = std::fs::read_dir(finished.folder().join("lab")).unwrap().flatten();
     let unknown = logs
         .filter(|entry| entry.file_name().to_string_lossy().starts_with("control"))
