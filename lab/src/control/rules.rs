@@ -195,7 +195,15 @@ impl<S: Store> Rules<S> {
             false => self.store.transact(&work),
         };
         match once() {
-            Err(RuleError::Store(StoreError::CommitUnknown(_))) if self.bugs.has(Bug::RetryLostCommit) => once(),
+            Err(RuleError::Store(StoreError::CommitUnknown(why))) if self.bugs.has(Bug::RetryLostCommit) => {
+                let again = once();
+                let how = match &again {
+                    Ok(_) => "it succeeded".to_string(),
+                    Err(error) => format!("it failed: {error}"),
+                };
+                eprintln!("control-plane: retry-lost-commit: at {} ms ran again a transaction whose COMMIT went unanswered ({why}): {how}", Now::read().ms);
+                again
+            }
             done => done,
         }
     }
