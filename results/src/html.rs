@@ -105,42 +105,88 @@ fn summary(out: &mut String, run: &Run) {
 
 fn anomalies(out: &mut String, run: &Run, events: &[Event], shown: &BTreeSet<u64>) {
     let all: Vec<_> = run.checkers.iter().flat_map(anomalies_of).collect();
-    let _ = write!(out, "<section id=\"anomalies\">\n<h2>Anomalies ({})</h2>\n", all.len());
+    let groups = crate::anomaly_groups(run);
     if all.is_empty() {
-        out.push_str("<p>None.</p>\n</section>\n");
+        out.push_str("<section id=\"anomalies\">\n<h2>Anomalies (0)</h2>\n<p>None.</p>\n</section>\n");
         return;
     }
-    out.push_str("<ol class=\"anomalies\">\n");
+    let plural = if groups.len() == 1 { "" } else { "s" };
+    let _ = write!(
+        out,
+        "<section id=\"anomalies\">\n<h2>Anomalies ({}, in {} group{plural})</h2>\n",
+        all.len(),
+        groups.len()
+    );
+    out.push_str(
+        "<p class=\"caption\">Grouped by the job (else the attempt, the key or the kind) they tell of: \
+         one group per broken rule instance, the first open.</p>\n<div class=\"anomaly-groups\">\n",
+    );
     let told = crate::story::rendered(run, events, shown);
-    for (n, a) in all.iter().enumerate().take(MAX_LISTED_ANOMALIES) {
-        let mut facts = String::new();
-        let lists: [(&str, Vec<String>); 5] = [
-            ("job", a.job.iter().cloned().collect()),
-            ("attempts", a.attempts.clone()),
-            ("runners", a.runners.clone()),
-            ("fences", a.fences.iter().map(u64::to_string).collect()),
-            ("key", a.key.iter().cloned().collect()),
-        ];
-        for (name, values) in lists.iter().filter(|(_, v)| !v.is_empty()) {
-            let _ = write!(facts, "<span class=\"fact\">{name}: {}</span> ", esc(&values.join(", ")));
+    let mut listed = 0;
+    for (g, group) in groups.iter().enumerate() {
+        let members: Vec<usize> = group.anomalies.iter().copied().filter(|&n| n < MAX_LISTED_ANOMALIES).collect();
+        if members.is_empty() {
+            continue;
         }
-        let links: Vec<String> = a.events.iter().map(|&i| event_link(i, events, shown)).collect();
-        let _ = writeln!(
+        let first = all[group.anomalies[0]];
+        let _ = write!(
             out,
-            "<li class=\"anomaly\" id=\"a{n}\"><strong>{} / {}</strong>: <span class=\"message\">{}</span><br>\
-             {facts}<span class=\"proof-links\">events: {}</span>{}</li>",
-            esc(&a.checker),
-            esc(&a.kind),
-            esc(&a.message),
-            links.join(" "),
-            told.get(n).map(String::as_str).unwrap_or_default()
+            "<details class=\"anomaly-group\" id=\"g{g}\"{}><summary><strong>{}</strong>: {} anomal{} \
+             <span class=\"kinds\">({})</span> <span class=\"message\">{}</span></summary>\n\
+             <ol class=\"anomalies\" start=\"{}\">\n",
+            if g == 0 { " open" } else { "" },
+            esc(&group.group),
+            group.count,
+            if group.count == 1 { "y" } else { "ies" },
+            esc(&group.kinds.join(", ")),
+            esc(&first.message),
+            members[0] + 1,
         );
+        for n in members {
+            listed += 1;
+            anomaly_item(out, n, all[n], events, shown, told.get(n).map(String::as_str).unwrap_or_default());
+        }
+        out.push_str("</ol>\n</details>\n");
     }
-    out.push_str("</ol>\n");
-    if all.len() > MAX_LISTED_ANOMALIES {
-        let _ = writeln!(out, "<p>{} more anomalies are in results.json.</p>", all.len() - MAX_LISTED_ANOMALIES);
+    out.push_str("</div>\n");
+    if all.len() > listed {
+        let _ = writeln!(out, "<p>{} more anomalies are in results.json.</p>", all.len() - listed);
     }
     out.push_str("</section>\n");
+}
+
+/// One anomaly as `<li id="a<n>">`: checker, kind, message, what it names, its proof
+/// links and its story.
+fn anomaly_item(
+    out: &mut String,
+    n: usize,
+    a: &checkers::Anomaly,
+    events: &[Event],
+    shown: &BTreeSet<u64>,
+    told: &str,
+) {
+    let mut facts = String::new();
+    let lists: [(&str, Vec<String>); 5] = [
+        ("job", a.job.iter().cloned().collect()),
+        ("attempts", a.attempts.clone()),
+        ("runners", a.runners.clone()),
+        ("fences", a.fences.iter().map(u64::to_string).collect()),
+        ("key", a.key.iter().cloned().collect()),
+    ];
+    for (name, values) in lists.iter().filter(|(_, v)| !v.is_empty()) {
+        let _ = write!(facts, "<span class=\"fact\">{name}: {}</span> ", esc(&values.join(", ")));
+    }
+    let links: Vec<String> = a.events.iter().map(|&i| event_link(i, events, shown)).collect();
+    let _ = writeln!(
+        out,
+        "<li class=\"anomaly\" id=\"a{n}\" value=\"{}\"><strong>{} / {}</strong>: <span class=\"message\">{}</span><br>\
+         {facts}<span class=\"proof-links\">events: {}</span>{told}</li>",
+        n + 1,
+        esc(&a.checker),
+        esc(&a.kind),
+        esc(&a.message),
+        links.join(" "),
+    );
 }
 
 fn event_link(index: u64, events: &[Event], shown: &BTreeSet<u64>) -> String {

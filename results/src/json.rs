@@ -35,6 +35,10 @@ pub struct ResultsDoc {
     #[serde(default)]
     pub sources: Vec<String>,
     pub anomaly_count: usize,
+    /// The anomalies grouped by what they share, one group per broken rule instance
+    /// (absent in older files).
+    #[serde(default)]
+    pub anomaly_groups: Vec<crate::AnomalyGroup>,
     pub checkers: Vec<CheckerDoc>,
     /// The run's config, verbatim.
     pub config: serde_json::Value,
@@ -134,6 +138,7 @@ pub fn results_json(run: &Run, events: &[Event]) -> String {
         complete: run.complete,
         sources: history::sources_of(events).iter().map(|source| source.as_str().to_string()).collect(),
         anomaly_count: checkers.iter().map(|c| c.anomaly_count).sum(),
+        anomaly_groups: crate::anomaly_groups(run),
         checkers,
         config: run.config.clone(),
         schedule: run.schedule.clone(),

@@ -178,6 +178,55 @@ pub(crate) fn verdict_name(verdict: &Verdict) -> &'static str {
     }
 }
 
+/// Anomalies that tell of one broken rule instance: those of one job (else of one
+/// attempt, else of one deployment key, else of one checker's kind), in the order of their
+/// first member.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AnomalyGroup {
+    /// What the members share: `job j12`, `attempt j3-a2`, `key key-1` or `checker/kind`.
+    pub group: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// How many anomalies it holds.
+    pub count: usize,
+    /// Its members' `checker/kind`, each once, in order of first appearance.
+    pub kinds: Vec<String>,
+    /// Its members, as indices into the anomalies numbered over all checkers (`a<n>`).
+    pub anomalies: Vec<usize>,
+}
+
+/// The anomalies over all checkers, grouped (see [`AnomalyGroup`]).
+pub fn anomaly_groups(run: &Run) -> Vec<AnomalyGroup> {
+    let mut groups: Vec<AnomalyGroup> = Vec::new();
+    let mut by_name: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (n, anomaly) in run.checkers.iter().flat_map(anomalies_of).enumerate() {
+        let kind = format!("{}/{}", anomaly.checker, anomaly.kind);
+        let name = match (&anomaly.job, anomaly.attempts.first(), &anomaly.key) {
+            (Some(job), _, _) => format!("job {job}"),
+            (None, Some(attempt), _) => format!("attempt {attempt}"),
+            (None, None, Some(key)) => format!("key {key}"),
+            (None, None, None) => kind.clone(),
+        };
+        let at = *by_name.entry(name.clone()).or_insert_with(|| {
+            groups.push(AnomalyGroup {
+                group: name,
+                job: anomaly.job.clone(),
+                count: 0,
+                kinds: Vec::new(),
+                anomalies: Vec::new(),
+            });
+            groups.len() - 1
+        });
+        let group = &mut groups[at];
+        group.count += 1;
+        group.anomalies.push(n);
+        if !group.kinds.contains(&kind) {
+            group.kinds.push(kind);
+        }
+    }
+    groups
+}
+
 /// A checker result's anomalies (empty unless it is invalid).
 pub(crate) fn anomalies_of(result: &CheckerResult) -> &[checkers::Anomaly] {
     match &result.verdict {

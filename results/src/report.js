@@ -19,6 +19,12 @@
   /* Arriving at an anomaly (from the timeline, the checker table or a link) opens its story. */
   function openStory() {
     var target = location.hash ? document.getElementById(location.hash.slice(1)) : null;
+    /* An anomaly in a closed group: open the group first. */
+    var group = target && target.closest("details.anomaly-group");
+    if (group && !group.open) {
+      group.open = true;
+      target.scrollIntoView();
+    }
     var story = target && (target.matches("details.story") ? target : target.querySelector("details.story"));
     if (story) {
       story.open = true;

@@ -69,7 +69,7 @@ fn summary_lists_every_checker() {
 #[test]
 fn anomaly_links_to_its_events_which_are_in_the_table() {
     let (events, html) = rendered();
-    assert!(html.contains("<li class=\"anomaly\" id=\"a0\">"));
+    assert!(html.contains("<li class=\"anomaly\" id=\"a0\" value=\"1\">"));
     assert!(html.contains(
         "step of j1-a1 &lt;fence 1&gt; applied &amp; &quot;accepted&quot; after &#39;j1-a2&#39; took fence 3"
     ));
@@ -176,7 +176,7 @@ fn valid_run_without_events_renders() {
 #[test]
 fn each_anomaly_opens_to_its_story() {
     let (_, html) = rendered();
-    let li = &html[html.find("<li class=\"anomaly\" id=\"a0\">").expect("anomaly a0")..];
+    let li = &html[html.find("<li class=\"anomaly\" id=\"a0\" value=\"1\">").expect("anomaly a0")..];
     let li = &li[..li.find("</details></li>").unwrap()];
     assert!(li.contains("<details class=\"story\" id=\"story-a0\"><summary>the story</summary>"), "{li}");
     assert_eq!(li.matches("<li class=\"proof\"").count(), 3, "the three proving events");
@@ -184,4 +184,42 @@ fn each_anomaly_opens_to_its_story() {
     assert!(li.contains("<svg class=\"mini\" id=\"mini-a0\""));
     assert!(html.contains("<a href=\"#a0\"><rect class=\"anomaly-mark\""), "the timeline links the anomaly");
     assert!(html.contains("function openStory()"), "arriving at an anomaly opens its story");
+}
+
+/// Anomalies are grouped by the job they tell of (else the attempt, the key, the kind): the
+/// first group open, the rest one line each, numbered over all checkers as before; the same
+/// groups, with their counts, are in results.json.
+#[test]
+fn anomalies_are_grouped_by_the_job_they_tell_of() {
+    let events = fixture::history();
+    let first = fixture::anomaly(&events);
+    let same_job = checkers::Anomaly { kind: "late-result-acknowledged".into(), ..first.clone() };
+    let other_job = checkers::Anomaly { job: Some("j2".into()), attempts: vec!["j2-a1".into()], ..first.clone() };
+    let no_job =
+        checkers::Anomaly { job: None, attempts: vec![], key: None, kind: "split-clock".into(), ..first.clone() };
+    let run = fixture::run_with(vec![first, other_job, same_job, no_job]);
+    let html = report_html(&run, &events);
+    assert!(html.contains("<h2>Anomalies (4, in 3 groups)</h2>"), "heading");
+    let groups: Vec<&str> = html.split("<details class=\"anomaly-group\"").skip(1).collect();
+    assert_eq!(groups.len(), 3, "three groups");
+    assert!(
+        groups[0].starts_with(" id=\"g0\" open><summary><strong>job j1</strong>: 2 anomalies"),
+        "{}",
+        &groups[0][..200]
+    );
+    let kinds = "(stale-write&#47;stale-step-applied, stale-write&#47;late-result-acknowledged)";
+    assert!(groups[0].contains(kinds), "{}", &groups[0][..300]);
+    assert!(groups[0].contains("id=\"a0\"") && groups[0].contains("id=\"a2\""), "j1's two, a0 and a2");
+    assert!(groups[1].starts_with(" id=\"g1\"><summary><strong>job j2</strong>: 1 anomaly"), "closed");
+    assert!(groups[2].contains("<strong>stale-write&#47;split-clock</strong>"), "no job: grouped by kind");
+    let doc: serde_json::Value = serde_json::from_str(&results::results_json(&run, &events)).unwrap();
+    let counted: Vec<(String, u64)> = doc["anomaly_groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|group| (group["group"].as_str().unwrap().to_string(), group["count"].as_u64().unwrap()))
+        .collect();
+    let expected = [("job j1", 2), ("job j2", 1), ("stale-write/split-clock", 1)];
+    assert_eq!(counted, expected.map(|(group, count)| (group.to_string(), count)));
+    assert_eq!(doc["anomaly_groups"][0]["anomalies"], serde_json::json!([0, 2]));
 }
