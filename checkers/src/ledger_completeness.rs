@@ -19,6 +19,12 @@
 //! received before its runner had sent as many reports is no one's, whatever the runner
 //! sends later.
 //!
+//! And each claim is applied once: every attempt the ledger granted a runner is one its
+//! runner was told of (an answer naming it, or a scenario's played claim), or one of its
+//! claim requests that got no answer may have made it. More grants nobody was told of
+//! than unanswered claims means a claim was applied twice (a claim transaction run again
+//! after its COMMIT's answer was lost grants a second attempt).
+//!
 //! And every result gets a ruling: one answered with an error that names a verdict's reason
 //! (`409 not_current` as an error body, no `decision`, no `ledger_seq`) was decided and kept
 //! nowhere (`result-not-ruled`).
@@ -53,6 +59,19 @@ pub(crate) struct LedgerCompleteness {
     /// Per (report kind, attempt).
     applied: FxMap<(Op, u32), Applied>,
     sent: u64,
+    /// Per runner: its claims.
+    claims: FxMap<u32, Claims>,
+    /// Attempts a runner was told it was granted (its answers, a scenario's played claims).
+    told: std::collections::HashSet<u32>,
+}
+
+/// One runner's claims: requests it logged, answers it got, and the attempts the ledger
+/// granted it (attempt, history index).
+#[derive(Default)]
+struct Claims {
+    requests: u64,
+    answered: u64,
+    granted: Vec<(u32, u64)>,
 }
 
 /// For one attempt and kind: the reports its runner sent, its ledger entries, those
@@ -178,6 +197,9 @@ impl Check for LedgerCompleteness {
             }
             counts.entries.push(ev.index);
         }
+        if ev.op == Op::Claim {
+            self.observe_claim(ev);
+        }
         if !ev.op.is_report() {
             return;
         }
@@ -204,6 +226,7 @@ impl Check for LedgerCompleteness {
     }
 
     fn finish(&mut self, ctx: &Index, out: &mut Findings) {
+        self.claims_applied_twice(ctx, out);
         if self.sent > 0 {
             // Judged in place, then read in the same order (the map is not changed between).
             let counts: Vec<(u64, u64)> =
@@ -248,6 +271,53 @@ impl Check for LedgerCompleteness {
             for (says, at) in answers {
                 judge(ctx, at, seq, says, None, out);
             }
+        }
+    }
+}
+
+impl LedgerCompleteness {
+    fn observe_claim(&mut self, ev: &Observed) {
+        let played = ev.raw.process == history::Process::SCENARIO && ev.raw.kind == history::EventType::Ok;
+        match (ev.src, ev.runner, ev.attempt) {
+            (Source::RunnerRequest, Some(runner), _) => self.claims.entry(runner).or_default().requests += 1,
+            (Source::RunnerResponse, Some(runner), attempt) => {
+                self.claims.entry(runner).or_default().answered += 1;
+                self.told.extend(attempt);
+            }
+            (Source::Ledger, Some(runner), Some(attempt)) => {
+                self.claims.entry(runner).or_default().granted.push((attempt, ev.index));
+            }
+            (Source::Other, _, Some(attempt)) if played => {
+                self.told.insert(attempt);
+            }
+            _ => {}
+        }
+    }
+
+    /// Per runner: grants nobody was told of, beyond its claims that got no answer.
+    fn claims_applied_twice(&mut self, ctx: &Index, out: &mut Findings) {
+        let mut runners: Vec<(&u32, &Claims)> = self.claims.iter().collect();
+        runners.sort_unstable_by_key(|(runner, _)| **runner);
+        for (&runner, claims) in runners {
+            let untold: Vec<&(u32, u64)> =
+                claims.granted.iter().filter(|(attempt, _)| !self.told.contains(attempt)).collect();
+            let unanswered = claims.requests.saturating_sub(claims.answered);
+            if untold.len() as u64 <= unanswered {
+                continue;
+            }
+            let names: Vec<&str> = untold.iter().map(|(attempt, _)| ctx.attempt_name(*attempt)).collect();
+            let message = format!(
+                "the ledger granted {} {} attempt{} it was never told of ({}) when only {unanswered} of its {} \
+                 claim requests went unanswered: a claim was applied more than once",
+                ctx.runner_name(runner),
+                untold.len(),
+                if untold.len() == 1 { "" } else { "s" },
+                names.join(", "),
+                claims.requests
+            );
+            let events: Vec<u64> = untold.iter().map(|(_, index)| *index).take(5).collect();
+            let found = Found::new(NAME, "applied-more-than-sent").runner(ctx, runner).attempt(ctx, untold[0].0);
+            out.push(found.events(&events).says(message));
         }
     }
 }

@@ -136,6 +136,28 @@ impl H {
         at
     }
 
+    /// Only the ledger's claim: an attempt granted and never told to its runner.
+    pub fn ledger_claim_untold(&mut self, c: &C, at_ms: i64, lease_end_ms: i64) -> u64 {
+        let mut entry = self.entry(Op::Claim, c, at_ms);
+        entry.lease_expires_ms = Some(lease_end_ms);
+        entry.observed_ms = Some(at_ms);
+        entry.decision = Some(Decision::Accepted);
+        self.ledger(entry);
+        self.len() - 1
+    }
+
+    /// A claim request a runner logged and got no answer to (its `info`).
+    pub fn runner_claim_unanswered(&mut self, runner: &str) {
+        let process = Process::runner(runner);
+        let mut request = Event::new(0, process.clone(), EventType::Request, Op::Claim);
+        request.runner = Some(runner.into());
+        self.push(request);
+        let mut lost = Event::new(0, process, EventType::Info, Op::Claim);
+        lost.runner = Some(runner.into());
+        lost.reason = Some("no answer: the connection closed".into());
+        self.push(lost);
+    }
+
     /// Only the runner's log of a granted claim.
     pub fn runner_claim(&mut self, c: &C, lease_end_ms: i64) -> u64 {
         let process = Process::runner(&c.runner);

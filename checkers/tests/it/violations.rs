@@ -377,3 +377,23 @@ fn ledger_completeness_answer_without_its_entry() {
         check(&h.build(), "ledger-completeness", &["answer-differs-from-ledger", "answer-missing-from-ledger"]);
     assert!(anomalies.iter().any(|anomaly| anomaly.events.contains(&(next + 1))));
 }
+
+#[test]
+fn ledger_completeness_a_claim_granted_twice_for_one_request() {
+    // r1 asked once and was told j1-a1; the ledger also granted it j2-a1 — a claim
+    // transaction run again after its COMMIT's answer was lost.
+    let twice = |h: &mut H| {
+        h.submit("j2", "stage", 950);
+        h.ledger_claim_untold(&claim("j2", "j2-a1", "r1", 8), 1_001, 3_001)
+    };
+    let (mut h, a1) = start();
+    let untold = twice(&mut h);
+    let anomalies = check(&finish(h, &a1), "ledger-completeness", &["applied-more-than-sent"]);
+    assert_eq!(anomalies[0].events, vec![untold]);
+    assert!(anomalies[0].message.contains("r1 1 attempt it was never told of (j2-a1) when only 0 of its 1"));
+    // One of r1's claims went unanswered: that one may have made j2-a1.
+    let (mut h, a1) = start();
+    h.runner_claim_unanswered("r1");
+    twice(&mut h);
+    check(&finish(h, &a1), "ledger-completeness", &[]);
+}
