@@ -159,9 +159,13 @@ pub enum Variant {
     /// Replica `replica`'s link to the database cut (its connections closed, new ones
     /// refused) for the window.
     DbCut { replica: u32 },
-    /// Each of replica `replica`'s connections to the database closed right after it sends
-    /// a COMMIT, before the answer: the transaction commits and the replica cannot know.
-    CommitCut { replica: u32 },
+    /// Each connection of replica `replica` (of every replica when absent) to the database
+    /// closed right after it sends the COMMIT of a transaction that wrote, before the answer:
+    /// the transaction commits and the replica cannot know.
+    CommitCut {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replica: Option<u32>,
+    },
 }
 
 impl Variant {
@@ -194,8 +198,8 @@ impl Variant {
             Variant::KillReplica { replica }
             | Variant::ReplicaSkew { replica, .. }
             | Variant::DbLatency { replica, .. }
-            | Variant::DbCut { replica }
-            | Variant::CommitCut { replica } => Some(replica),
+            | Variant::DbCut { replica } => Some(replica),
+            Variant::CommitCut { replica } => replica,
             _ => None,
         }
     }
@@ -257,7 +261,7 @@ impl FaultKind {
             FaultKind::DbLink => &[
                 Variant::DbLatency { replica: 0, latency_ms: 0 },
                 Variant::DbCut { replica: 0 },
-                Variant::CommitCut { replica: 0 },
+                Variant::CommitCut { replica: None },
             ],
         }
     }
@@ -515,9 +519,9 @@ fn realise(
             (3 * lease_ms, None, Variant::DbLatency { replica: replica_of(rng), latency_ms: lease_ms / 12 })
         }
         Variant::DbCut { .. } => (lease_ms, None, Variant::DbCut { replica: replica_of(rng) }),
-        // Held until it has cut two COMMITs (a replica's transactions come a few per lease),
-        // at most 3 leases: a replica that sends none in that time had nothing to cut.
-        Variant::CommitCut { .. } => (3 * lease_ms, None, Variant::CommitCut { replica: replica_of(rng) }),
+        // On every replica's link, since runners move between replicas as they fail over:
+        // held until it has cut eight COMMITs of writes (claims, reports, submits, sweeps), at most 3 leases.
+        Variant::CommitCut { .. } => (3 * lease_ms, None, Variant::CommitCut { replica: None }),
     };
     Fault { at_ms, duration_ms, kind: variant.kind(), runner, variant }
 }

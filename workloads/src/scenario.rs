@@ -563,7 +563,7 @@ pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<crate::faul
     if *duration_ms > FAULT_DURATION_MAX_MS {
         return Err(format!("duration_ms = {duration_ms}: must be at most {FAULT_DURATION_MAX_MS}"));
     }
-    let on_control_plane = kind == crate::faults::FaultKind::RestartControlPlane || variant.replica().is_some();
+    let on_control_plane = kind == crate::faults::FaultKind::RestartControlPlane || kind.on_replicas();
     let on_target = kind == crate::faults::FaultKind::TargetClockSkew;
     let runner = match (runner, kind) {
         (Some(_), _) if on_control_plane => return Err(format!("{how} hits the control plane, not a runner")),

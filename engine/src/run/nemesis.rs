@@ -98,24 +98,36 @@ async fn hold_and_heal(shared: &Shared, fault: &Fault, started: tokio::time::Ins
 
 /// How many COMMITs a commit cut is held for: each is a transaction whose outcome its
 /// replica cannot know (a claim, a heartbeat, a result or a sweep).
-const COMMIT_CUTS_WANTED: u64 = 2;
+const COMMIT_CUTS_WANTED: u64 = 8;
 
 /// Waits until commit cut `fault` has cut [`COMMIT_CUTS_WANTED`] COMMITs, or `bound`;
 /// answers the count (the last one read, 0 when the proxy could not be asked).
 async fn commit_cuts(shared: &Shared, fault: &Fault, bound: tokio::time::Instant) -> u64 {
     let name = toxic_name(fault);
-    let link = {
+    let (links, proxy) = {
         let cluster = shared.cluster.lock().await;
-        super::cluster::db_link(fault.variant.replica().unwrap_or(0) as usize % cluster.system.replicas.len().max(1))
+        (db_links(&fault.variant, cluster.system.replicas.len()), cluster.proxy.clone())
     };
-    let mut cuts = 0;
+    let mut counted = vec![0; links.len()];
     loop {
-        let proxy = shared.cluster.lock().await.proxy.clone();
-        cuts = proxy.commit_cuts(&link, &name).await.unwrap_or(cuts);
+        for (link, count) in links.iter().zip(counted.iter_mut()) {
+            *count = proxy.commit_cuts(link, &name).await.unwrap_or(*count);
+        }
+        let cuts = counted.iter().sum();
         if cuts >= COMMIT_CUTS_WANTED || tokio::time::Instant::now() >= bound {
             return cuts;
         }
         tokio::time::sleep(Duration::from_millis(HOLD_POLL_MS)).await;
+    }
+}
+
+/// The database links a fault on replicas hits: its replica's, or every replica's (a
+/// commit cut without one).
+fn db_links(variant: &Variant, replicas: usize) -> Vec<String> {
+    let replicas = replicas.max(1);
+    match variant.replica() {
+        Some(replica) => vec![super::cluster::db_link(replica as usize % replicas)],
+        None => (0..replicas).map(super::cluster::db_link).collect(),
     }
 }
 
@@ -125,6 +137,9 @@ fn label(fault: &Fault) -> String {
     match (fault.runner, fault.variant.replica()) {
         (Some(runner), _) => format!("{}(r{})", fault.kind.name(), runner + 1),
         (None, Some(replica)) => format!("{}(replica {}, {})", fault.kind.name(), replica + 1, fault.variant.name()),
+        (None, None) if fault.kind.on_replicas() => {
+            format!("{}(every replica, {})", fault.kind.name(), fault.variant.name())
+        }
         (None, None) => fault.kind.name().to_string(),
     }
 }
@@ -325,6 +340,17 @@ async fn on_database(shared: &Shared, fault: &Fault, on: bool) -> Result<(), Str
     let replica = variant.replica().unwrap_or(0) as usize % cluster.system.replicas.len().max(1);
     let link = super::cluster::db_link(replica);
     let name = toxic_name(fault);
+    if let Variant::CommitCut { .. } = variant {
+        let mut done = Ok(());
+        for link in db_links(variant, cluster.system.replicas.len()) {
+            let changed = match on {
+                true => cluster.proxy.add_toxic(&link, &Toxic::new(ToxicKind::CommitCut).on(Stream::Upstream).named(&name)).await.map(drop),
+                false => cluster.proxy.remove_toxic(&link, &name).await,
+            };
+            done = done.and(changed.map_err(|error| format!("{link}: {error}")));
+        }
+        return done;
+    }
     let toxic = |kind| Toxic::new(kind).on(Stream::Upstream).named(&name);
     let done = match (variant, on) {
         (Variant::ReplicaSkew { offset_ms, .. }, on) => {
@@ -335,10 +361,7 @@ async fn on_database(shared: &Shared, fault: &Fault, on: bool) -> Result<(), Str
             let kind = ToxicKind::Latency { latency_ms: *latency_ms, jitter_ms: 0 };
             cluster.proxy.add_toxic(&link, &toxic(kind)).await.map(drop)
         }
-        (Variant::CommitCut { .. }, true) => {
-            cluster.proxy.add_toxic(&link, &toxic(ToxicKind::CommitCut)).await.map(drop)
-        }
-        (Variant::DbLatency { .. } | Variant::CommitCut { .. }, false) => {
+        (Variant::DbLatency { .. }, false) => {
             cluster.proxy.remove_toxic(&link, &name).await.map(drop)
         }
         (Variant::DbCut { .. }, on) => cluster.proxy.set_enabled(&link, !on).await.map(drop),
