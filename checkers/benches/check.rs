@@ -6,6 +6,7 @@
 //! [`checkers::check_all`] (which first restores ledger order). Every verdict must be
 //! Valid: a checker accusing a generated correct history is a failure. Run with
 //! `cargo bench -p checkers --bench check` (add a size, e.g. `-- 100000`, to run one).
+//! With `FENCELAB_BENCH_SMOKE=1` (CI: `cargo test --benches`) it runs 10^4 events only.
 
 #[path = "support/gen.rs"]
 mod gen;
@@ -73,6 +74,7 @@ fn main() {
     let only: Option<usize> = std::env::args().skip(1).find_map(|arg| arg.parse().ok());
     let sizes: Vec<usize> = match only {
         Some(size) => vec![size],
+        None if std::env::var_os("FENCELAB_BENCH_SMOKE").is_some() => vec![10_000],
         None => vec![10_000, 100_000, 1_000_000, 10_000_000],
     };
     println!("{:<9} {:>11} {:>9} {:>13} {:>9} {:>10}", "mode", "events", "seconds", "events/s", "tracked", "VmHWM MiB");

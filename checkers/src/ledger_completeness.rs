@@ -277,7 +277,6 @@ impl Check for LedgerCompleteness {
 
 impl LedgerCompleteness {
     fn observe_claim(&mut self, ev: &Observed) {
-        let played = ev.raw.process == history::Process::SCENARIO && ev.raw.kind == history::EventType::Ok;
         match (ev.src, ev.runner, ev.attempt) {
             (Source::RunnerRequest, Some(runner), _) => self.claims.entry(runner).or_default().requests += 1,
             (Source::RunnerResponse, Some(runner), attempt) => {
@@ -287,7 +286,7 @@ impl LedgerCompleteness {
             (Source::Ledger, Some(runner), Some(attempt)) => {
                 self.claims.entry(runner).or_default().granted.push((attempt, ev.index));
             }
-            (Source::Other, _, Some(attempt)) if played => {
+            (Source::PlayedClaim, _, Some(attempt)) => {
                 self.told.insert(attempt);
             }
             _ => {}

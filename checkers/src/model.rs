@@ -107,6 +107,11 @@ pub enum Source {
     OperatorReconcile,
     /// A runner process found exited on its own (`harness`, `ok`, `runner-exited`).
     RunnerExited,
+    /// A runner stopped (SIGSTOP) or resumed: the operator's freeze (`ok`) and thaw (`ok`),
+    /// the nemesis's `pause` taking effect (`ok` of its start) and healed (`ok`).
+    RunnerStop,
+    /// A claim a scenario played as a runner and was granted (`scenario`, `ok`, `claim`).
+    PlayedClaim,
     /// Anything else: requests, operator and nemesis operations, faults.
     Other,
 }
@@ -243,11 +248,23 @@ fn classify(event: &Event) -> Source {
         EventType::Ok if event.process == Process::HARNESS && event.f == Op::Final => Source::Final,
         EventType::Ok if event.process == Process::HARNESS && event.f == Op::Config => Source::Config,
         EventType::Ok if event.process == Process::HARNESS && event.f == Op::RunnerExited => Source::RunnerExited,
+        EventType::Ok if event.process == Process::OPERATOR && matches!(event.f, Op::Freeze | Op::Thaw) => {
+            Source::RunnerStop
+        }
+        EventType::Ok if event.process == Process::NEMESIS && event.f == Op::DelayedHeartbeats && is_pause(event) => {
+            Source::RunnerStop
+        }
+        EventType::Ok if event.process == Process::SCENARIO && event.f == Op::Claim => Source::PlayedClaim,
         EventType::Invoke if event.process == Process::OPERATOR && event.f == Op::Reconcile => {
             Source::OperatorReconcile
         }
         _ => Source::Other,
     }
+}
+
+/// Whether a nemesis event is of a `pause` (SIGSTOP of a runner).
+fn is_pause(event: &Event) -> bool {
+    event.value.as_ref().and_then(|value| value.pointer("/variant/how")?.as_str()) == Some("pause")
 }
 
 fn value_u64(event: &Event, field: &str) -> Option<u64> {

@@ -9,7 +9,10 @@
 //!   the runner's own renewal margin is its safety, not the contract's, so the whole lease
 //!   is allowed). A heartbeat without an answer never moves it, and neither does an
 //!   accepted heartbeat sent after it had ended: authority given up is not taken back.
-//!   Heartbeats themselves may be sent late — the server judges them.
+//!   Heartbeats themselves may be sent late — the server judges them. A runner stopped
+//!   before its deadline (the nemesis's `pause`, the operator's freeze: SIGSTOP) and resumed
+//!   after it may send one capability request or step before it can see the time: the
+//!   first one after it resumes is excused (it may have checked just before it stopped).
 //! - **`acted-after-refusal`**: a capability request or a step sent for a claim after the
 //!   runner was refused a capability (`stale_fence`, `expired`, `not_current`, …) or a step
 //!   for it: a refusal ends the attempt's work (its result may still be sent).
@@ -60,6 +63,50 @@ pub(crate) struct RunnerContract {
     work: FxMap<u32, Work>,
     /// The runners whose logs show capability requests or steps.
     logs_work: std::collections::HashSet<u32>,
+    /// Per runner: when it was stopped (SIGSTOP) and is not resumed yet.
+    stopped_ns: FxMap<u32, u64>,
+    /// Per runner: its last stop, `(stopped, resumed)`, while no capability request or step
+    /// has been sent since it resumed.
+    resumed: FxMap<u32, (u64, u64)>,
+}
+
+/// Whether an event stops a runner (SIGSTOP: the nemesis's `pause` starting, the operator's
+/// freeze) or resumes it (the pause healed, the operator's thaw).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Stopped,
+    Resumed,
+}
+
+fn stop_of(ev: &Observed) -> Option<Stop> {
+    let raw = ev.raw;
+    if ev.src != Source::RunnerStop {
+        return None;
+    }
+    if raw.process == history::Process::OPERATOR {
+        return Some(if raw.f == Op::Freeze { Stop::Stopped } else { Stop::Resumed });
+    }
+    let value = raw.value.as_ref()?;
+    match value.get("phase")?.as_str()? {
+        "start" if value.get("effective")? == true => Some(Stop::Stopped),
+        "heal" => Some(Stop::Resumed),
+        _ => None,
+    }
+}
+
+impl RunnerContract {
+    fn stopped(&mut self, runner: u32, stop: Stop, at: u64) {
+        match stop {
+            Stop::Stopped => {
+                self.stopped_ns.entry(runner).or_insert(at);
+            }
+            Stop::Resumed => {
+                if let Some(stopped) = self.stopped_ns.remove(&runner) {
+                    self.resumed.insert(runner, (stopped, at));
+                }
+            }
+        }
+    }
 }
 
 impl Check for RunnerContract {
@@ -84,6 +131,12 @@ impl Check for RunnerContract {
             let value = |field: &str| ev.raw.value.as_ref()?.get(field)?.as_u64();
             self.lease_ns = value("lease_ms").map(|ms| ms * 1_000_000);
             self.margin_ns = value("renewal_margin_ms").map(|ms| ms * 1_000_000);
+            return;
+        }
+        if let Some(stop) = stop_of(ev) {
+            if let Some(runner) = ev.runner {
+                self.stopped(runner, stop, ev.raw.time_ns);
+            }
             return;
         }
         if !ev.raw.process.is_runner() {
@@ -127,6 +180,7 @@ impl Check for RunnerContract {
             (Source::ReportSent, Op::Capability) | (Source::RunnerRequest, Op::Step) => {
                 let Some(attempt) = ev.attempt else { return };
                 self.logs_work.insert(runner);
+                let stop = self.resumed.remove(&runner);
                 let Some(work) = self.work.get_mut(&attempt) else { return };
                 work.asked = true;
                 if ev.op == Op::Step {
@@ -141,6 +195,8 @@ impl Check for RunnerContract {
                         ctx.runner_name(runner)
                     );
                     ("acted-after-refusal", said, Some(refused))
+                } else if stop.is_some_and(|(stopped, resumed)| stopped <= work.deadline_ns && resumed <= at) {
+                    return; // stopped before its deadline: its first act after it is excused
                 } else if self.lease_ns.is_some() && at > work.deadline_ns {
                     let late_ms = (at - work.deadline_ns) as f64 / 1e6;
                     let said = format!(

@@ -79,6 +79,31 @@ impl Log {
         self
     }
 
+    /// r1 stopped at `from_ms` and resumed at `to_ms`: the nemesis's pause, or the operator's
+    /// freeze and thaw.
+    fn stopped(mut self, from_ms: u64, to_ms: u64, by_operator: bool) -> Log {
+        let at = |ms: u64| ms * 1_000_000;
+        let (stop, resume) = if by_operator {
+            let stop = self.runner(0, EventType::Ok, Op::Freeze);
+            let resume = self.runner(0, EventType::Ok, Op::Thaw);
+            (
+                Event { process: Process::OPERATOR, time_ns: at(from_ms), ..stop },
+                Event { process: Process::OPERATOR, time_ns: at(to_ms), ..resume },
+            )
+        } else {
+            let pause = |phase: &str, ms: u64| {
+                let mut event = Event::new(at(ms), Process::NEMESIS, EventType::Ok, Op::DelayedHeartbeats);
+                event.runner = Some("r1".into());
+                event.value = Some(json!({"phase": phase, "effective": true, "variant": {"how": "pause"}}));
+                event
+            };
+            (pause("start", from_ms), pause("heal", to_ms))
+        };
+        self.push(stop);
+        self.push(resume);
+        self
+    }
+
     fn build(mut self) -> Vec<Event> {
         let every = history::Source::ALL.iter().copied().collect();
         let at = self.events.last().map_or(0, |event| event.time_ns);
@@ -201,4 +226,29 @@ fn a_result_answered_with_an_error_instead_of_a_ruling_is_flagged() {
     assert_eq!(kinds(&answered("superseded")), ["result-not-ruled"]);
     assert!(kinds(&answered("403 forbidden: not this runner's claim")).is_empty());
     assert!(kinds(&answered("400 invalid_field: outcome")).is_empty());
+}
+
+#[test]
+fn the_first_act_after_a_stop_that_spanned_the_deadline_is_excused() {
+    // Stopped at 900 ms, before its deadline, and resumed at 2000 ms: the capability request
+    // it may have decided on before it stopped goes out at once.
+    for by_operator in [false, true] {
+        let resumed = || {
+            Log::new().request(10, Op::Capability).answer(11, Op::Capability, Decision::Accepted).stopped(
+                900,
+                2_000,
+                by_operator,
+            )
+        };
+        check(&resumed().request(2_001, Op::Capability).build(), CHECKER, &[]);
+        // The second act after it had time to look at its clock is not.
+        let twice = resumed()
+            .request(2_001, Op::Capability)
+            .answer(2_002, Op::Capability, Decision::Accepted)
+            .step(2_003, 0, 1);
+        check(&twice.build(), CHECKER, &["acted-past-deadline"]);
+    }
+    // Stopped only after its deadline: it had time to see it, and acted anyway.
+    let late_stop = Log::new().stopped(1_100, 2_000, false).request(2_001, Op::Capability);
+    check(&late_stop.build(), CHECKER, &["acted-past-deadline"]);
 }

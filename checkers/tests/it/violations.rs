@@ -396,4 +396,11 @@ fn ledger_completeness_a_claim_granted_twice_for_one_request() {
     h.runner_claim_unanswered("r1");
     twice(&mut h);
     check(&finish(h, &a1), "ledger-completeness", &[]);
+    // A scenario played j2-a1's claim as r1 and was granted it: told, though not in r1's log.
+    let (mut h, a1) = start();
+    twice(&mut h);
+    let mut played = Event::new(0, Process::SCENARIO, EventType::Ok, Op::Claim).with_claim("j2", "j2-a1", "r1", 8);
+    played.key = Some("stage".into());
+    h.push(played);
+    check(&finish(h, &a1), "ledger-completeness", &[]);
 }
