@@ -706,7 +706,7 @@ mod tests {
             |at_ms, variant: Variant| Fault { at_ms, duration_ms: 1_000, kind: variant.kind(), runner: None, variant };
         let faults = vec![
             on_replica(2_000, Variant::ReplicaSkew { replica: 2, offset_ms: -45_000 }),
-            on_replica(4_000, Variant::DbLatency { replica: 0, latency_ms: 83 }),
+            on_replica(4_000, Variant::DbLatency { replica: Some(0), latency_ms: 83 }),
             on_replica(6_000, Variant::DbCut { replica: 1 }),
             on_replica(8_000, Variant::CommitCut { replica: Some(2) }),
             on_replica(10_000, Variant::KillReplica { replica: 1 }),

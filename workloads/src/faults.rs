@@ -154,8 +154,13 @@ pub enum Variant {
     TargetSkew { offset_ms: i64 },
     /// Replica `replica`'s clock moved by `offset_ms` for the window.
     ReplicaSkew { replica: u32, offset_ms: i64 },
-    /// Latency on replica `replica`'s statements to the database (client to server).
-    DbLatency { replica: u32, latency_ms: u64 },
+    /// Latency on the statements of replica `replica` (of every replica when absent) to the
+    /// database (client to server).
+    DbLatency {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replica: Option<u32>,
+        latency_ms: u64,
+    },
     /// Replica `replica`'s link to the database cut (its connections closed, new ones
     /// refused) for the window.
     DbCut { replica: u32 },
@@ -195,11 +200,10 @@ impl Variant {
     /// The replica of the control plane the variant hits, if it hits one.
     pub fn replica(&self) -> Option<u32> {
         match *self {
-            Variant::KillReplica { replica }
-            | Variant::ReplicaSkew { replica, .. }
-            | Variant::DbLatency { replica, .. }
-            | Variant::DbCut { replica } => Some(replica),
-            Variant::CommitCut { replica } => replica,
+            Variant::KillReplica { replica } | Variant::ReplicaSkew { replica, .. } | Variant::DbCut { replica } => {
+                Some(replica)
+            }
+            Variant::DbLatency { replica, .. } | Variant::CommitCut { replica } => replica,
             _ => None,
         }
     }
@@ -259,7 +263,7 @@ impl FaultKind {
             FaultKind::ReplicaClockSkew => &[Variant::ReplicaSkew { replica: 0, offset_ms: 0 }],
             FaultKind::TargetClockSkew => &[Variant::TargetSkew { offset_ms: 0 }],
             FaultKind::DbLink => &[
-                Variant::DbLatency { replica: 0, latency_ms: 0 },
+                Variant::DbLatency { replica: None, latency_ms: 0 },
                 Variant::DbCut { replica: 0 },
                 Variant::CommitCut { replica: None },
             ],
@@ -514,9 +518,10 @@ fn realise(
             (4 * lease_ms, None, Variant::ReplicaSkew { replica: replica_of(rng), offset_ms: skew_ms })
         }
         // A statement slowed by a twelfth of a lease: a rule transaction of a few round
-        // trips then lasts about half a lease, and a heartbeat's spans its lease's end.
+        // trips then lasts about half a lease, and a heartbeat's spans its lease's end. On
+        // every replica's link, so that whichever replica a busy runner uses is slowed.
         Variant::DbLatency { .. } => {
-            (3 * lease_ms, None, Variant::DbLatency { replica: replica_of(rng), latency_ms: lease_ms / 12 })
+            (3 * lease_ms, None, Variant::DbLatency { replica: None, latency_ms: lease_ms / 12 })
         }
         Variant::DbCut { .. } => (lease_ms, None, Variant::DbCut { replica: replica_of(rng) }),
         // On every replica's link, since runners move between replicas as they fail over:

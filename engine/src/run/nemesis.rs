@@ -340,29 +340,29 @@ async fn on_database(shared: &Shared, fault: &Fault, on: bool) -> Result<(), Str
     let replica = variant.replica().unwrap_or(0) as usize % cluster.system.replicas.len().max(1);
     let link = super::cluster::db_link(replica);
     let name = toxic_name(fault);
-    if let Variant::CommitCut { .. } = variant {
+    let toxic = match variant {
+        Variant::CommitCut { .. } => Some(ToxicKind::CommitCut),
+        Variant::DbLatency { latency_ms, .. } => Some(ToxicKind::Latency { latency_ms: *latency_ms, jitter_ms: 0 }),
+        _ => None,
+    };
+    if let Some(kind) = toxic {
         let mut done = Ok(());
         for link in db_links(variant, cluster.system.replicas.len()) {
             let changed = match on {
-                true => cluster.proxy.add_toxic(&link, &Toxic::new(ToxicKind::CommitCut).on(Stream::Upstream).named(&name)).await.map(drop),
+                true => {
+                    let toxic = Toxic::new(kind).on(Stream::Upstream).named(&name);
+                    cluster.proxy.add_toxic(&link, &toxic).await.map(drop)
+                }
                 false => cluster.proxy.remove_toxic(&link, &name).await,
             };
             done = done.and(changed.map_err(|error| format!("{link}: {error}")));
         }
         return done;
     }
-    let toxic = |kind| Toxic::new(kind).on(Stream::Upstream).named(&name);
     let done = match (variant, on) {
         (Variant::ReplicaSkew { offset_ms, .. }, on) => {
             let offset_ms = if on { *offset_ms } else { 0 };
             return cluster.set_replica_clock(replica, offset_ms).map_err(|error| error.to_string());
-        }
-        (Variant::DbLatency { latency_ms, .. }, true) => {
-            let kind = ToxicKind::Latency { latency_ms: *latency_ms, jitter_ms: 0 };
-            cluster.proxy.add_toxic(&link, &toxic(kind)).await.map(drop)
-        }
-        (Variant::DbLatency { .. }, false) => {
-            cluster.proxy.remove_toxic(&link, &name).await.map(drop)
         }
         (Variant::DbCut { .. }, on) => cluster.proxy.set_enabled(&link, !on).await.map(drop),
         _ => unreachable!("a fault on the database or a replica's clock"),
