@@ -1,0 +1,625 @@
+'use strict';
+// fencelab's control-plane contract (docs/protocol.md) served by BullMQ on Redis. Every
+// decision about a job is BullMQ's:
+//
+//   claim      Worker.getNextJob(token)          a queue per deployment key, global concurrency 1
+//   heartbeat  job.extendLock(token, lease_ms)   1 accepted, 0 refused
+//   result     job.moveToCompleted / moveToFailed(…, token)   BullMQ's lock check decides
+//   expiry     Worker.startStalledCheckTimer()   BullMQ's stalled-job check; a stalled job is
+//                                               moved back to wait (recorded as `requeued`)
+//   submit     Queue.add(…, {jobId})
+//
+// The adapter keeps the bookkeeping BullMQ has no place for (projects, runners and their
+// tokens, attempt ids, the ledger) in the same Redis under `fl:` and adds no protection
+// BullMQ lacks: a capability is granted to whoever asks (BullMQ has no capability), a
+// refusal's reason only explains BullMQ's refusal from the attempts recorded, and nothing is
+// ever reconciled (BullMQ has no such step). See systems/bullmq/system.toml and
+// docs/analyses/bullmq.md for every mapping and why.
+
+const crypto = require('node:crypto');
+const http = require('node:http');
+const { Queue, Worker } = require('bullmq');
+const Redis = require('ioredis');
+const wire = require('./wire');
+const redisServer = require('./redis');
+
+const { ApiError } = wire;
+
+/** Longest a BullMQ or Redis call may take before the request is answered 503. */
+const CALL_MS_MAX = 5000;
+/** Stalls BullMQ may count before it fails a job instead of requeueing it (see system.toml). */
+const MAX_STALLED_COUNT = 1000000;
+const CAPABILITY_TTL_MS = 30000;
+
+function parseArgs(argv) {
+  const options = { listen: '127.0.0.1:7400', leaseMs: 2000, redisServer: 'redis-server' };
+  const names = {
+    '--listen': 'listen', '--lease-ms': 'leaseMs', '--operator-token': 'operatorToken', '--secret': 'secret',
+    '--data-dir': 'dataDir', '--redis-server': 'redisServer',
+  };
+  for (const arg of argv) {
+    const eq = arg.indexOf('=');
+    const name = names[eq < 0 ? arg : arg.slice(0, eq)];
+    if (!name || eq < 0) usage(`unknown or incomplete argument ${arg} (each is --name=value)`);
+    options[name] = arg.slice(eq + 1);
+  }
+  options.leaseMs = Number(options.leaseMs);
+  if (!Number.isInteger(options.leaseMs) || options.leaseMs < 1) usage('--lease-ms must be a positive integer');
+  for (const required of ['operatorToken', 'secret', 'dataDir']) {
+    if (!options[required]) usage(`--${required.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} is required`);
+  }
+  return options;
+}
+
+function usage(why) {
+  process.stderr.write(`adapter.js: ${why}\n`);
+  process.exit(254);
+}
+
+/** JSON text where BigInt values are written as JSON numbers, exactly. */
+function stringify(value) {
+  return JSON.stringify(value, (_, v) => (typeof v === 'bigint' ? `__big:${v}` : v)).replace(/"__big:(-?[0-9]+)"/g, '$1');
+}
+
+const hex = (text) => Buffer.from(text, 'utf8').toString('hex');
+const monoNs = () => process.hrtime.bigint();
+
+/** One at a time: every rule (and the stalled-job check's bookkeeping) runs in this order. */
+function serial() {
+  let tail = Promise.resolve();
+  return (work) => {
+    const run = tail.then(work, work);
+    tail = run.catch(() => {});
+    return run;
+  };
+}
+
+/** `promise`, or a 503 after `CALL_MS_MAX` (a mutating call may have taken effect). */
+function bounded(promise, mutates) {
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(unavailable(mutates, 'Redis did not answer in time')), CALL_MS_MAX);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
+function unavailable(mutates, why) {
+  return mutates
+    ? new ApiError(503, 'outcome_unknown', `${why}: the request may or may not have taken effect`)
+    : new ApiError(503, 'unavailable', `${why}: the request did not take effect`);
+}
+
+class Adapter {
+  constructor(options, redis, port) {
+    this.options = options;
+    this.redis = redis;
+    this.connection = { host: '127.0.0.1', port, maxRetriesPerRequest: null };
+    this.queues = new Map();
+    this.serial = serial();
+  }
+
+  // ---------------------------------------------------------------- BullMQ, one queue per key
+
+  /** The queue and the manual worker of a deployment key, made once per process. */
+  async lane(key) {
+    if (this.queues.has(key)) return this.queues.get(key);
+    const name = `deploy-${hex(key)}`;
+    const queue = new Queue(name, { connection: this.connection });
+    const worker = new Worker(name, null, {
+      connection: this.connection, autorun: false, lockDuration: this.options.leaseMs,
+      stalledInterval: this.options.leaseMs, maxStalledCount: MAX_STALLED_COUNT,
+    });
+    queue.on('error', (error) => process.stderr.write(`queue ${key}: ${error.message}\n`));
+    worker.on('error', (error) => process.stderr.write(`worker ${key}: ${error.message}\n`));
+    worker.on('stalled', (jobId) => this.serial(() => this.stalled(jobId)).catch((error) => {
+      process.stderr.write(`recording the stall of ${jobId}: ${error.message}\n`);
+    }));
+    const lane = { name, queue, worker };
+    this.queues.set(key, lane);
+    await queue.setGlobalConcurrency(1);
+    worker.startStalledCheckTimer().catch((error) => process.stderr.write(`stalled check ${key}: ${error.message}\n`));
+    return lane;
+  }
+
+  // ---------------------------------------------------------------- bookkeeping
+
+  async record(kind, id) {
+    const text = await this.redis.get(`fl:${kind}:${id}`);
+    return text === null ? null : JSON.parse(text);
+  }
+
+  save(kind, id, value) {
+    return this.redis.set(`fl:${kind}:${id}`, stringify(value));
+  }
+
+  /** Appends a ledger entry; its `seq` is its place in the list (1, 2, …). */
+  async append(entry) {
+    const text = stringify(entry);
+    const seq = await this.redis.rpush('fl:ledger', text);
+    await this.redis.rpush(`fl:jobledger:${entry.job}`, seq);
+    return seq;
+  }
+
+  async who(request) {
+    const token = wire.bearer(request);
+    if (token === this.options.operatorToken) return { kind: 'operator' };
+    const text = await this.redis.hget('fl:tokens', token);
+    if (text === null) throw new ApiError(401, 'unauthorized', 'the bearer token is not known');
+    return JSON.parse(text);
+  }
+
+  // ---------------------------------------------------------------- operator
+
+  async createProject(who, body) {
+    const req = wire.read(body, { id: ['string', true] });
+    if (who.kind !== 'operator') throw forbidden('creating a project');
+    if (!wire.isId(req.id)) throw invalidField('id is not an id');
+    const token = crypto.randomBytes(24).toString('hex');
+    if (!(await this.redis.hsetnx('fl:projects', req.id, token))) throw exists(`project ${req.id}`);
+    await this.redis.hset('fl:tokens', token, JSON.stringify({ kind: 'registration', project: req.id }));
+    return [201, { id: req.id, registration_token: token }];
+  }
+
+  async registerRunner(who, body) {
+    const req = wire.read(body, { project: ['string', false], id: ['string', true] });
+    if (!wire.isId(req.id)) throw invalidField('id is not an id');
+    let project = req.project;
+    if (who.kind === 'operator') {
+      if (project === undefined) throw new ApiError(400, 'missing_field', 'the operator must name the project');
+    } else if (who.kind === 'registration') {
+      if (project !== undefined && project !== who.project) throw forbidden('registering a runner in another project');
+      project = who.project;
+    } else {
+      throw forbidden('registering a runner');
+    }
+    if (!wire.isId(project)) throw invalidField('project is not an id');
+    if (!(await this.redis.hexists('fl:projects', project))) throw new ApiError(404, 'unknown_project', `no project ${project}`);
+    if (!(await this.redis.hsetnx('fl:runners', req.id, project))) throw exists(`runner ${req.id}`);
+    const token = crypto.randomBytes(24).toString('hex');
+    await this.redis.hset('fl:tokens', token, JSON.stringify({ kind: 'runner', project, runner: req.id }));
+    return [201, { id: req.id, project, token }];
+  }
+
+  async submit(who, body) {
+    const spec = { steps: ['u32', true], step_ms: ['u64', true] };
+    const req = wire.read(body, { project: ['string', true], id: ['string', false], deployment_key: ['string', true], spec: [spec, true] });
+    if (who.kind !== 'operator') throw forbidden('submitting a job');
+    for (const name of ['project', 'deployment_key', 'id']) {
+      if (req[name] !== undefined && !wire.isId(req[name])) throw invalidField(`${name} is not an id`);
+    }
+    if (req.spec.steps < 1n || req.spec.steps > 1000n) throw invalidField('spec.steps must be 1 ..= 1000');
+    if (req.spec.step_ms > 600000n) throw invalidField('spec.step_ms must be 0 ..= 600000');
+    if (!(await this.redis.hexists('fl:projects', req.project))) throw new ApiError(404, 'unknown_project', `no project ${req.project}`);
+    return this.serial(() => this.add(req));
+  }
+
+  async add(req) {
+    let id = req.id;
+    if (id === undefined) {
+      for (let tries = 0; tries < 1000 && id === undefined; tries += 1) {
+        const next = `j${await this.redis.incr('fl:jobseq')}`;
+        if (!(await this.redis.exists(`fl:job:${next}`))) id = next;
+      }
+      if (id === undefined) throw new ApiError(500, 'internal', 'no free generated job id');
+    }
+    const job = {
+      id, project: req.project, deployment_key: req.deployment_key,
+      spec: { steps: Number(req.spec.steps), step_ms: Number(req.spec.step_ms) }, attempts: 0,
+    };
+    if (!(await this.redis.set(`fl:job:${id}`, stringify(job), 'NX'))) throw exists(`job ${id}`);
+    await this.redis.rpush('fl:jobs', id);
+    if (await this.redis.sadd(`fl:keyset:${req.project}`, req.deployment_key)) {
+      await this.redis.rpush(`fl:keys:${req.project}`, req.deployment_key);
+    }
+    await this.redis.sadd('fl:allkeys', req.deployment_key);
+    const now = Date.now();
+    await this.append({ kind: 'submit', project: req.project, job: id, deployment_key: req.deployment_key, received_ms: now, mono_ns: monoNs() });
+    const { queue } = await this.lane(req.deployment_key);
+    await bounded(queue.add('deploy', { job: id }, { jobId: hex(id), attempts: 1, removeOnComplete: false, removeOnFail: false }), true);
+    return [201, { id }];
+  }
+
+  // ---------------------------------------------------------------- runners
+
+  runnerOf(who, named) {
+    if (who.kind !== 'runner') throw forbidden('a runner call');
+    if (named !== who.runner) throw new ApiError(403, 'runner_mismatch', `this token is runner ${who.runner}'s, not ${named}'s`);
+  }
+
+  async claim(who, body) {
+    const req = wire.read(body, { runner: ['string', true], observed_ms: ['i64', true] });
+    this.runnerOf(who, req.runner);
+    return this.serial(() => this.grant(who, req));
+  }
+
+  /** The project's jobs BullMQ would serve next on each key, oldest submission first. */
+  async candidates(project) {
+    const keys = await this.redis.lrange(`fl:keys:${project}`, 0, -1);
+    const found = [];
+    for (const key of keys) {
+      const { name } = await this.lane(key);
+      const next = await this.redis.lindex(`bull:${name}:wait`, -1);
+      if (next === null) continue;
+      const id = Buffer.from(next, 'hex').toString('utf8');
+      const job = await this.record('job', id);
+      if (job && job.project === project) found.push({ key, job, order: await this.order(id) });
+    }
+    return found.sort((a, b) => a.order - b.order);
+  }
+
+  async order(id) {
+    const at = await this.redis.lpos('fl:jobs', id);
+    return at === null ? Number.MAX_SAFE_INTEGER : at;
+  }
+
+  async grant(who, req) {
+    for (const { key, job } of await this.candidates(who.project)) {
+      await this.catchUp(job);
+      const attempt = `${job.id}-a${job.attempts + 1}`;
+      const fence = Number(await this.redis.get('fl:fence')) + 1;
+      const token = tokenOf(who.runner, attempt, fence);
+      const now = Date.now();
+      const { worker } = await this.lane(key);
+      const got = await bounded(worker.getNextJob(token, { block: false }), true);
+      if (!got) continue;
+      if (got.id !== hex(job.id)) {
+        process.stderr.write(`BullMQ served ${got.id} where ${hex(job.id)} was next on ${key}\n`);
+      }
+      return this.granted(who, req, job, { attempt, fence, token, now });
+    }
+    return [200, { grant: null }];
+  }
+
+  async granted(who, req, job, { attempt, fence, now }) {
+    await this.redis.set('fl:fence', fence);
+    const lease = now + this.options.leaseMs;
+    const record = { id: attempt, job: job.id, runner: who.runner, fence, state: 'running', claimed_ms: now, lease_expires_ms: lease };
+    await this.save('attempt', attempt, record);
+    job.attempts += 1;
+    job.current_attempt = attempt;
+    await this.save('job', job.id, job);
+    await this.append({
+      kind: 'claim', project: job.project, job: job.id, attempt, runner: who.runner, fence, deployment_key: job.deployment_key,
+      decision: 'accepted', received_ms: now, observed_ms: req.observed_ms, mono_ns: monoNs(), lease_expires_ms: lease,
+    });
+    const claim = { job: job.id, attempt, runner: who.runner, fence };
+    return [200, { grant: { claim, project: job.project, deployment_key: job.deployment_key, spec: job.spec, lease_ms: this.options.leaseMs, lease_expires_ms: lease } }];
+  }
+
+  /** BullMQ served a job whose current attempt is still running in the records: its stall
+   *  was decided by BullMQ before the `stalled` event reached us. Record it first. */
+  async catchUp(job) {
+    if (job.current_attempt === undefined) return;
+    const attempt = await this.record('attempt', job.current_attempt);
+    if (attempt && attempt.state === 'running') await this.requeued(job, attempt);
+  }
+
+  async stalled(bullId) {
+    const job = await this.record('job', Buffer.from(bullId, 'hex').toString('utf8'));
+    if (job) await this.catchUp(job);
+  }
+
+  async requeued(job, attempt) {
+    attempt.state = 'failed';
+    attempt.closed_by = 'expired-requeued';
+    await this.save('attempt', attempt.id, attempt);
+    await this.append({
+      kind: 'expire', project: job.project, job: job.id, attempt: attempt.id, runner: attempt.runner, fence: attempt.fence,
+      deployment_key: job.deployment_key, recorded_as: 'requeued', received_ms: Date.now(), mono_ns: monoNs(),
+      lease_expires_ms: attempt.lease_expires_ms,
+    });
+  }
+
+  /** The checks before a report's verdict: token kind, runner, fence bound, the job's project. */
+  async report(who, body, extra = {}) {
+    const shape = { job: ['string', true], attempt: ['string', true], runner: ['string', true], fence: ['u64', true], observed_ms: ['i64', true], ...extra };
+    const req = wire.read(body, shape);
+    this.runnerOf(who, req.runner);
+    if (req.fence > wire.I64_MAX) throw invalidField('fence is above i64::MAX');
+    const job = await this.record('job', req.job);
+    if (!job || job.project !== who.project) throw new ApiError(404, 'unknown_job', `no job ${req.job} in project ${who.project}`);
+    return { req, job };
+  }
+
+  async heartbeat(who, body) {
+    const { req, job } = await this.report(who, body);
+    return this.serial(async () => {
+      const now = Date.now();
+      const { queue } = await this.lane(job.deployment_key);
+      const bull = await bounded(queue.getJob(hex(job.id)), false);
+      const token = tokenOf(req.runner, req.attempt, req.fence);
+      const extended = bull ? await bounded(bull.extendLock(token, this.options.leaseMs), true) : 0;
+      if (extended === 1) {
+        const attempt = await this.record('attempt', req.attempt);
+        const lease = now + this.options.leaseMs;
+        attempt.lease_expires_ms = lease;
+        await this.save('attempt', attempt.id, attempt);
+        const seq = await this.append(this.entry('heartbeat', who, job, req, now, { decision: 'accepted', lease_expires_ms: lease }));
+        return [200, { decision: 'accepted', ledger_seq: seq, lease_expires_ms: lease }];
+      }
+      return this.refused('heartbeat', who, job, req, now);
+    });
+  }
+
+  /** BullMQ has no capability: whoever asks is granted one, signed for the target, for the
+   *  claim as presented, living `CAPABILITY_TTL_MS` whatever the lock does. */
+  async capability(who, body) {
+    const { req, job } = await this.report(who, body);
+    return this.serial(async () => {
+      const now = Date.now();
+      const attempt = await this.record('attempt', req.attempt);
+      const lease = attempt ? attempt.lease_expires_ms : now;
+      const capability = this.sign(job.deployment_key, req, now + CAPABILITY_TTL_MS);
+      const seq = await this.append(this.entry('capability', who, job, req, now, { decision: 'accepted', lease_expires_ms: lease }));
+      return [200, { decision: 'accepted', ledger_seq: seq, lease_expires_ms: lease, capability }];
+    });
+  }
+
+  sign(key, req, expires) {
+    const message = [key, req.job, req.attempt, req.runner, req.fence, expires].join('\n');
+    const signature = crypto.createHmac('sha256', this.options.secret).update(message, 'utf8').digest('hex');
+    return { deployment_key: key, job: req.job, attempt: req.attempt, runner: req.runner, fence: req.fence, expires_ms: expires, signature };
+  }
+
+  async result(who, body) {
+    const extra = { outcome: [['succeeded', 'failed'], true], detail: ['string', false] };
+    const { req, job } = await this.report(who, body, extra);
+    return this.serial(async () => {
+      const now = Date.now();
+      const { queue } = await this.lane(job.deployment_key);
+      const bull = await bounded(queue.getJob(hex(job.id)), false);
+      const token = tokenOf(req.runner, req.attempt, req.fence);
+      if (bull && (await this.finish(bull, req, token))) {
+        const attempt = await this.record('attempt', req.attempt);
+        attempt.state = req.outcome;
+        attempt.closed_by = 'result';
+        await this.save('attempt', attempt.id, attempt);
+        const seq = await this.append(this.entry('result', who, job, req, now, { decision: 'accepted', outcome: req.outcome }));
+        return [200, { decision: 'accepted', ledger_seq: seq }];
+      }
+      return this.refused('result', who, job, req, now, { outcome: req.outcome, recorded_as: 'late_observation' });
+    });
+  }
+
+  /** BullMQ's answer to a result: true when it moved the job, false when its lock check
+   *  refused (a lock missing, held by another token, or the job no longer active). */
+  async finish(bull, req, token) {
+    try {
+      if (req.outcome === 'succeeded') await bounded(bull.moveToCompleted({ attempt: req.attempt }, token, false), true);
+      else await bounded(bull.moveToFailed(new Error(req.detail || 'the runner reported failure'), token, false), true);
+      return true;
+    } catch (error) {
+      if (typeof error.code === 'number' && error.code < 0) return false;
+      throw error;
+    }
+  }
+
+  entry(kind, who, job, req, now, more) {
+    return {
+      kind, project: who.project, job: job.id, attempt: req.attempt, runner: req.runner, fence: req.fence,
+      deployment_key: job.deployment_key, received_ms: now, observed_ms: req.observed_ms, mono_ns: monoNs(), ...more,
+    };
+  }
+
+  /** A refusal BullMQ made, recorded with the contract's reason for it (docs/protocol.md,
+   *  "Standing"), read from the attempts the adapter recorded. */
+  async refused(kind, who, job, req, now, more = {}) {
+    const reason = await this.standing(job, req, now);
+    const seq = await this.append(this.entry(kind, who, job, req, now, { decision: 'rejected', reason, ...more }));
+    return [409, { decision: 'rejected', reason, ledger_seq: seq }];
+  }
+
+  async standing(job, req, now) {
+    const attempt = await this.record('attempt', req.attempt);
+    if (!attempt) return 'unknown';
+    if (attempt.job !== job.id || attempt.runner !== req.runner || BigInt(attempt.fence) !== req.fence) return 'not_current';
+    if (job.current_attempt !== attempt.id) return 'superseded';
+    if (attempt.state === 'running' && attempt.lease_expires_ms <= now) return 'expired';
+    if (attempt.state === 'running') return 'expired';
+    return 'not_current';
+  }
+
+  // ---------------------------------------------------------------- reads
+
+  async jobs(who) {
+    if (who.kind !== 'operator') throw forbidden('reading jobs');
+    const views = [];
+    for (const id of await this.redis.lrange('fl:jobs', 0, -1)) views.push(await this.view(await this.record('job', id), false));
+    return [200, views];
+  }
+
+  async job(who, id) {
+    if (who.kind !== 'operator') throw forbidden('reading a job');
+    const job = await this.record('job', id);
+    if (!job) throw new ApiError(404, 'unknown_job', `no job ${id}`);
+    return [200, await this.view(job, true)];
+  }
+
+  async view(job, full) {
+    const { queue } = await this.lane(job.deployment_key);
+    const state = await bounded(queue.getJobState(hex(job.id)), false);
+    const words = { completed: 'succeeded', failed: 'failed', active: 'running' };
+    const view = { id: job.id, project: job.project, deployment_key: job.deployment_key, spec: job.spec, state: words[state] || 'queued' };
+    if (job.current_attempt !== undefined) view.current_attempt = job.current_attempt;
+    if (state === 'completed' || state === 'failed') view.outcome = words[state];
+    view.attempts = [];
+    view.ledger = [];
+    if (!full) return view;
+    for (let n = 1; n <= job.attempts; n += 1) {
+      const attempt = await this.record('attempt', `${job.id}-a${n}`);
+      if (attempt) view.attempts.push({ ...attempt, current: attempt.id === job.current_attempt });
+    }
+    for (const seq of await this.redis.lrange(`fl:jobledger:${job.id}`, 0, -1)) {
+      view.ledger.push(JSON.parse(withSeq(Number(seq), await this.redis.lindex('fl:ledger', Number(seq) - 1))));
+    }
+    return view;
+  }
+
+  async ledger(who, params) {
+    if (who.kind !== 'operator') throw forbidden('reading the ledger');
+    const after = params.after === undefined ? 0n : params.after;
+    let limit = params.limit === undefined ? 1000n : params.limit;
+    limit = limit < 1n ? 1n : limit > 10000n ? 10000n : limit;
+    const length = BigInt(await this.redis.llen('fl:ledger'));
+    if (after >= length) return [200, []];
+    const texts = await this.redis.lrange('fl:ledger', Number(after), Number(after + limit) - 1);
+    return [200, new RawJson(`[${texts.map((text, i) => withSeq(Number(after) + i + 1, text)).join(',')}]`)];
+  }
+
+  /** Every key's queue and worker again after a restart: the stalled-job checks resume. */
+  async resume() {
+    for (const key of await this.redis.smembers('fl:allkeys')) await this.lane(key);
+  }
+}
+
+/** A ledger entry's stored text with its `seq` first. */
+const withSeq = (seq, text) => `{"seq":${seq},${text.slice(1)}`;
+
+/** JSON already written. */
+class RawJson {
+  constructor(text) {
+    this.text = text;
+  }
+}
+
+/** BullMQ's lock token for an attempt: the runner, the attempt and its fence, as BullMQ's own
+ *  workers make theirs from the worker's id and a per-job counter. A report that names
+ *  anything else presents another token, and BullMQ's lock check refuses it. */
+const tokenOf = (runner, attempt, fence) => `${runner}/${attempt}/${fence}`;
+
+const forbidden = (what) => new ApiError(403, 'forbidden', `this token may not be used for ${what}`);
+const invalidField = (why) => new ApiError(400, 'invalid_field', why);
+const exists = (what) => new ApiError(409, 'exists', `${what} exists`);
+
+// ---------------------------------------------------------------- routes
+
+function routes(adapter) {
+  const post = (handle) => async (request, who) => {
+    if (!wire.isJson(request.headers['content-type'])) throw new ApiError(415, 'unsupported_media_type', 'the body must be application/json');
+    const text = await wire.body(request);
+    return handle.call(adapter, who, wire.parseJson(text));
+  };
+  return [
+    { path: /^\/v1\/health$/, methods: { GET: { open: true, handle: async () => [200, { status: 'ok' }] } } },
+    { path: /^\/v1\/projects$/, methods: { POST: { handle: post(adapter.createProject) } } },
+    { path: /^\/v1\/runners$/, methods: { POST: { handle: post(adapter.registerRunner) } } },
+    {
+      path: /^\/v1\/jobs$/,
+      methods: { POST: { handle: post(adapter.submit) }, GET: { handle: (_, who) => adapter.jobs(who) } },
+    },
+    { path: /^\/v1\/jobs\/([^/]+)$/, methods: { GET: { idPath: true, handle: (_, who, id) => adapter.job(who, id) } } },
+    { path: /^\/v1\/claim$/, methods: { POST: { handle: post(adapter.claim) } } },
+    { path: /^\/v1\/heartbeat$/, methods: { POST: { handle: post(adapter.heartbeat) } } },
+    { path: /^\/v1\/capability$/, methods: { POST: { handle: post(adapter.capability) } } },
+    { path: /^\/v1\/result$/, methods: { POST: { handle: post(adapter.result) } } },
+    { path: /^\/v1\/ledger$/, methods: { GET: { ledger: true, handle: (_, who, __, params) => adapter.ledger(who, params) } } },
+  ];
+}
+
+function decodePath(text) {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    if (/%(?![0-9a-fA-F]{2})/.test(text)) return text;
+    throw new ApiError(400, 'invalid_path', 'the path does not percent-decode to UTF-8');
+  }
+}
+
+async function serve(adapter, request, response) {
+  const target = request.url;
+  const mark = target.indexOf('?');
+  const path = mark < 0 ? target : target.slice(0, mark);
+  const search = mark < 0 ? '' : target.slice(mark + 1);
+  const route = routes(adapter).find((candidate) => candidate.path.test(path));
+  if (!route) throw new ApiError(404, 'no_route', `no route ${path}`);
+  const method = request.method === 'HEAD' && route.methods.GET ? 'GET' : request.method;
+  const chosen = route.methods[method];
+  if (!chosen) {
+    const allow = Object.keys(route.methods).flatMap((m) => (m === 'GET' ? ['GET', 'HEAD'] : [m])).join(', ');
+    throw new ApiError(405, 'method_not_allowed', `${request.method} is not allowed on ${path}`, { Allow: allow });
+  }
+  const params = chosen.ledger ? wire.query(search, ['after', 'limit']) : {};
+  const id = chosen.idPath ? decodePath(route.path.exec(path)[1]) : undefined;
+  const who = chosen.open ? null : await adapter.who(request);
+  return chosen.handle(request, who, id, params);
+}
+
+function answer(response, status, value) {
+  if (value instanceof RawJson) {
+    response.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(value.text) });
+    response.end(response.req.method === 'HEAD' ? undefined : value.text);
+    return;
+  }
+  const text = stringify(value);
+  response.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
+  response.end(response.req.method === 'HEAD' ? undefined : text);
+}
+
+/** What a request Node's HTTP parser refused is answered: a head too large, a body cut
+ *  short (it could not be read), else not HTTP/1.x. */
+function clientErrorAnswer(error) {
+  if (error.code === 'HPE_HEADER_OVERFLOW') return [431, 'headers_too_large', 'the request head is too large'];
+  if (error.code === 'HPE_INVALID_EOF_STATE') return [413, 'body_too_large', 'the body could not be read'];
+  return [400, 'malformed_request', 'the request is not HTTP/1.x'];
+}
+
+function server(adapter) {
+  const handler = (request, response) => {
+    serve(adapter, request, response)
+      .then(([status, value]) => answer(response, status, value))
+      .catch((error) => {
+        if (!(error instanceof ApiError)) {
+          process.stderr.write(`internal: ${error.stack || error}\n`);
+          error = unavailable(request.method === 'POST', `the store failed (${error.message})`);
+        }
+        if (!response.headersSent) wire.sendError(response, error);
+      });
+  };
+  const created = http.createServer({ maxHeaderSize: 16384 }, handler);
+  created.on('clientError', (error, socket) => {
+    const [status, code, why] = clientErrorAnswer(error);
+    const text = JSON.stringify({ error: why, code, status });
+    if (socket.writable) {
+      socket.end(`HTTP/1.1 ${status} Error\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
+    } else {
+      socket.destroy();
+    }
+  });
+  return created;
+}
+
+async function main() {
+  const options = parseArgs(process.argv.slice(2));
+  const [host, portText] = options.listen.split(':');
+  let started;
+  try {
+    started = await redisServer.start(options.redisServer, options.dataDir);
+  } catch (error) {
+    process.stderr.write(`${error.message}\n`);
+    process.exit(255);
+  }
+  const redis = new Redis({ host: '127.0.0.1', port: started.port, maxRetriesPerRequest: 1 });
+  redis.on('error', (error) => process.stderr.write(`redis: ${error.message}\n`));
+  const adapter = new Adapter(options, redis, started.port);
+  await adapter.resume();
+  const listening = server(adapter);
+  listening.on('error', (error) => {
+    process.stderr.write(`cannot listen on ${options.listen}: ${error.message}\n`);
+    process.exit(255);
+  });
+  listening.listen(Number(portText), host, () => {
+    const address = listening.address();
+    process.stdout.write(`${JSON.stringify({ listening: `${address.address}:${address.port}` })}\n`);
+  });
+  const stop = () => {
+    if (started.child) started.child.kill('SIGTERM');
+    process.exit(0);
+  };
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+}
+
+main().catch((error) => {
+  process.stderr.write(`${error.stack || error}\n`);
+  process.exit(255);
+});
