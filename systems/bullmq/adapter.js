@@ -294,9 +294,15 @@ class Adapter {
     if (attempt && attempt.state === 'running') await this.requeued(job, attempt);
   }
 
+  /** BullMQ's stalled-job check moved `bullId` back to wait. A claim may have served it
+   *  again (and recorded the stall) before this event came: then it is active, and its
+   *  current attempt is the new one. */
   async stalled(bullId) {
     const job = await this.record('job', Buffer.from(bullId, 'hex').toString('utf8'));
-    if (job) await this.catchUp(job);
+    if (!job) return;
+    const { queue } = await this.lane(job.deployment_key);
+    if ((await bounded(queue.getJobState(bullId), false)) === 'active') return;
+    await this.catchUp(job);
   }
 
   async requeued(job, attempt) {
