@@ -9,7 +9,8 @@
 //! in the same run on the same machine; for containers, the Docker daemon's own CPU
 //! (dockerd, containerd, its shims) is shown beside.
 //!
-//! Run: `cargo bench -p harness --bench run`.
+//! Run: `cargo bench -p harness --bench run`. With `FENCELAB_BENCH_SMOKE=1` (CI: `cargo test
+//! --benches`) it starts each cluster twice and runs 3 s: it checks the bench runs, not speed.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,6 +20,15 @@ use harness::args::RunArgs;
 
 const STARTS: usize = 10;
 const RUN_SECONDS: u64 = 20;
+
+/// Starts of each cluster and seconds of each run: [`STARTS`] and [`RUN_SECONDS`], or 2 and
+/// 3 in smoke mode.
+fn sizes() -> (usize, u64) {
+    match std::env::var_os("FENCELAB_BENCH_SMOKE") {
+        Some(_) => (2, 3),
+        None => (STARTS, RUN_SECONDS),
+    }
+}
 
 fn args(store: &Path, system: Option<&Path>) -> RunArgs {
     use clap::Parser;
@@ -39,7 +49,8 @@ async fn startup(store: &Path, system: Option<&Path>) {
     let config = args(store, system).config(1).expect("valid flags");
     let mut times_ms = Vec::new();
     let kind = if system.is_some() { "containers" } else { "processes" };
-    for index in 0..STARTS {
+    let starts = sizes().0;
+    for index in 0..starts {
         let started = Instant::now();
         let mut cluster = Cluster::start(
             &config,
@@ -57,8 +68,8 @@ async fn startup(store: &Path, system: Option<&Path>) {
         "{:>24} {:>8.1} {:>8.1} {:>8.1}",
         if system.is_some() { "containers: 3 runners" } else { "processes: 3 runners" },
         times_ms[0],
-        times_ms[STARTS / 2],
-        times_ms[STARTS - 1]
+        times_ms[starts / 2],
+        times_ms[starts - 1]
     );
 }
 
@@ -102,7 +113,8 @@ fn docker_cpu_seconds() -> f64 {
 fn cpu_share(store: &Path, system: Option<&Path>) {
     let docker_before = docker_cpu_seconds();
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
-    command.args(["run", "--nemesis", "all", "--seed", "1", "--time-limit", &RUN_SECONDS.to_string(), "--store"]);
+    let run_s = sizes().1;
+    command.args(["run", "--nemesis", "all", "--seed", "1", "--time-limit", &run_s.to_string(), "--store"]);
     command.arg(store);
     if let Some(system) = system {
         command.arg("--system").arg(system);
@@ -114,7 +126,7 @@ fn cpu_share(store: &Path, system: Option<&Path>) {
         .expect("fencelab starts");
     let started = Instant::now();
     let (mut harness_s, mut lab) = (0.0, std::collections::HashMap::new());
-    while child.try_wait().expect("wait").is_none() && started.elapsed() < Duration::from_secs(RUN_SECONDS + 120) {
+    while child.try_wait().expect("wait").is_none() && started.elapsed() < Duration::from_secs(run_s + 120) {
         harness_s = cpu_seconds(child.id()).unwrap_or(harness_s);
         lab_cpu_seconds(store, &mut lab);
         std::thread::sleep(Duration::from_millis(100));
@@ -122,7 +134,7 @@ fn cpu_share(store: &Path, system: Option<&Path>) {
     let wall_s = started.elapsed().as_secs_f64();
     let lab_s: f64 = lab.values().sum();
     let docker_s = docker_cpu_seconds() - docker_before;
-    let label = if system.is_some() { "containers, 20 s run" } else { "processes, 20 s run" };
+    let label = format!("{}, {run_s} s run", if system.is_some() { "containers" } else { "processes" });
     println!("{:>24} {:>10} {:>12} {:>14} {:>16}", label, "wall (s)", "harness (s)", "lab procs (s)", "harness share");
     println!(
         "{:>24} {:>10.1} {:>12.2} {:>14.2} {:>15.1}%",

@@ -3,7 +3,8 @@
 //! on the PostgreSQL store (a throwaway cluster; skipped when PostgreSQL is not installed).
 //! Prints lifecycles per second for each concurrency and store, with one control plane
 //! and with three replicas on the same store.
-//! Run: `cargo bench -p lab --bench lifecycle`.
+//! Run: `cargo bench -p lab --bench lifecycle`. With `FENCELAB_BENCH_SMOKE=1` (CI: `cargo
+//! test --benches`) each level lasts a tenth of a second: it checks the bench runs, not speed.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -14,6 +15,14 @@ use protocol::*;
 
 /// How long each concurrency level runs.
 const MEASURE: Duration = Duration::from_secs(4);
+
+/// How long each level lasts: [`MEASURE`], or a tenth of a second in smoke mode.
+fn level_duration() -> Duration {
+    match std::env::var_os("FENCELAB_BENCH_SMOKE") {
+        Some(_) => Duration::from_millis(100),
+        None => MEASURE,
+    }
+}
 
 /// Each runner has a project of its own, so that its claims find exactly its jobs.
 async fn lifecycle(operator: &Client, runner: &Client, runner_id: &str, job: &str) {
@@ -56,7 +65,7 @@ async fn measure(lab: &LocalLab, replicas: &[String], concurrency: usize, round:
         let runner = operator.with_token(&token);
         tasks.push(tokio::spawn(async move {
             let mut done = 0u64;
-            while started.elapsed() < MEASURE {
+            while started.elapsed() < level_duration() {
                 lifecycle(&operator, &runner, &runner_id, &format!("{runner_id}-{round}-{done}")).await;
                 done += 1;
             }
@@ -115,7 +124,10 @@ async fn main() {
         Some(cluster) => (rates(Some(cluster.url()), 1).await, rates(Some(cluster.url()), 3).await),
         None => (vec![], vec![]),
     };
-    println!("lifecycles/s (submit, claim, capability, 2 heartbeats, result), {} s a level", MEASURE.as_secs());
+    println!(
+        "lifecycles/s (submit, claim, capability, 2 heartbeats, result), {:.1} s a level",
+        level_duration().as_secs_f64()
+    );
     println!(
         "{:>12} {:>12} {:>14} {:>12} {:>16}",
         "concurrency", "sqlite", "sqlite 3 rep.", "postgres", "postgres 3 rep."

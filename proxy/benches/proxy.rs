@@ -1,7 +1,9 @@
 //! Benchmark: a proxied connection with no toxics against a direct loopback
 //! connection. Measures request/response round trips (p50, p99) and bulk
 //! one-way throughput, and prints a table. Run in release:
-//! `cargo bench -p proxy --bench proxy`.
+//! `cargo bench -p proxy --bench proxy`. With `FENCELAB_BENCH_SMOKE=1` (CI: `cargo test
+//! --benches`) it sends a hundredth of the round trips and 16 MiB once: it checks the
+//! bench runs, not speed.
 //!
 //! Targets from the issue: proxied p50 round trip at most 2x direct; proxied
 //! bulk throughput at least 1 GB/s.
@@ -17,6 +19,29 @@ const RTT_MESSAGE_BYTES: usize = 64;
 const BULK_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 const BULK_WRITE_BYTES: usize = 256 * 1024;
 const BULK_RUNS: usize = 3;
+
+/// Smoke mode (`FENCELAB_BENCH_SMOKE`): a hundredth of the round trips, 16 MiB once.
+fn smoke() -> bool {
+    std::env::var_os("FENCELAB_BENCH_SMOKE").is_some()
+}
+
+/// Round trips: (warm-up, samples).
+fn rtt_counts() -> (usize, usize) {
+    if smoke() {
+        (RTT_WARMUP / 100, RTT_SAMPLES / 100)
+    } else {
+        (RTT_WARMUP, RTT_SAMPLES)
+    }
+}
+
+/// Bytes of one bulk run, and how many runs.
+fn bulk_size() -> (u64, usize) {
+    if smoke() {
+        (16 * 1024 * 1024, 1)
+    } else {
+        (BULK_BYTES, BULK_RUNS)
+    }
+}
 const BOUND: Duration = Duration::from_secs(120);
 
 /// Echoes every byte back, one task per connection.
@@ -58,7 +83,7 @@ async fn sink_server() -> SocketAddr {
                 let mut received = 0u64;
                 while let Ok(n) = sock.read(&mut buf).await {
                     received += n as u64;
-                    if received >= BULK_BYTES {
+                    if received >= bulk_size().0 {
                         let _ = sock.write_all(b"k").await;
                         return;
                     }
@@ -78,12 +103,13 @@ async fn rtt(addr: SocketAddr) -> (f64, f64) {
     sock.set_nodelay(true).unwrap();
     let msg = vec![42u8; RTT_MESSAGE_BYTES];
     let mut back = vec![0u8; RTT_MESSAGE_BYTES];
-    let mut samples = Vec::with_capacity(RTT_SAMPLES);
-    for i in 0..RTT_WARMUP + RTT_SAMPLES {
+    let (warmup, count) = rtt_counts();
+    let mut samples = Vec::with_capacity(count);
+    for i in 0..warmup + count {
         let start = Instant::now();
         sock.write_all(&msg).await.unwrap();
         sock.read_exact(&mut back).await.unwrap();
-        if i >= RTT_WARMUP {
+        if i >= warmup {
             samples.push(start.elapsed().as_secs_f64() * 1e6);
         }
     }
@@ -94,13 +120,14 @@ async fn rtt(addr: SocketAddr) -> (f64, f64) {
 
 /// One-way bulk throughput in GB/s (median of runs).
 async fn bulk(addr: SocketAddr) -> f64 {
-    let mut rates = Vec::with_capacity(BULK_RUNS);
+    let (bytes, runs) = bulk_size();
+    let mut rates = Vec::with_capacity(runs);
     let chunk = vec![7u8; BULK_WRITE_BYTES];
-    for _ in 0..BULK_RUNS {
+    for _ in 0..runs {
         let mut sock = TcpStream::connect(addr).await.unwrap();
         let start = Instant::now();
         let mut sent = 0u64;
-        while sent < BULK_BYTES {
+        while sent < bytes {
             sock.write_all(&chunk).await.unwrap();
             sent += chunk.len() as u64;
         }

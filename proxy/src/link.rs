@@ -19,9 +19,9 @@
 use crate::toxic::{Stream, Toxic, ToxicKind};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use serde_json::Value;
 use std::collections::HashMap;
 use std::io;
-use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -431,9 +431,8 @@ const WRITE_WORDS: [&[u8]; 4] = [b"INSERT", b"UPDATE", b"DELETE", b"MERGE"];
 /// across two chunks is not seen.
 fn names_a_write(data: &[u8]) -> bool {
     WRITE_WORDS.iter().any(|word| {
-        data.windows(word.len() + 1).any(|window| {
-            window[..word.len()].eq_ignore_ascii_case(word) && window[word.len()].is_ascii_whitespace()
-        })
+        data.windows(word.len() + 1)
+            .any(|window| window[..word.len()].eq_ignore_ascii_case(word) && window[word.len()].is_ascii_whitespace())
     })
 }
 
