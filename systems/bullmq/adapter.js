@@ -30,6 +30,9 @@ const CALL_MS_MAX = 5000;
 /** Stalls BullMQ may count before it fails a job instead of requeueing it (see system.toml). */
 const MAX_STALLED_COUNT = 1000000;
 const CAPABILITY_TTL_MS = 30000;
+/** Looks at the queues a claim makes before it answers that nothing is claimable. */
+const LOOKS_MAX = 3;
+const RETRY = Symbol('look again');
 
 function parseArgs(argv) {
   const options = { listen: '127.0.0.1:7400', leaseMs: 2000, redisServer: 'redis-server' };
@@ -252,7 +255,21 @@ class Adapter {
     return at === null ? Number.MAX_SAFE_INTEGER : at;
   }
 
+  /**
+   * Asks BullMQ for the job the candidates say comes next on each key in turn. The stalled-job
+   * check may move a job back to a queue between the look and the ask; BullMQ then serves
+   * that one, under a token made for another: it is given back (`moveToWait`, to the head of
+   * its queue) and the look is made again, at most `LOOKS_MAX` times.
+   */
   async grant(who, req) {
+    for (let look = 0; look < LOOKS_MAX; look += 1) {
+      const served = await this.serveNext(who, req);
+      if (served !== RETRY) return served;
+    }
+    return [200, { grant: null }];
+  }
+
+  async serveNext(who, req) {
     for (const { key, job } of await this.candidates(who.project)) {
       await this.catchUp(job);
       const attempt = `${job.id}-a${job.attempts + 1}`;
@@ -263,16 +280,31 @@ class Adapter {
       const got = await bounded(worker.getNextJob(token, { block: false }), true);
       if (!got) continue;
       if (got.id !== hex(job.id)) {
-        process.stderr.write(`BullMQ served ${got.id} where ${hex(job.id)} was next on ${key}\n`);
+        await bounded(got.moveToWait(token), true);
+        return RETRY;
       }
-      return this.granted(who, req, job, { attempt, fence, token, now });
+      const lease = await this.leaseEnd(key, job.id, now);
+      return this.granted(who, req, job, { attempt, fence, lease });
     }
     return [200, { grant: null }];
   }
 
-  async granted(who, req, job, { attempt, fence, now }) {
+  /**
+   * When the lock BullMQ just set or extended for `id` ends, on the host's clock: read back
+   * from Redis (PTTL, rounded up), so that the lease the ledger shows is the one BullMQ
+   * keeps, not the adapter's guess from before the call. `sent` (the instant the call was
+   * made) plus the lease when the lock is already gone.
+   */
+  async leaseEnd(key, id, sent) {
+    const { name } = await this.lane(key);
+    const left = await bounded(this.redis.pttl(`bull:${name}:${hex(id)}:lock`), false);
+    return left > 0 ? Date.now() + left + 1 : sent + this.options.leaseMs;
+  }
+
+  async granted(who, req, job, { attempt, fence, lease }) {
     await this.redis.set('fl:fence', fence);
-    const lease = now + this.options.leaseMs;
+    // The grant's receipt time is the instant BullMQ's lock began: its end less the lease.
+    const now = lease - this.options.leaseMs;
     const record = { id: attempt, job: job.id, runner: who.runner, fence, state: 'running', claimed_ms: now, lease_expires_ms: lease };
     await this.save('attempt', attempt, record);
     job.attempts += 1;
@@ -330,14 +362,15 @@ class Adapter {
   async heartbeat(who, body) {
     const { req, job } = await this.report(who, body);
     return this.serial(async () => {
-      const now = Date.now();
+      let now = Date.now();
       const { queue } = await this.lane(job.deployment_key);
       const bull = await bounded(queue.getJob(hex(job.id)), false);
       const token = tokenOf(req.runner, req.attempt, req.fence);
       const extended = bull ? await bounded(bull.extendLock(token, this.options.leaseMs), true) : 0;
       if (extended === 1) {
         const attempt = await this.record('attempt', req.attempt);
-        const lease = now + this.options.leaseMs;
+        const lease = await this.leaseEnd(job.deployment_key, job.id, now);
+        now = lease - this.options.leaseMs;
         attempt.lease_expires_ms = lease;
         await this.save('attempt', attempt.id, attempt);
         const seq = await this.append(this.entry('heartbeat', who, job, req, now, { decision: 'accepted', lease_expires_ms: lease }));
