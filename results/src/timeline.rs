@@ -24,6 +24,11 @@ pub const LANE_BUDGET: usize = 40;
 pub const MAX_BARS: usize = 8;
 pub const SVG_BUDGET: usize = 15_000;
 const MAX_FAULTS: usize = 300;
+/// Rows of fault labels above the lanes (a label that fits in none is left to its title).
+const FAULT_LABEL_ROWS: usize = 3;
+const FAULT_LABEL_ROW_H: f64 = 10.0;
+/// The width of a character of a fault label (9 px text), generously.
+const FAULT_LABEL_CHAR_W: f64 = 5.6;
 const MAX_ANOMALY_MARKS: usize = 400;
 const BUCKETS: usize = 100;
 
@@ -107,6 +112,19 @@ impl<'a> Lanes<'a> {
         let i = Self::lane(&mut self.runners, &mut self.runner_index, runner, format!("runner {runner}"));
         &mut self.runners[i]
     }
+
+    /// Puts the runner lanes in runner order (`r2` before `r10`), not of first appearance.
+    fn order_runners(&mut self) {
+        self.runners.sort_by(|a, b| natural(&a.label).cmp(&natural(&b.label)));
+        self.runner_index.clear();
+    }
+}
+
+/// A name's sort key: its text before the trailing digits, then their number.
+fn natural(name: &str) -> (&str, u64, &str) {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let (text, number) = name.split_at(name.len() - digits);
+    (text, number.parse().unwrap_or(0), name)
 }
 
 /// The SVG text being built, with its element count and budget.
@@ -249,6 +267,7 @@ pub struct Drawn {
 pub fn render(run: &Run, events: &[Event]) -> Drawn {
     let attempts = model::attempts(events);
     let mut lanes = build_lanes(events, &attempts);
+    lanes.order_runners();
     let horizon = model::horizon_ns(events, run.duration_ms, &run.schedule);
     let scale = Scale { horizon };
     let points = anomaly_points(run, events);
@@ -362,18 +381,24 @@ fn draw_histogram(svg: &mut Svg, scale: Scale, events: &[Event]) {
 
 fn draw_faults(svg: &mut Svg, scale: Scale, windows: &[FaultWindow], top: f64, height: f64) {
     svg.raw("<g class=\"faults\">\n");
+    // Where each row of labels is free again: a label goes in the first row it fits in.
+    let mut rows_free_x = [f64::MIN; FAULT_LABEL_ROWS];
     for w in windows.iter().take(MAX_FAULTS) {
         let (x1, x2) = (scale.x(w.start_ns), scale.x(w.end_ns));
         let width = (x2 - x1).max(1.0);
         let who = w.runner.as_deref().map(|r| format!(" on {r}")).unwrap_or_default();
         let title = esc(&format!("{}{who}: {} to {}", w.kind, secs(w.start_ns), secs(w.end_ns)));
-        let labelled = width >= 40.0;
+        let row = (width >= 40.0).then(|| rows_free_x.iter().position(|free| x1 >= *free)).flatten();
+        if let Some(row) = row {
+            rows_free_x[row] = x1 + 2.0 + w.kind.len() as f64 * FAULT_LABEL_CHAR_W + 4.0;
+        }
+        let labelled = row.is_some();
         svg.add(2 + labelled as usize, || {
-            let label = if labelled {
+            let label = if let Some(row) = row {
                 format!(
                     "<text class=\"fault-label\" x=\"{:.1}\" y=\"{:.1}\">{}</text>",
                     x1 + 2.0,
-                    top - 2.0,
+                    top - 2.0 - row as f64 * FAULT_LABEL_ROW_H,
                     esc(&w.kind)
                 )
             } else {

@@ -223,3 +223,32 @@ fn anomalies_are_grouped_by_the_job_they_tell_of() {
     assert_eq!(counted, expected.map(|(group, count)| (group.to_string(), count)));
     assert_eq!(doc["anomaly_groups"][0]["anomalies"], serde_json::json!([0, 2]));
 }
+
+/// The timeline's runner lanes come in runner order, not in order of first appearance, and
+/// the labels of overlapping fault windows go in rows of their own.
+#[test]
+fn timeline_lanes_are_in_runner_order_and_fault_labels_do_not_overlap() {
+    // r1 claims first; renamed r9, it appears first and must come after r2.
+    let mut events: Vec<history::Event> =
+        fixture::history().into_iter().filter(|event| event.process != history::Process::NEMESIS).collect();
+    for event in &mut events {
+        if event.runner.as_deref() == Some("r1") {
+            event.runner = Some("r9".into());
+        }
+    }
+    let mut run = fixture::run(&events);
+    run.schedule = serde_json::json!([
+        {"at_ms": 1200, "duration_ms": 2800, "kind": "delayed-heartbeats", "runner": "r9"},
+        {"at_ms": 1300, "duration_ms": 2000, "kind": "disconnect-during-mutation", "runner": "r2"},
+    ]);
+    let svg = timeline_svg(&report_html(&run, &events)).to_string();
+    let (r2, r9) = (svg.find(">runner r2<").expect("r2's lane"), svg.find(">runner r9<").expect("r9's lane"));
+    assert!(r2 < r9, "r2's lane above r9's");
+    let label_y: Vec<&str> = svg
+        .split("<text class=\"fault-label\"")
+        .skip(1)
+        .map(|label| label.split("y=\"").nth(1).unwrap().split('"').next().unwrap())
+        .collect();
+    assert_eq!(label_y.len(), 2, "both windows labelled: {svg}");
+    assert_ne!(label_y[0], label_y[1], "overlapping windows' labels in two rows");
+}
