@@ -2,6 +2,7 @@
 //! links going through the embedded proxy so that faults are real TCP faults.
 
 mod audit;
+mod bullmq;
 mod conform;
 mod containers;
 mod diff;

@@ -1,0 +1,166 @@
+//! BullMQ on Redis (`systems/bullmq/`: the contract served by BullMQ through a thin Node
+//! adapter in which every decision is BullMQ's) under fencelab: it starts, conform judges it,
+//! and a chaos run's verdict and anomaly kinds are the ones `docs/analyses/bullmq.md`
+//! explains — no more, no fewer.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::run::run;
+
+pub fn bullmq_system() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../systems/bullmq/system.toml")
+}
+
+/// Skips (or, under `FENCELAB_REQUIRE_ALL=1`, fails) when node, redis-server or the pinned
+/// npm packages (`npm ci` in `systems/bullmq`) are absent.
+pub fn bullmq_missing() -> bool {
+    let answers = |program: &str| {
+        std::process::Command::new(program).arg("--version").output().is_ok_and(|out| out.status.success())
+    };
+    let modules = bullmq_system().with_file_name("node_modules").join("bullmq").join("package.json");
+    let missing: Vec<&str> = [
+        (!answers("node")).then_some("node is not installed"),
+        (!answers("redis-server")).then_some("redis-server is not installed"),
+        (!modules.exists()).then_some("systems/bullmq/node_modules is absent (run `npm ci` there)"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if missing.is_empty() {
+        return false;
+    }
+    eprintln!("SKIPPED: {}", missing.join("; "));
+    let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
+    assert!(!require_all, "{} and FENCELAB_REQUIRE_ALL=1", missing.join("; "));
+    true
+}
+
+/// The conform cases BullMQ fails whatever the timing (docs/analyses/bullmq.md): it requeues
+/// a stalled job, and it refuses every result once the first one released its lock.
+const CONFORM_FAILS: [&str; 6] = [
+    "rule/stale-completion",
+    "rule/no-requeue-on-expiry",
+    "rule/duplicate-result",
+    "rule/conflicting-result",
+    "race/results",
+    "model/rules-replay",
+];
+
+/// The cases the adapter itself answers for (bodies, tokens, routes, reads): BullMQ decides
+/// none of them, so each must pass.
+const CONFORM_PASSES: [&str; 6] = [
+    "endpoint/health",
+    "endpoint/projects",
+    "endpoint/runners",
+    "endpoint/jobs-submit",
+    "endpoint/ledger",
+    "rule/runner-clock-ahead",
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bullmq_starts_and_conform_finds_what_its_analysis_says() {
+    if bullmq_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let system = bullmq_system();
+    let out = dir.path().join("conform");
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "conform".as_ref(),
+        "--system".as_ref(),
+        system.as_os_str(),
+        "--lease-ms".as_ref(),
+        "1500".as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ];
+    let (code, said) = super::fencelab_output(&args, Duration::from_secs(300)).await;
+    assert_eq!(code, Some(1), "conform judges BullMQ invalid:\n{said}");
+    let lines = |verdict: &str| -> BTreeSet<String> {
+        said.lines()
+            .filter_map(|line| line.strip_prefix(verdict))
+            .filter_map(|rest| rest.split_whitespace().next().map(str::to_string))
+            .collect()
+    };
+    let (failed, passed) = (lines("FAIL "), lines("PASS "));
+    for case in CONFORM_FAILS {
+        assert!(failed.contains(case), "{case} fails on BullMQ:\n{said}");
+    }
+    for case in CONFORM_PASSES {
+        assert!(passed.contains(case), "{case} passes on BullMQ:\n{said}");
+    }
+    let bad_input: Vec<&String> = failed.iter().filter(|case| case.starts_with("input/")).collect();
+    assert!(bad_input.is_empty(), "the adapter answers every bad input as documented: {bad_input:?}\n{said}");
+}
+
+/// Every (checker, kind) the analysis explains for `--nemesis all` on the default (fenced)
+/// target. Anything else is a finding the analysis does not name, or an adapter bug.
+const EXPLAINED: [(&str, &str); 13] = [
+    ("explicit-uncertainty", "expiry-not-uncertain"),
+    ("explicit-uncertainty", "reclaimed-without-reconcile"),
+    ("rules-model", "expiry-not-uncertain"),
+    ("rules-model", "refused-wrongly"),
+    ("rules-model", "capability-accepted-wrongly"),
+    ("rules-model", "reason"),
+    ("terminal-stability", "duplicate-not-acknowledged"),
+    ("terminal-stability", "conflict-not-recorded"),
+    ("fence-order", "report-claim-mismatch"),
+    ("clock-authority", "runner-clock-trusted"),
+    ("stale-side-effect", "step-after-lease"),
+    ("ledger-completeness", "answer-differs-from-ledger"),
+    ("progress", "refusal-unjustified"),
+];
+
+/// What every run under `--nemesis all` shows: BullMQ moves a stalled job back to its queue.
+const REQUIRED: [(&str, &str); 2] =
+    [("explicit-uncertainty", "expiry-not-uncertain"), ("explicit-uncertainty", "reclaimed-without-reconcile")];
+
+/// Seeds tried until one run shows every kind of [`REQUIRED`]; each run must stay within
+/// [`EXPLAINED`].
+const SEEDS: [&str; 3] = ["1", "2", "3"];
+
+fn kinds(folder: &Path) -> BTreeSet<(String, String)> {
+    let text = std::fs::read_to_string(folder.join("results.json")).unwrap();
+    let doc = results::read_results(&text).unwrap();
+    doc.checkers
+        .iter()
+        .flat_map(|checker| checker.anomalies.iter().map(|anomaly| (anomaly.checker.clone(), anomaly.kind.clone())))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bullmq_run_finds_only_what_its_analysis_explains() {
+    if bullmq_missing() {
+        return;
+    }
+    let system = bullmq_system();
+    let system = system.to_str().unwrap();
+    let explained: BTreeSet<(String, String)> =
+        EXPLAINED.iter().map(|(checker, kind)| (checker.to_string(), kind.to_string())).collect();
+    let mut said = Vec::new();
+    for seed in SEEDS {
+        let finished = run(&["--system", system, "--seed", seed, "--time-limit", "30", "--nemesis", "all"]).await;
+        assert_eq!(
+            finished.code,
+            Some(1),
+            "BullMQ under every fault is invalid:\n{}\n{}",
+            finished.stdout,
+            finished.stderr
+        );
+        let found = kinds(&finished.folder());
+        let unexplained: Vec<&(String, String)> = found.difference(&explained).collect();
+        assert!(
+            unexplained.is_empty(),
+            "seed {seed}: kinds the analysis does not explain: {unexplained:?}\n{}",
+            finished.stdout
+        );
+        let required = REQUIRED.iter().all(|(checker, kind)| found.contains(&(checker.to_string(), kind.to_string())));
+        if required {
+            return;
+        }
+        said.push(format!("seed {seed}: {found:?}"));
+    }
+    panic!("no seed of {SEEDS:?} showed BullMQ requeueing a stalled job:\n{}", said.join("\n"));
+}
