@@ -315,7 +315,11 @@ impl LedgerCompleteness {
                 claims.requests
             );
             let events: Vec<u64> = untold.iter().map(|(_, index)| *index).take(5).collect();
-            let found = Found::new(NAME, "applied-more-than-sent").runner(ctx, runner).attempt(ctx, untold[0].0);
+            let first = untold[0].0;
+            let found = Found::new(NAME, "applied-more-than-sent")
+                .runner(ctx, runner)
+                .attempt(ctx, first)
+                .job(ctx, ctx.attempt(first).claim.map(|claim| claim.job));
             out.push(found.events(&events).says(message));
         }
     }

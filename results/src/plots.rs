@@ -29,6 +29,8 @@ pub const MAX_BUCKETS: usize = 600;
 pub const MAX_BANDS: usize = 300;
 
 const LEFT: f64 = 70.0;
+/// The top row of a latency panel, where unanswered requests sit.
+const NO_ANSWER_ROW_H: f64 = 8.0;
 const PLOT_W: f64 = 1000.0;
 const WIDTH: f64 = LEFT + PLOT_W + 20.0;
 const MS: f64 = 1e6;
@@ -435,7 +437,12 @@ const LATENCY_FLOOR_MS: f64 = 0.01;
 /// Request latency over time, one panel per runner request kind, log scale.
 pub fn latency_plot(events: &[Event], frame: &Frame) -> Plot {
     let all = request_latencies(events);
-    let answered = all.iter().filter_map(|l| l.latency_ns).map(|ns| (ns as f64 / MS).max(LATENCY_FLOOR_MS));
+    // The time to give up on a request is no latency: unanswered ones sit on their own row.
+    let answered = all
+        .iter()
+        .filter(|l| l.answer != Answer::NoAnswer)
+        .filter_map(|l| l.latency_ns)
+        .map(|ns| (ns as f64 / MS).max(LATENCY_FLOOR_MS));
     let (lo, hi) = answered.fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
     let (lo_dec, mut hi_dec) = if lo > hi { (0, 3) } else { (lo.log10().floor() as i32, hi.log10().ceil() as i32) };
     if hi_dec <= lo_dec {
@@ -448,9 +455,10 @@ pub fn latency_plot(events: &[Event], frame: &Frame) -> Plot {
     let classes: Vec<&str> = Answer::ALL.iter().map(|a| a.class()).collect();
     for (k, kind) in vocab::REQUEST_KINDS.iter().enumerate() {
         let top = PANEL_GAP + k as f64 * (PANEL_H + PANEL_GAP);
+        // The panel's top row holds the unanswered requests; latencies fill the rest.
         let y = |ms: f64| {
             let f = (ms.max(LATENCY_FLOOR_MS).log10() - lo_dec as f64) / (hi_dec - lo_dec) as f64;
-            top + PANEL_H * (1.0 - f.clamp(0.0, 1.0))
+            top + (PANEL_H - NO_ANSWER_ROW_H) * (1.0 - f.clamp(0.0, 1.0))
         };
         let mine: Vec<&Latency> = all.iter().filter(|l| l.kind == kind.as_str()).collect();
         let mut counts: BTreeMap<Answer, usize> = BTreeMap::new();
@@ -472,13 +480,17 @@ pub fn latency_plot(events: &[Event], frame: &Frame) -> Plot {
         );
         for dec in lo_dec..=hi_dec {
             let ms = 10f64.powi(dec);
-            rule(&mut body, "grid", y(ms), &duration_label(ms));
+            rule(&mut body, "grid", y(ms) + NO_ANSWER_ROW_H, &duration_label(ms));
         }
+        rule(&mut body, "no-answer", top + NO_ANSWER_ROW_H / 2.0, "no answer");
         let points: Vec<Dot> = mine
             .iter()
             .map(|l| Dot {
                 x: frame.x(l.t_ns),
-                y: l.latency_ns.map(|ns| y(ns as f64 / MS)).unwrap_or(top + 2.0),
+                y: match (l.answer, l.latency_ns) {
+                    (Answer::NoAnswer, _) | (_, None) => top + NO_ANSWER_ROW_H / 2.0,
+                    (_, Some(ns)) => y(ns as f64 / MS) + NO_ANSWER_ROW_H,
+                },
                 class: Answer::ALL.iter().position(|a| *a == l.answer).unwrap_or(0),
                 notable: l.answer != Answer::Accepted && l.answer != Answer::Empty,
             })
@@ -496,8 +508,9 @@ pub fn latency_plot(events: &[Event], frame: &Frame) -> Plot {
     svg.push_str(&body);
     svg.push_str("</svg>\n");
     let mut caption = format!(
-        "{} requests, one point each at the time it was sent, its height the time to its answer (log scale; \
-         a request never answered sits at the top of its panel).",
+        "{} requests, one point each at the time it was sent, its height the time to its answer (log scale); \
+         a request that got no answer (a transport error, a timeout, or none logged) sits on the top row of its \
+         panel, marked \u{201c}no answer\u{201d}, however soon it gave up.",
         all.len()
     );
     if left_out > 0 {
@@ -511,40 +524,47 @@ pub fn latency_plot(events: &[Event], frame: &Frame) -> Plot {
     Plot { id: "plot-latency", title: "Request latency", svg, caption, drawn }
 }
 
-const THROUGHPUT_H: f64 = 180.0;
+/// The height of a throughput panel (one per series) and the gap above each.
+const THROUGHPUT_PANEL_H: f64 = 42.0;
+const THROUGHPUT_GAP: f64 = 18.0;
 
-/// Jobs submitted, claimed, succeeded, failed and made uncertain per second.
+/// Jobs submitted, claimed, succeeded, failed and made uncertain per second: one panel per
+/// series on one time axis and one scale, so that no line hides another.
 pub fn throughput_plot(events: &[Event], frame: &Frame) -> Plot {
     let t = throughput(events, frame.horizon_ns);
     let per_s = |n: u32| n as f64 / t.bucket_s as f64;
     let max = t.series.iter().flat_map(|(_, v)| v.iter().copied()).map(per_s).fold(0.0, f64::max).max(1.0);
-    let (top, bottom) = (10.0, 10.0 + THROUGHPUT_H);
-    let step = nice_step(max, 4.0);
+    let step = nice_step(max, 2.0);
     let ymax = (max / step).ceil() * step;
-    let y = |v: f64| bottom - THROUGHPUT_H * (v / ymax);
+    let (top, bottom) = (THROUGHPUT_GAP, t.series.len() as f64 * (THROUGHPUT_PANEL_H + THROUGHPUT_GAP));
     let mut svg = String::new();
     let buckets = t.series.first().map(|s| s.1.len()).unwrap_or(0);
     open_svg(&mut svg, "plot-throughput", bottom + 20.0, "throughput per second", buckets);
     bands(&mut svg, frame, top, bottom);
     time_axis(&mut svg, frame, top, bottom);
-    let _ =
-        write!(svg, "<rect class=\"frame\" x=\"{LEFT}\" y=\"{top}\" width=\"{PLOT_W}\" height=\"{THROUGHPUT_H}\"/>");
-    let mut v = 0.0;
-    while v <= ymax + 1e-9 {
-        rule(&mut svg, "grid", y(v), &format!("{v}/s"));
-        v += step;
-    }
     let bucket_ns = t.bucket_s * 1_000_000_000;
-    for (name, counts) in &t.series {
+    for (k, (name, counts)) in t.series.iter().enumerate() {
+        let panel_top = THROUGHPUT_GAP + k as f64 * (THROUGHPUT_PANEL_H + THROUGHPUT_GAP);
+        let y = |v: f64| panel_top + THROUGHPUT_PANEL_H * (1.0 - v / ymax);
+        let total: u32 = counts.iter().sum();
+        let peak = counts.iter().copied().map(per_s).fold(0.0, f64::max);
+        let _ = write!(
+            svg,
+            "<g class=\"panel\" id=\"throughput-{name}\"><text class=\"panel-title\" x=\"{LEFT}\" y=\"{:.1}\">{name}: \
+             {total} in all, at most {peak:.1}/s</text><rect class=\"frame\" x=\"{LEFT}\" y=\"{panel_top:.1}\" \
+             width=\"{PLOT_W}\" height=\"{THROUGHPUT_PANEL_H}\"/>",
+            panel_top - 4.0
+        );
+        rule(&mut svg, "grid", y(ymax), &format!("{ymax}/s"));
+        rule(&mut svg, "grid", y(0.0), "0");
         let mut points = String::new();
         for (i, &n) in counts.iter().enumerate() {
             let (x1, x2) = (frame.x(i as u64 * bucket_ns), frame.x((i as u64 + 1) * bucket_ns));
             let _ = write!(points, "{x1:.1},{:.1} {x2:.1},{:.1} ", y(per_s(n)), y(per_s(n)));
         }
-        let total: u32 = counts.iter().sum();
         let _ = writeln!(
             svg,
-            "<polyline class=\"series s-{name}\" points=\"{}\"><title>{name}: {total} in all</title></polyline>",
+            "<polyline class=\"series s-{name}\" points=\"{}\"><title>{name}: {total} in all</title></polyline></g>",
             points.trim_end()
         );
     }
@@ -841,12 +861,36 @@ mod tests {
         assert_eq!(plot.drawn, 3);
     }
 
+    /// The first dot of a class in a plot: its y.
+    fn dot_y(svg: &str, class: &str) -> f64 {
+        let path = svg.split(&format!("<path class=\"dots {class}\" d=\"M")).nth(1).expect("dots");
+        let y: String =
+            path.split(' ').nth(1).unwrap().chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+        y.parse().unwrap()
+    }
+
+    #[test]
+    fn an_unanswered_request_sits_on_the_no_answer_row_however_soon_it_gave_up() {
+        let events = vec![
+            at(10, "runner:r1", EventType::Request, "heartbeat"),
+            at(11, "runner:r1", EventType::Info, "heartbeat"),
+            at(20, "runner:r1", EventType::Request, "heartbeat"),
+            answer(520, "r1", "heartbeat", Some(Decision::Accepted)),
+        ];
+        let plot = latency_plot(&events, &frame(1000));
+        let (refused_at_once, slow) = (dot_y(&plot.svg, "a-none"), dot_y(&plot.svg, "a-accepted"));
+        assert!(refused_at_once < slow, "no answer ({refused_at_once}) above a 500 ms answer ({slow})");
+        assert!(plot.svg.contains("<line class=\"no-answer\""), "its row is marked");
+        assert!(plot.caption.contains("however soon it gave up"), "{}", plot.caption);
+    }
+
     #[test]
     fn throughput_plot_draws_every_series() {
         let events = vec![at(10, "client", EventType::Ok, "submit"), ledger(20, "claim", "a1", Some(1000), None)];
         let plot = throughput_plot(&events, &frame(2000));
         for name in SERIES {
             assert!(plot.svg.contains(&format!("<polyline class=\"series s-{name}\"")), "series {name}");
+            assert!(plot.svg.contains(&format!("<g class=\"panel\" id=\"throughput-{name}\">")), "a panel for {name}");
         }
         assert_eq!(plot.caption, "Jobs per second: 1 submitted, 1 claimed, 0 succeeded, 0 failed, 0 uncertain.");
     }
