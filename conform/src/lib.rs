@@ -59,8 +59,11 @@ pub struct Options {
     pub db: Db,
     pub database_url: Option<String>,
     /// Where conform.json, junit.xml and the system's files go (none: a new folder
-    /// `store/conform/<system>-<time>`).
+    /// `<store>/conform/<system>-<time>`).
     pub out: Option<PathBuf>,
+    /// The store the new folder goes in when `out` is none (none: `store`), as every other
+    /// command takes it.
+    pub store: Option<PathBuf>,
 }
 
 impl Options {
@@ -177,7 +180,8 @@ fn output_folder(args: &Options, name: &str) -> Result<PathBuf, String> {
         Some(out) => out.clone(),
         None => {
             let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
-            PathBuf::from("store").join("conform").join(format!("{name}-{stamp}"))
+            let store = args.store.clone().unwrap_or_else(|| PathBuf::from("store"));
+            store.join("conform").join(format!("{name}-{stamp}"))
         }
     };
     let used = std::fs::read_dir(&out).map(|mut entries| entries.next().is_some()).unwrap_or(false);

@@ -183,10 +183,14 @@ pub struct ConformArgs {
     /// An existing PostgreSQL server (with `--db postgres`).
     #[arg(long)]
     pub database_url: Option<String>,
-    /// Where conform.json, junit.xml and the system's files go (default: a new folder
-    /// `store/conform/<system>-<time>`).
+    /// Where conform.json, junit.xml and the system's files go: a folder that is new or
+    /// empty (default: a new folder `<store>/conform/<system>-<time>`).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// The store folder, as every other command takes it: each session gets a new folder
+    /// `conform/<system>-<time>` in it.
+    #[arg(long, conflicts_with = "out", default_value = "store")]
+    pub store: PathBuf,
 }
 
 impl ConformArgs {
@@ -199,6 +203,7 @@ impl ConformArgs {
             db: self.db,
             database_url: self.database_url.clone(),
             out: self.out.clone(),
+            store: Some(self.store.clone()),
         }
     }
 }

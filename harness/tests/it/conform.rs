@@ -246,3 +246,30 @@ async fn bad_arguments_exit_254_naming_what_is_wrong() {
     assert_eq!(code, Some(254), "an --out that is not empty: {text}");
     assert!(text.contains("is not empty"), "{text}");
 }
+
+/// `--store` as every other command takes it: each session gets a folder of its own in
+/// `STORE/conform/`, so a store already in use is no reason to refuse (a control plane that
+/// cannot start ends the session quickly, its folder written).
+#[tokio::test(flavor = "multi_thread")]
+async fn each_session_gets_a_folder_of_its_own_in_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken =
+        edited_lab(dir.path(), |text| text.replacen("\"{fencelab}\", \"lab\", \"control-plane\",", "\"false\",", 1));
+    let store = dir.path().join("store");
+    for session in 1..=2 {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
+        command.args(["conform", "--system", broken.to_str().unwrap(), "--store", store.to_str().unwrap()]);
+        command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        let output = tokio::time::timeout(CONFORM_WAIT_MAX, command.output()).await.expect("ends in time").unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert_eq!(output.status.code(), Some(255), "session {session}: the control plane cannot start: {text}");
+        assert!(!text.contains("is not empty"), "{text}");
+        let sessions = std::fs::read_dir(store.join("conform")).unwrap().count();
+        assert_eq!(sessions, session, "a folder per session in {}", store.display());
+    }
+    let both = [("--store", "s"), ("--out", "o")]
+        .map(|(flag, name)| [flag.to_string(), dir.path().join(name).display().to_string()]);
+    let output =
+        std::process::Command::new(env!("CARGO_BIN_EXE_fencelab")).arg("conform").args(both.concat()).output().unwrap();
+    assert_eq!(output.status.code(), Some(254), "--store and --out together are refused");
+}
