@@ -2,6 +2,7 @@
 //! give the same pass/fail table (the whole one with trends over two stored nights); a
 //! replay of a run that caught a planted bug catches it again.
 
+use serde_json::json;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -124,6 +125,59 @@ async fn two_shards_merged_give_the_same_table_as_the_whole_suite() {
     assert!(entries[2].checkers.contains(&"terminal-stability".to_string()), "{:?}", entries[2].checkers);
     let junit = std::fs::read_to_string(dir.path().join("merged/junit.xml")).unwrap();
     assert!(junit.contains("tests=\"4\" failures=\"1\""), "{junit}");
+    if let Some(cases) = read_by_junitparser(&dir.path().join("merged/junit.xml")) {
+        assert_eq!(cases.len(), 4, "junitparser reads the four runs: {cases:#?}");
+        let failed: Vec<&serde_json::Value> =
+            cases.iter().filter(|case| case["results"] == json!(["Failure"])).collect();
+        assert_eq!(failed.len(), 1, "one failure: {cases:#?}");
+        for case in &cases {
+            assert!(case["classname"].as_str().unwrap().starts_with("fencelab.suite.small."), "{case}");
+            assert!(case["time"].as_f64().unwrap() > 0.0, "a run takes time: {case}");
+            for property in ["seed", "command", "report"] {
+                assert!(case["properties"][property].is_string(), "{property} of {case}");
+            }
+            let report = case["properties"]["report"].as_str().unwrap();
+            assert!(dir.path().join("merged").join(report).exists(), "its report exists: {report}");
+        }
+    }
+}
+
+/// The suite's JUnit file as junitparser (a real reader from PyPI, installed into `.ci/venv`
+/// by `.ci/run`) reads it: per case its classname, name, time, results and properties.
+/// `None` when it is not installed (skipped; a failure under `FENCELAB_REQUIRE_ALL=1`).
+fn read_by_junitparser(path: &Path) -> Option<Vec<serde_json::Value>> {
+    const READ: &str = r#"
+import json, sys
+from junitparser import JUnitXml
+xml = JUnitXml.fromfile(sys.argv[1])
+suites = [xml] if xml._tag == "testsuite" else list(xml)
+cases = []
+for suite in suites:
+    for case in suite:
+        found = case._elem.find("properties")
+        properties = {p.get("name"): p.get("value") for p in found} if found is not None else {}
+        cases.append({"classname": case.classname, "name": case.name, "time": case.time,
+                      "results": [type(r).__name__ for r in case.result], "properties": properties})
+print(json.dumps(cases))
+"#;
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/venv/bin/python");
+    let ready = python.is_file()
+        && std::process::Command::new(&python).args(["-c", "import junitparser"]).status().is_ok_and(|s| s.success());
+    if !ready {
+        let why = format!("no junitparser at {} (run .ci/run)", python.display());
+        let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
+        assert!(!require_all, "{why}, and FENCELAB_REQUIRE_ALL=1");
+        eprintln!("SKIPPED the junitparser check: {why}");
+        return None;
+    }
+    let output = std::process::Command::new(&python).args(["-c", READ]).arg(path).output().unwrap();
+    assert!(
+        output.status.success(),
+        "junitparser reads {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Some(serde_json::from_slice(&output.stdout).expect("the reader prints JSON"))
 }
 
 #[tokio::test(flavor = "multi_thread")]
