@@ -147,6 +147,11 @@ fn tell(n: usize, a: &Anomaly, rule: &str, events: &[Event], windows: &[FaultWin
         let on = w.runner.as_deref().map(|r| format!(" on {r}")).unwrap_or_default();
         if w.start_ns >= first {
             picked.push((5, w.start_ns, None, format!("fault {}{on} begins", w.kind)));
+        } else {
+            // In effect before the story starts (a target's clock moved long before its
+            // stale step lands): said at the story's start, or it would be left out.
+            let before_s = (first - w.start_ns) as f64 / 1e9;
+            picked.push((5, first, None, format!("fault {}{on} in effect (it began {before_s:.3} s before)", w.kind)));
         }
         if w.end_ns <= end {
             picked.push((5, w.end_ns, None, format!("fault {}{on} healed", w.kind)));
@@ -498,6 +503,16 @@ mod tests {
         assert_eq!(proofs, vec![Some(4), Some(6), Some(7)]);
         assert_eq!(story.steps[1].event, None, "a fault window is a step without an event");
         assert_eq!(story.start_ns, 10_000_000);
+    }
+
+    #[test]
+    fn a_fault_in_effect_before_the_story_starts_is_told_at_its_start() {
+        let events = history();
+        let mut run = run(&events);
+        // The target's clock, moved long before the claim and back after the last proof.
+        run.schedule = json!([{"at_ms": 0, "duration_ms": 5000, "kind": "target-clock-skew"}]);
+        let story = &stories(&run, &events)[0];
+        assert_eq!(story.lines()[1], "t+0.000 s  fault target-clock-skew in effect (it began 0.010 s before)");
     }
 
     #[test]
