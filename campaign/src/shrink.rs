@@ -710,6 +710,9 @@ mod tests {
             on_replica(6_000, Variant::DbCut { replica: 1 }),
             on_replica(8_000, Variant::CommitCut { replica: Some(2) }),
             on_replica(10_000, Variant::KillReplica { replica: 1 }),
+            // On every replica's link, as the nemesis deals them.
+            on_replica(12_000, Variant::DbLatency { replica: None, latency_ms: 83 }),
+            on_replica(14_000, Variant::CommitCut { replica: None }),
         ];
         let case = Case { faults: faults.clone(), ..case() };
         let text = scenario_text(&header, &case, &["rules-model".to_string()]);
