@@ -126,12 +126,7 @@ impl H {
 
     /// A ledger claim and the runner's granted answer; returns the ledger event's index.
     pub fn ledger_claim(&mut self, c: &C, at_ms: i64, lease_end_ms: i64) -> u64 {
-        let mut entry = self.entry(Op::Claim, c, at_ms);
-        entry.lease_expires_ms = Some(lease_end_ms);
-        entry.observed_ms = Some(at_ms);
-        entry.decision = Some(Decision::Accepted);
-        self.ledger(entry);
-        let at = self.len() - 1;
+        let at = self.ledger_claim_untold(c, at_ms, lease_end_ms);
         self.runner_claim(c, lease_end_ms);
         at
     }
