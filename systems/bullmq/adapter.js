@@ -131,15 +131,20 @@ class Adapter {
     return text === null ? null : JSON.parse(text);
   }
 
-  save(kind, id, value) {
-    return this.redis.set(`fl:${kind}:${id}`, stringify(value));
-  }
-
-  /** Appends a ledger entry; its `seq` is its place in the list (1, 2, …). */
-  async append(entry) {
-    const text = stringify(entry);
-    const seq = await this.redis.rpush('fl:ledger', text);
-    await this.redis.rpush(`fl:jobledger:${entry.job}`, seq);
+  /**
+   * Appends a ledger entry (its `seq` is its place in the list: 1, 2, …) and writes the
+   * records it changes, `{key: value}`, in one MULTI: a restart of the adapter and its Redis
+   * never leaves a record changed without its entry, or the reverse. Every caller runs in
+   * `serial`, so the length read first is still the ledger's when the MULTI runs.
+   */
+  async append(entry, records = {}, more = () => {}) {
+    const seq = (await this.redis.llen('fl:ledger')) + 1;
+    const multi = this.redis.multi();
+    more(multi);
+    for (const [key, value] of Object.entries(records)) multi.set(key, typeof value === 'string' ? value : stringify(value));
+    multi.rpush('fl:ledger', stringify(entry));
+    multi.rpush(`fl:jobledger:${entry.job}`, seq);
+    await multi.exec();
     return seq;
   }
 
@@ -209,16 +214,17 @@ class Adapter {
       id, project: req.project, deployment_key: req.deployment_key,
       spec: { steps: Number(req.spec.steps), step_ms: Number(req.spec.step_ms) }, attempts: 0,
     };
-    if (!(await this.redis.set(`fl:job:${id}`, stringify(job), 'NX'))) throw exists(`job ${id}`);
-    await this.redis.rpush('fl:jobs', id);
-    if (await this.redis.sadd(`fl:keyset:${req.project}`, req.deployment_key)) {
-      await this.redis.rpush(`fl:keys:${req.project}`, req.deployment_key);
-    }
-    await this.redis.sadd('fl:allkeys', req.deployment_key);
+    if (await this.redis.exists(`fl:job:${id}`)) throw exists(`job ${id}`);
+    const newKey = !(await this.redis.sismember(`fl:keyset:${req.project}`, req.deployment_key));
     const now = Date.now();
-    await this.append({ kind: 'submit', project: req.project, job: id, deployment_key: req.deployment_key, received_ms: now, mono_ns: monoNs() });
-    const { queue } = await this.lane(req.deployment_key);
-    await bounded(queue.add('deploy', { job: id }, { jobId: hex(id), attempts: 1, removeOnComplete: false, removeOnFail: false }), true);
+    const entry = { kind: 'submit', project: req.project, job: id, deployment_key: req.deployment_key, received_ms: now, mono_ns: monoNs() };
+    await this.append(entry, { [`fl:job:${id}`]: job }, (multi) => {
+      multi.rpush('fl:jobs', id);
+      multi.sadd(`fl:keyset:${req.project}`, req.deployment_key);
+      if (newKey) multi.rpush(`fl:keys:${req.project}`, req.deployment_key);
+      multi.sadd('fl:allkeys', req.deployment_key);
+    });
+    await this.enqueue(job);
     return [201, { id }];
   }
 
@@ -302,18 +308,15 @@ class Adapter {
   }
 
   async granted(who, req, job, { attempt, fence, lease }) {
-    await this.redis.set('fl:fence', fence);
     // The grant's receipt time is the instant BullMQ's lock began: its end less the lease.
     const now = lease - this.options.leaseMs;
     const record = { id: attempt, job: job.id, runner: who.runner, fence, state: 'running', claimed_ms: now, lease_expires_ms: lease };
-    await this.save('attempt', attempt, record);
     job.attempts += 1;
     job.current_attempt = attempt;
-    await this.save('job', job.id, job);
     await this.append({
       kind: 'claim', project: job.project, job: job.id, attempt, runner: who.runner, fence, deployment_key: job.deployment_key,
       decision: 'accepted', received_ms: now, observed_ms: req.observed_ms, mono_ns: monoNs(), lease_expires_ms: lease,
-    });
+    }, { 'fl:fence': String(fence), [`fl:attempt:${attempt}`]: record, [`fl:job:${job.id}`]: job });
     const claim = { job: job.id, attempt, runner: who.runner, fence };
     return [200, { grant: { claim, project: job.project, deployment_key: job.deployment_key, spec: job.spec, lease_ms: this.options.leaseMs, lease_expires_ms: lease } }];
   }
@@ -340,12 +343,11 @@ class Adapter {
   async requeued(job, attempt) {
     attempt.state = 'failed';
     attempt.closed_by = 'expired-requeued';
-    await this.save('attempt', attempt.id, attempt);
     await this.append({
       kind: 'expire', project: job.project, job: job.id, attempt: attempt.id, runner: attempt.runner, fence: attempt.fence,
       deployment_key: job.deployment_key, recorded_as: 'requeued', received_ms: Date.now(), mono_ns: monoNs(),
       lease_expires_ms: attempt.lease_expires_ms,
-    });
+    }, { [`fl:attempt:${attempt.id}`]: attempt });
   }
 
   /** The checks before a report's verdict: token kind, runner, fence bound, the job's project. */
@@ -372,8 +374,8 @@ class Adapter {
         const lease = await this.leaseEnd(job.deployment_key, job.id, now);
         now = lease - this.options.leaseMs;
         attempt.lease_expires_ms = lease;
-        await this.save('attempt', attempt.id, attempt);
-        const seq = await this.append(this.entry('heartbeat', who, job, req, now, { decision: 'accepted', lease_expires_ms: lease }));
+        const entry = this.entry('heartbeat', who, job, req, now, { decision: 'accepted', lease_expires_ms: lease });
+        const seq = await this.append(entry, { [`fl:attempt:${attempt.id}`]: attempt });
         return [200, { decision: 'accepted', ledger_seq: seq, lease_expires_ms: lease }];
       }
       return this.refused('heartbeat', who, job, req, now);
@@ -412,8 +414,8 @@ class Adapter {
         const attempt = await this.record('attempt', req.attempt);
         attempt.state = req.outcome;
         attempt.closed_by = 'result';
-        await this.save('attempt', attempt.id, attempt);
-        const seq = await this.append(this.entry('result', who, job, req, now, { decision: 'accepted', outcome: req.outcome }));
+        const entry = this.entry('result', who, job, req, now, { decision: 'accepted', outcome: req.outcome });
+        const seq = await this.append(entry, { [`fl:attempt:${attempt.id}`]: attempt });
         return [200, { decision: 'accepted', ledger_seq: seq }];
       }
       return this.refused('result', who, job, req, now, { outcome: req.outcome, recorded_as: 'late_observation' });
@@ -505,9 +507,21 @@ class Adapter {
     return [200, new RawJson(`[${texts.map((text, i) => withSeq(Number(after) + i + 1, text)).join(',')}]`)];
   }
 
-  /** Every key's queue and worker again after a restart: the stalled-job checks resume. */
+  /** Every key's queue and worker again after a restart: the stalled-job checks resume, and
+   *  a submit recorded before a crash that came before its `Queue.add` is added (BullMQ
+   *  ignores an add whose job id it holds). */
   async resume() {
     for (const key of await this.redis.smembers('fl:allkeys')) await this.lane(key);
+    for (const id of await this.redis.lrange('fl:jobs', 0, -1)) {
+      const job = await this.record('job', id);
+      if (job && job.attempts === 0) await this.enqueue(job);
+    }
+  }
+
+  async enqueue(job) {
+    const { queue } = await this.lane(job.deployment_key);
+    const options = { jobId: hex(job.id), attempts: 1, removeOnComplete: false, removeOnFail: false };
+    await bounded(queue.add('deploy', { job: job.id }, options), true);
   }
 }
 
