@@ -668,10 +668,13 @@ pub fn section(out: &mut String, run: &Run, events: &[Event]) {
     for p in &plots {
         let _ = write!(
             out,
-            "<figure class=\"plot\" id=\"{}-figure\">\n<figcaption><strong>{}</strong>. {}</figcaption>\n<div class=\"scroll\">\n{}</div>\n</figure>\n",
+            "<figure class=\"plot\" id=\"{}-figure\">\n<figcaption><strong>{}</strong>. {} \
+             <button type=\"button\" class=\"save-plot\" data-plot=\"{}\">save as SVG</button></figcaption>\n\
+             <div class=\"scroll\">\n{}</div>\n</figure>\n",
             p.id,
             p.title,
             esc(&p.caption),
+            p.id,
             p.svg
         );
     }

@@ -53,5 +53,41 @@
     marker.setAttribute("data-story", open.id + ":" + open.querySelectorAll("ol.story-steps li").length + ":" +
       open.querySelector("ol.story-steps").offsetHeight + ":" + Math.round(mbox.width) + "x" + Math.round(mbox.height));
   }
+  /* Each plot saves as a picture of its own: the SVG with the page's styles inside it. */
+  function standalone(svg) {
+    var copy = svg.cloneNode(true);
+    copy.setAttribute("xmlns", svg.namespaceURI);
+    copy.removeAttribute("style");
+    var style = document.createElementNS(svg.namespaceURI, "style");
+    style.textContent = Array.prototype.map.call(document.querySelectorAll("head style"), function (s) {
+      return s.textContent;
+    }).join("\n");
+    copy.insertBefore(style, copy.firstChild);
+    return new XMLSerializer().serializeToString(copy);
+  }
+  var saves = document.querySelectorAll("button.save-plot");
+  for (var k = 0; k < saves.length; k++) {
+    saves[k].addEventListener("click", function (event) {
+      var id = event.currentTarget.getAttribute("data-plot");
+      var svg = document.getElementById(id);
+      if (!svg) {
+        return;
+      }
+      var link = document.createElement("a");
+      link.href = URL.createObjectURL(new Blob([standalone(svg)], { type: "image/svg+xml" }));
+      link.download = id + ".svg";
+      document.body.appendChild(link);
+      link.click();
+      link.remove();
+    });
+  }
+  /* For the tests: the first plot as it would be saved, parsed back on its own. */
+  var first = document.querySelector("svg.plot");
+  if (first) {
+    var parsed = new DOMParser().parseFromString(standalone(first), "image/svg+xml");
+    var ok = !parsed.querySelector("parsererror") && parsed.documentElement.localName === "svg" &&
+      parsed.querySelector("style") !== null;
+    marker.setAttribute("data-saved-plot", (ok ? "svg:" : "broken:") + parsed.documentElement.childElementCount);
+  }
   document.body.appendChild(marker);
 })();

@@ -177,6 +177,14 @@ fn plots_drawn(dom: &str) -> std::collections::BTreeMap<String, (usize, u32, u32
 /// fewer elements than the file has, or no size), the first story not open or not drawn.
 fn plot_and_story_problems(html: &str, loaded: &Loaded) -> Vec<String> {
     let mut found = problems(loaded);
+    // The first plot, serialised as its save button saves it, parses back as an SVG of its own.
+    match marker_attr(&loaded.dom, "data-saved-plot") {
+        Some(saved) if saved.starts_with("svg:") && saved != "svg:0" => {}
+        other => found.push(format!("the first plot does not save as an SVG of its own: {other:?}")),
+    }
+    if html.matches("class=\"save-plot\"").count() != crate::plots::PLOTS.len() {
+        found.push("not every plot has its save button".into());
+    }
     let drawn = plots_drawn(&loaded.dom);
     for id in crate::plots::PLOTS {
         let in_file = crate::html::count_elements(crate::plots::plot_svg(html, id));
