@@ -315,7 +315,9 @@ pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, Str
     };
     let runners = config.runners;
     let mut system_args = Vec::new();
-    if let Some(system) = &config.system {
+    // config.json's `system` is the system's info (its `file`), which the flattened run
+    // config reads back as no path: take the file from the info.
+    if let Some(system) = config.system.as_ref().or(file.system.file.as_ref()) {
         system_args.extend(["--system".to_string(), system.display().to_string()]);
     }
     for variant in &config.variants {

@@ -164,3 +164,33 @@ async fn a_bullmq_run_finds_only_what_its_analysis_explains() {
     }
     panic!("no seed of {SEEDS:?} showed BullMQ requeueing a stalled job:\n{}", said.join("\n"));
 }
+
+/// `fencelab shrink` of a run against a system file shrinks against that system: the run's
+/// config.json holds the file under the system's info, which the run config read back as
+/// none, and every try ran the lab instead (which keeps the rule, so nothing reproduced).
+#[tokio::test(flavor = "multi_thread")]
+async fn shrinking_a_bullmq_run_replays_it_on_bullmq() {
+    if bullmq_missing() {
+        return;
+    }
+    let system = bullmq_system();
+    let system = system.to_str().unwrap();
+    let (finished, _) = super::run::caught(&["--system", system, "--time-limit", "15", "--nemesis", "kill"]).await;
+    let folder = finished.folder();
+    let work = folder.join("shrink");
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "shrink".as_ref(),
+        folder.as_os_str(),
+        "--checker".as_ref(),
+        "explicit-uncertainty".as_ref(),
+        "--tries".as_ref(),
+        "6".as_ref(),
+        "--confirm".as_ref(),
+        "1".as_ref(),
+    ];
+    let (code, said) = super::fencelab_output(&args, Duration::from_secs(600)).await;
+    assert_eq!(code, Some(0), "the requeue reproduces as a scenario on BullMQ:\n{said}");
+    assert!(said.contains("--system") && said.contains("systems/bullmq/system.toml"), "{said}");
+    let tried = std::fs::read_to_string(work.join("shrink.json")).unwrap();
+    assert!(tried.contains("\"reproduced\": true"), "{tried}");
+}
