@@ -42,6 +42,7 @@ pub(crate) fn router(registry: Arc<Registry>) -> Router {
         .route("/proxies", get(list_proxies).post(create_proxy))
         .route("/proxies/{proxy}", get(show_proxy).post(update_proxy).patch(update_proxy).delete(delete_proxy))
         .route("/proxies/{proxy}/toxics", get(list_toxics).post(create_toxic))
+        .route("/proxies/{proxy}/fencelab_traffic", get(show_traffic))
         .route(
             "/proxies/{proxy}/toxics/{toxic}",
             get(show_toxic).post(update_toxic).patch(update_toxic).delete(delete_toxic),
@@ -211,6 +212,10 @@ async fn create_toxic(State(reg): Shared, Path(proxy): Path<String>, body: Bytes
     reg.toxic_name_free(&proxy, &head.name).await?;
     let toxic = head.with_attributes(&body).map_err(bad)?;
     ok_json(StatusCode::OK, reg.add_toxic(&proxy, toxic).await?)
+}
+
+async fn show_traffic(State(reg): Shared, Path(proxy): Path<String>) -> ApiResult {
+    ok_json(StatusCode::OK, reg.traffic(&proxy).await?)
 }
 
 async fn show_toxic(State(reg): Shared, Path((proxy, toxic)): Path<(String, String)>) -> ApiResult {

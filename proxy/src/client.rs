@@ -261,6 +261,13 @@ impl Client {
         body[crate::link::CUTS_FIELD].as_u64().ok_or_else(|| ClientError::Decode(body.to_string()))
     }
 
+    /// The bytes proxy `name` has read from either side since it was created (fencelab's
+    /// `GET /proxies/{name}/fencelab_traffic`; a real Toxiproxy answers 404).
+    pub async fn traffic_bytes(&self, name: &str) -> Result<u64, ClientError> {
+        let body = self.call(Method::GET, &format!("{}/fencelab_traffic", proxy_path(name)), None).await?;
+        body["bytes"].as_u64().ok_or_else(|| ClientError::Decode(body.to_string()))
+    }
+
     /// Enables every proxy and removes every toxic.
     pub async fn reset(&self) -> Result<(), ClientError> {
         self.call(Method::POST, "/reset", None).await.map(drop)

@@ -94,6 +94,8 @@ pub(crate) struct ConnCtx {
     pub seed: u64,
     pub proxy: Arc<str>,
     pub conn_index: u64,
+    /// Bytes the proxy has read from either side, over its connections (fencelab's own).
+    pub traffic: Arc<AtomicU64>,
     pub upstream: Arc<str>,
     pub toxics: watch::Receiver<Arc<ToxicSet>>,
     /// fencelab's option: forward a plain EOF as a FIN and keep the other
@@ -204,7 +206,9 @@ async fn pump(
         let set = toxics.borrow_and_update().clone();
         let step = match state.refresh(set.for_stream(stream)) {
             Err(end) => Step::Done(end),
-            Ok(chain) if chain.is_empty() => clean_copy(rd, wr, &mut buf, &mut toxics, source_closed).await?,
+            Ok(chain) if chain.is_empty() => {
+                clean_copy(rd, wr, &mut buf, &mut toxics, source_closed, &ctx.traffic).await?
+            }
             Ok(_) => toxic_copy(rd, wr, &mut toxics, &mut state, source_closed).await?,
         };
         match step {
@@ -238,6 +242,7 @@ async fn clean_copy(
     buf: &mut [u8],
     toxics: &mut watch::Receiver<Arc<ToxicSet>>,
     source_closed: &mut watch::Receiver<bool>,
+    traffic: &AtomicU64,
 ) -> io::Result<Step> {
     loop {
         let n = tokio::select! {
@@ -249,6 +254,7 @@ async fn clean_copy(
         if n == 0 {
             return Ok(Step::Done(End::Eof));
         }
+        traffic.fetch_add(n as u64, Ordering::Relaxed);
         wr.write_all(&buf[..n]).await?;
     }
 }
@@ -268,7 +274,7 @@ async fn toxic_copy(
     source_closed: &mut watch::Receiver<bool>,
 ) -> io::Result<Step> {
     let (tx, mut rx) = mpsc::channel::<Chunk>(CHUNK_QUEUE);
-    let reader = read_chunks(rd, tx, source_closed);
+    let reader = read_chunks(rd, tx, source_closed, state.traffic.clone());
     let writer = write_chunks(wr, &mut rx, toxics, state);
     tokio::pin!(reader, writer);
     let mut reader_done = false;
@@ -287,6 +293,7 @@ async fn read_chunks(
     rd: &mut OwnedReadHalf,
     tx: mpsc::Sender<Chunk>,
     source_closed: &mut watch::Receiver<bool>,
+    traffic: Arc<AtomicU64>,
 ) -> io::Result<()> {
     let mut buf = vec![0u8; CHUNK_BYTES];
     loop {
@@ -301,6 +308,7 @@ async fn read_chunks(
         if n == 0 {
             return Ok(()); // dropping `tx` tells the writer about EOF
         }
+        traffic.fetch_add(n as u64, Ordering::Relaxed);
         permit.send(Chunk { data: buf[..n].to_vec(), arrived: Instant::now() });
     }
 }
@@ -462,6 +470,7 @@ struct DirState {
     conn_index: u64,
     toxics: HashMap<u64, ToxicState>,
     paced_until: Instant,
+    traffic: Arc<AtomicU64>,
 }
 
 /// A piece of a chunk and the pause to take before writing it.
@@ -479,6 +488,7 @@ impl DirState {
             conn_index: ctx.conn_index,
             toxics: HashMap::new(),
             paced_until: Instant::now(),
+            traffic: ctx.traffic.clone(),
         }
     }
 

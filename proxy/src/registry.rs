@@ -53,6 +53,8 @@ struct ProxyEntry {
     toxics_tx: watch::Sender<Arc<ToxicSet>>,
     running: Option<Running>,
     conn_counter: Arc<AtomicU64>,
+    /// Bytes read from either side over every connection (fencelab's own).
+    traffic: Arc<AtomicU64>,
 }
 
 /// Validated fields of a proxy create or populate entry.
@@ -93,6 +95,7 @@ impl ProxyEntry {
             toxics_tx,
             running: None,
             conn_counter: Arc::new(AtomicU64::new(0)),
+            traffic: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -146,6 +149,7 @@ impl ProxyEntry {
             seed,
             proxy: Arc::from(self.name.as_str()),
             conn_index: 0,
+            traffic: self.traffic.clone(),
             upstream: Arc::from(self.upstream.as_str()),
             toxics: self.toxics_tx.subscribe(),
             half_close: false,
@@ -390,6 +394,14 @@ impl Registry {
         entry.toxics.push(installed);
         entry.publish();
         Ok(body)
+    }
+
+    /// GET /proxies/{name}/fencelab_traffic (fencelab's own): the bytes the proxy has read
+    /// from either side, over every connection since it was created.
+    pub(crate) async fn traffic(&self, proxy: &str) -> Result<Value, ApiError> {
+        let proxies = self.proxies.lock().await;
+        let entry = proxies.get(proxy).ok_or_else(ApiError::proxy_not_found)?;
+        Ok(json!({ "name": entry.name, "bytes": entry.traffic.load(Ordering::Relaxed) }))
     }
 
     /// GET /proxies/{name}/toxics/{toxic}.

@@ -375,3 +375,29 @@ async fn commit_cut_passes_the_commit_and_loses_its_answer() {
     })
     .await;
 }
+
+/// fencelab's traffic count (`GET /proxies/{name}/fencelab_traffic`): the bytes read from
+/// either side, on the clean path and through toxics alike.
+#[tokio::test]
+async fn a_proxy_counts_the_bytes_it_passes_both_ways() {
+    bounded(async {
+        let s = server().await;
+        let (up, mut accepted) = accepting_upstream().await;
+        let listen = make_proxy(&s.url(), "p", up).await;
+        let api = proxy::Client::new(&s.url()).unwrap();
+        assert_eq!(api.traffic_bytes("p").await.unwrap(), 0, "nothing passed yet");
+        let (mut client, mut server) = established(listen, &mut accepted).await;
+        client.write_all(b"0123456789").await.unwrap();
+        assert_eq!(read_n(&mut server, 10).await, b"0123456789");
+        server.write_all(b"abcde").await.unwrap();
+        assert_eq!(read_n(&mut client, 5).await, b"abcde");
+        assert_eq!(api.traffic_bytes("p").await.unwrap(), 15, "10 up and 5 down");
+        add_toxic(&s.url(), "p", r#"{"type":"latency","stream":"upstream","attributes":{"latency":1}}"#).await;
+        client.write_all(b"through").await.unwrap();
+        assert_eq!(read_n(&mut server, 7).await, b"through");
+        assert_eq!(api.traffic_bytes("p").await.unwrap(), 22, "through a toxic too");
+        assert!(api.traffic_bytes("absent").await.is_err(), "an unknown proxy is 404");
+        s.shutdown().await;
+    })
+    .await;
+}
