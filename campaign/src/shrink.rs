@@ -707,7 +707,7 @@ mod tests {
         let on_replica =
             |at_ms, variant: Variant| Fault { at_ms, duration_ms: 1_000, kind: variant.kind(), runner: None, variant };
         let faults = vec![
-            on_replica(2_000, Variant::ReplicaSkew { replica: 2, offset_ms: -45_000 }),
+            on_replica(2_000, Variant::ReplicaSkew { replica: Some(2), offset_ms: -45_000 }),
             on_replica(4_000, Variant::DbLatency { replica: Some(0), latency_ms: 83 }),
             on_replica(6_000, Variant::DbCut { replica: 1 }),
             on_replica(8_000, Variant::CommitCut { replica: Some(2) }),
@@ -715,6 +715,7 @@ mod tests {
             // On every replica's link, as the nemesis deals them.
             on_replica(12_000, Variant::DbLatency { replica: None, latency_ms: 83 }),
             on_replica(14_000, Variant::CommitCut { replica: None }),
+            on_replica(16_000, Variant::ReplicaSkew { replica: None, offset_ms: 60_000 }),
         ];
         let case = Case { faults: faults.clone(), ..case() };
         let text = scenario_text(&header, &case, &["rules-model".to_string()]);

@@ -152,8 +152,14 @@ pub enum Variant {
     KillReplica { replica: u32 },
     /// The target's clock moved by `offset_ms` (behind) for the window.
     TargetSkew { offset_ms: i64 },
-    /// Replica `replica`'s clock moved by `offset_ms` for the window.
-    ReplicaSkew { replica: u32, offset_ms: i64 },
+    /// Replica `replica`'s clock moved by `offset_ms` for the window; when absent, the clock
+    /// of the replica in use when it starts (the one its runners' links carry the most
+    /// traffic to), since a replica no runner talks to decides nothing.
+    ReplicaSkew {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replica: Option<u32>,
+        offset_ms: i64,
+    },
     /// Latency on the statements of replica `replica` (of every replica when absent) to the
     /// database (client to server).
     DbLatency {
@@ -200,10 +206,10 @@ impl Variant {
     /// The replica of the control plane the variant hits, if it hits one.
     pub fn replica(&self) -> Option<u32> {
         match *self {
-            Variant::KillReplica { replica } | Variant::ReplicaSkew { replica, .. } | Variant::DbCut { replica } => {
-                Some(replica)
-            }
-            Variant::DbLatency { replica, .. } | Variant::CommitCut { replica } => replica,
+            Variant::KillReplica { replica } | Variant::DbCut { replica } => Some(replica),
+            Variant::ReplicaSkew { replica, .. }
+            | Variant::DbLatency { replica, .. }
+            | Variant::CommitCut { replica } => replica,
             _ => None,
         }
     }
@@ -260,7 +266,7 @@ impl FaultKind {
             FaultKind::Kill => &[Variant::KillRunner],
             FaultKind::RestartControlPlane => &[Variant::RestartControl],
             FaultKind::KillReplica => &[Variant::KillReplica { replica: 0 }],
-            FaultKind::ReplicaClockSkew => &[Variant::ReplicaSkew { replica: 0, offset_ms: 0 }],
+            FaultKind::ReplicaClockSkew => &[Variant::ReplicaSkew { replica: None, offset_ms: 0 }],
             FaultKind::TargetClockSkew => &[Variant::TargetSkew { offset_ms: 0 }],
             FaultKind::DbLink => &[
                 Variant::DbLatency { replica: None, latency_ms: 0 },
@@ -514,9 +520,7 @@ fn realise(
         // Its delayed step starts a lease in and is released at most 6 leases in.
         Variant::TargetSkew { .. } => (8 * lease_ms, None, Variant::TargetSkew { offset_ms: -skew_ms.abs() }),
         Variant::KillReplica { .. } => (2 * lease_ms, None, Variant::KillReplica { replica: replica_of(rng) }),
-        Variant::ReplicaSkew { .. } => {
-            (4 * lease_ms, None, Variant::ReplicaSkew { replica: replica_of(rng), offset_ms: skew_ms })
-        }
+        Variant::ReplicaSkew { .. } => (4 * lease_ms, None, Variant::ReplicaSkew { replica: None, offset_ms: skew_ms }),
         // A statement slowed by a twelfth of a lease: a rule transaction of a few round
         // trips then lasts about half a lease, and a heartbeat's spans its lease's end. On
         // every replica's link, so that whichever replica a busy runner uses is slowed.

@@ -53,6 +53,7 @@ enum Started {
 /// One fault: start (again, a lease later, while it finds nothing to hit and the run has
 /// time for it), hold for its duration (jumping back halfway for a jump), heal.
 pub(crate) async fn one(shared: Shared, fault: Fault) {
+    let fault = in_use(&shared, fault).await;
     let label = label(&fault);
     shared.active.lock().await.push(label.clone());
     let lease = Duration::from_millis(shared.config.lease_ms);
@@ -74,6 +75,47 @@ pub(crate) async fn one(shared: Shared, fault: Fault) {
         }
     }
     shared.active.lock().await.retain(|active| active != &label);
+}
+
+/// How long the traffic to each replica is watched to find the one in use.
+const IN_USE_WATCH_MS: u64 = 300;
+
+/// A replica's clock skew that names no replica is given the replica in use: the one whose
+/// runners' links carried the most bytes over [`IN_USE_WATCH_MS`] (the first on a tie, or
+/// when the proxy cannot say). Runners move between replicas as they fail over, and a
+/// replica that serves no runner decides nothing for its clock to move.
+async fn in_use(shared: &Shared, fault: Fault) -> Fault {
+    let Variant::ReplicaSkew { replica: None, offset_ms } = fault.variant else { return fault };
+    let (links, proxy) = {
+        let cluster = shared.cluster.lock().await;
+        let links: Vec<Vec<String>> = (0..cluster.system.replicas.len())
+            .map(|replica| {
+                (0..cluster.runners.len()).map(|runner| super::cluster::replica_link(runner, replica)).collect()
+            })
+            .collect();
+        (links, cluster.proxy.clone())
+    };
+    let traffic = |links: Vec<Vec<String>>| {
+        let proxy = proxy.clone();
+        async move {
+            let mut bytes = Vec::with_capacity(links.len());
+            for names in links {
+                let mut sum = 0u64;
+                for name in names {
+                    sum += proxy.traffic_bytes(&name).await.unwrap_or(0);
+                }
+                bytes.push(sum);
+            }
+            bytes
+        }
+    };
+    let before = traffic(links.clone()).await;
+    tokio::time::sleep(Duration::from_millis(IN_USE_WATCH_MS)).await;
+    let after = traffic(links).await;
+    let used = after.iter().zip(&before).map(|(after, before)| after.saturating_sub(*before));
+    let busiest =
+        used.enumerate().fold((0, 0), |best, (replica, bytes)| if bytes > best.1 { (replica, bytes) } else { best });
+    Fault { variant: Variant::ReplicaSkew { replica: Some(busiest.0 as u32), offset_ms }, ..fault }
 }
 
 /// Holds the fault until `duration_ms` after it `started` (jumping back halfway for a jump),
