@@ -35,10 +35,10 @@ const LOOKS_MAX = 3;
 const RETRY = Symbol('look again');
 
 function parseArgs(argv) {
-  const options = { listen: '127.0.0.1:7400', leaseMs: 2000, redisServer: 'redis-server' };
+  const options = { listen: '127.0.0.1:7400', leaseMs: 2000, redisServer: 'redis-server', capability: 'grant' };
   const names = {
     '--listen': 'listen', '--lease-ms': 'leaseMs', '--operator-token': 'operatorToken', '--secret': 'secret',
-    '--data-dir': 'dataDir', '--redis-server': 'redisServer',
+    '--data-dir': 'dataDir', '--redis-server': 'redisServer', '--capability': 'capability',
   };
   for (const arg of argv) {
     const eq = arg.indexOf('=');
@@ -46,6 +46,7 @@ function parseArgs(argv) {
     if (!name || eq < 0) usage(`unknown or incomplete argument ${arg} (each is --name=value)`);
     options[name] = arg.slice(eq + 1);
   }
+  if (!['grant', 'lock'].includes(options.capability)) usage('--capability must be grant or lock');
   options.leaseMs = Number(options.leaseMs);
   if (!Number.isInteger(options.leaseMs) || options.leaseMs < 1) usage('--lease-ms must be a positive integer');
   for (const required of ['operatorToken', 'secret', 'dataDir']) {
@@ -382,18 +383,38 @@ class Adapter {
     });
   }
 
-  /** BullMQ has no capability: whoever asks is granted one, signed for the target, for the
-   *  claim as presented, living `CAPABILITY_TTL_MS` whatever the lock does. */
+  /**
+   * BullMQ has no capability. `--capability=grant` (what a plain BullMQ worker has): whoever
+   * asks is granted one, signed for the target, for the claim as presented, living
+   * `CAPABILITY_TTL_MS` whatever the lock does. `--capability=lock` (the user-side pattern
+   * "check the lock before each side effect"): granted only while the job's lock holds the
+   * claim's token, and living no longer than the lock; BullMQ's lock is read, not renewed.
+   */
   async capability(who, body) {
     const { req, job } = await this.report(who, body);
     return this.serial(async () => {
       const now = Date.now();
+      let expires = now + CAPABILITY_TTL_MS;
+      if (this.options.capability === 'lock') {
+        const end = await this.lockEnd(job, tokenOf(req.runner, req.attempt, req.fence));
+        if (end === null) return this.refused('capability', who, job, req, now);
+        expires = Math.min(expires, end);
+      }
       const attempt = await this.record('attempt', req.attempt);
       const lease = attempt ? attempt.lease_expires_ms : now;
-      const capability = this.sign(job.deployment_key, req, now + CAPABILITY_TTL_MS);
+      const capability = this.sign(job.deployment_key, req, expires);
       const seq = await this.append(this.entry('capability', who, job, req, now, { decision: 'accepted', lease_expires_ms: lease }));
       return [200, { decision: 'accepted', ledger_seq: seq, lease_expires_ms: lease, capability }];
     });
+  }
+
+  /** When `job`'s lock ends if it holds `token` (read in one MULTI), else null. */
+  async lockEnd(job, token) {
+    const { name } = await this.lane(job.deployment_key);
+    const key = `bull:${name}:${hex(job.id)}:lock`;
+    const [[, held], [, left]] = await bounded(this.redis.multi().get(key).pttl(key).exec(), false);
+    const read = Date.now();
+    return held === token && left > 0 ? read + left : null;
   }
 
   sign(key, req, expires) {
