@@ -163,6 +163,36 @@ async fn a_bullmq_run_finds_only_what_its_analysis_explains() {
     panic!("no seed of {SEEDS:?} showed BullMQ requeueing a stalled job:\n{}", said.join("\n"));
 }
 
+/// What is left with the user-side patterns (`--variant lock-checked-capability` on the fenced
+/// target): BullMQ's own findings, the requeue and the refused retries, and nothing else.
+const PATTERNS_LEAVE: [(&str, &str); 6] = [
+    ("explicit-uncertainty", "expiry-not-uncertain"),
+    ("explicit-uncertainty", "reclaimed-without-reconcile"),
+    ("rules-model", "expiry-not-uncertain"),
+    ("rules-model", "refused-wrongly"),
+    ("terminal-stability", "duplicate-not-acknowledged"),
+    ("terminal-stability", "conflict-not-recorded"),
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_lock_checked_capability_only_bullmqs_own_findings_remain() {
+    if bullmq_missing() {
+        return;
+    }
+    let system = bullmq_system();
+    let system = system.to_str().unwrap();
+    let args = ["--system", system, "--variant", "lock-checked-capability", "--seed", "2", "--time-limit", "30"];
+    let finished = run(&[&args[..], &["--nemesis", "all"]].concat()).await;
+    assert_eq!(finished.code, Some(1), "BullMQ still requeues:\n{}\n{}", finished.stdout, finished.stderr);
+    let left: BTreeSet<(String, String)> =
+        PATTERNS_LEAVE.iter().map(|(checker, kind)| (checker.to_string(), kind.to_string())).collect();
+    let found = kinds(&finished.folder());
+    let more: Vec<&(String, String)> = found.difference(&left).collect();
+    assert!(more.is_empty(), "the patterns leave only BullMQ's own findings, not {more:?}\n{}", finished.stdout);
+    let requeued = ("explicit-uncertainty".to_string(), "reclaimed-without-reconcile".to_string());
+    assert!(found.contains(&requeued), "{found:?}");
+}
+
 /// `fencelab shrink` of a run against a system file shrinks against that system: the run's
 /// config.json holds the file under the system's info, which the run config read back as
 /// none, and every try ran the lab instead (which keeps the rule, so nothing reproduced).
