@@ -284,17 +284,13 @@ function decodeQuery(text) {
   }
 }
 
-/** Writes `status` and `value` as JSON (no body for HEAD). */
-function send(response, status, value, headers = {}) {
-  const text = JSON.stringify(value);
-  response.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text), ...headers });
+/** Answers `error` with the error body (no body for HEAD). */
+function sendError(response, error) {
+  const text = JSON.stringify({ error: error.message, code: error.code, status: error.status });
+  response.writeHead(error.status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text), ...error.headers });
   response.end(response.req.method === 'HEAD' ? undefined : text);
 }
 
-function sendError(response, error) {
-  send(response, error.status, { error: error.message, code: error.code, status: error.status }, error.headers);
-}
-
 module.exports = {
-  ApiError, Num, I64_MAX, MAX_BODY, isId, parseJson, read, isJson, body, bearer, query, send, sendError,
+  ApiError, Num, I64_MAX, MAX_BODY, isId, parseJson, read, isJson, body, bearer, query, sendError,
 };
