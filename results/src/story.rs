@@ -372,12 +372,13 @@ fn mini_timeline(story: &Story, events: &[Event], windows: &[FaultWindow], attem
         let _ = writeln!(
             s,
             "<a href=\"#story-a{}-s{k}\"><g class=\"{class}\"><circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"6\"/>\
-             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{k}</text><title>{} {}</title></g></a>",
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text><title>{} {}</title></g></a>",
             story.anomaly,
             x(t),
             y + 7.0,
             x(t),
             y + 10.0,
+            k + 1,
             offset(step.t_ms),
             esc(&step.text)
         );
@@ -553,6 +554,9 @@ mod tests {
         assert!(html.contains(">j1-a1 · r1 f7</text>") && html.contains(">j1-a2 · r2 f8</text>"), "{html}");
         assert_eq!(html.matches("<g class=\"mark proof\">").count(), 3);
         assert_eq!(html.matches("<a href=\"#story-a0-s").count(), 6, "every step is a mark linking its line");
+        // The marks are numbered as the list is, from 1.
+        assert!(html.contains("text-anchor=\"middle\">1</text>") && html.contains("text-anchor=\"middle\">6</text>"));
+        assert!(!html.contains("text-anchor=\"middle\">0</text>"), "no mark 0");
         assert!(html.contains("<rect class=\"band\""), "the fault window is drawn");
     }
 
