@@ -9,6 +9,7 @@ mod diff;
 mod evidence;
 mod matrix;
 mod replicas;
+mod report;
 mod run;
 mod scenario;
 mod second;
