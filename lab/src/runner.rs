@@ -319,6 +319,10 @@ impl Runner {
                 Ok(capability) => capability,
                 Err(why) => return (Outcome::Failed, Some(format!("self-fenced before step {step}: {why}"))),
             };
+            // The capability's answer may come after the deadline: look again before the step.
+            if let Some(why) = authority.lost() {
+                return (Outcome::Failed, Some(format!("self-fenced before step {step}: {why}")));
+            }
             let request = StepRequest { capability, step, steps: grant.spec.steps, duration_ms: grant.spec.step_ms };
             let Some(answer) = within(|| authority.deadline(), self.step(&grant.claim, &request)).await else {
                 return (Outcome::Failed, Some(format!("self-fenced during step {step}: renewal deadline passed")));
@@ -340,6 +344,10 @@ impl Runner {
     /// Redeems a capability, retrying transport errors until the renewal deadline.
     async fn redeem(&self, claim: &ClaimRef, authority: &Authority) -> Result<Capability, String> {
         loop {
+            // Before every try: a retry comes after a wait that may have outlasted authority.
+            if let Some(why) = authority.lost() {
+                return Err(why);
+            }
             let request = CapabilityRequest { claim: claim.clone(), observed_ms: self.observed_ms() };
             match self
                 .logged(Op::Capability, claim, request.observed_ms, None, self.control().capability(&request))
@@ -353,9 +361,6 @@ impl Runner {
                 }
                 Err(error) if error.outcome_unknown() => {}
                 Err(error) => return Err(format!("capability refused: {error}")),
-            }
-            if let Some(why) = authority.lost() {
-                return Err(why);
             }
             tokio::time::sleep(Duration::from_millis(self.config.poll_ms)).await;
         }
