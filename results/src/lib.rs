@@ -4,7 +4,6 @@
 //! `String`: no I/O, no async, no clock. The harness writes the files. Output is
 //! deterministic: maps are iterated in key order and nothing depends on the time of rendering.
 
-pub mod browser;
 pub mod coverage;
 pub mod diff;
 pub mod escape;

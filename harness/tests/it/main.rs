@@ -2,6 +2,8 @@
 //! links going through the embedded proxy so that faults are real TCP faults.
 
 mod audit;
+#[path = "../../../results/tests/support/browser.rs"]
+mod browser;
 mod bullmq;
 mod conform;
 mod containers;

@@ -1,4 +1,4 @@
-//! The report of a real run as Chromium shows it (`results::browser`): a planted bug under
+//! The report of a real run as Chromium shows it (`results/tests/support/browser.rs`): a planted bug under
 //! the faults that expose it, entered at its first anomaly. The fixture reports of the
 //! `results` crate are judged the same way; this one is what a user gets.
 
@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 /// is told on a runner it hit, and the timeline's runner lanes are in runner order.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_real_runs_report_shows_faults_on_their_runners_grouped_anomalies_and_ordered_lanes() {
-    if !results::browser::available() {
+    if !crate::browser::available() {
         return;
     }
     let args = ["--bug", "accept-stale-result", "--nemesis", "reconnects", "--time-limit", "12"];
@@ -44,15 +44,15 @@ async fn a_real_runs_report_shows_faults_on_their_runners_grouped_anomalies_and_
     }
     let scratch = tempfile::tempdir().unwrap();
     let page = folder.join("report.html");
-    let opened = results::browser::load(&page, "", scratch.path());
-    assert_eq!(results::browser::problems(&opened), Vec::<String>::new(), "{repeat}\n{}", opened.log);
+    let opened = crate::browser::load(&page, "", scratch.path());
+    assert_eq!(crate::browser::problems(&opened), Vec::<String>::new(), "{repeat}\n{}", opened.log);
     let dom = &opened.dom;
     assert!(
         dom.contains("<details class=\"anomaly-group\" id=\"g0\" open=\"\">"),
         "the first group is open ({repeat})"
     );
     assert!(!dom.contains("id=\"g1\" open"), "the others are one line each ({repeat})");
-    let entered = results::browser::load(&page, "a0", scratch.path());
+    let entered = crate::browser::load(&page, "a0", scratch.path());
     assert!(
         entered.dom.contains("<details class=\"story\" id=\"story-a0\" open=\"\">"),
         "arriving at the first anomaly opens its story ({repeat})"

@@ -8,8 +8,8 @@
 //! *and* logged to the console, which `--enable-logging=stderr` prints as a `CONSOLE` line; DNS
 //! is mapped to nowhere as a second fence. A negative control proves the checks can fail.
 
+use crate::browser::{available, marker_attr, marker_count, problems, Loaded};
 use crate::fixture;
-use results::browser::{available, marker_attr, marker_count, problems, Loaded};
 use results::report_html;
 
 /// Writes `html` to a fresh temp dir and loads it in headless Chromium.
@@ -22,7 +22,7 @@ fn load_at(html: &str, fragment: &str) -> Loaded {
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("report.html");
     std::fs::write(&page, html).unwrap();
-    results::browser::load(&page, fragment, dir.path())
+    crate::browser::load(&page, fragment, dir.path())
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! Integration tests of the renderers: one test binary, one module per output.
 
+#[path = "../support/browser.rs"]
+mod browser;
 mod chromium;
 mod fixture;
 mod html;

@@ -1,7 +1,8 @@
 //! A report as a browser shows it: `report.html` loaded in headless Chromium, its DOM after
 //! the inline script ran, and what Chromium logged (console messages, blocked or failed
 //! requests). The tests of this crate and of the harness judge reports this way, on fixture
-//! reports and on the reports of real runs.
+//! reports and on the reports of real runs: this one file, included by both test suites
+//! (`#[path]`), since `results` itself does no I/O.
 //!
 //! No request can go unnoticed: the page's CSP is `default-src 'none'`, so any fetch is
 //! blocked *and* logged to the console, which `--enable-logging=stderr` prints as a `CONSOLE`
