@@ -164,7 +164,7 @@ async fn commit_cuts(shared: &Shared, fault: &Fault, bound: tokio::time::Instant
 }
 
 /// The database links a fault on replicas hits: its replica's, or every replica's (a
-/// commit cut without one).
+/// db-latency or a commit cut that names none).
 fn db_links(variant: &Variant, replicas: usize) -> Vec<String> {
     let replicas = replicas.max(1);
     match variant.replica() {
