@@ -63,6 +63,9 @@ pub(crate) struct LedgerCompleteness {
     claims: FxMap<u32, Claims>,
     /// Attempts a runner was told it was granted (its answers, a scenario's played claims).
     told: std::collections::HashSet<u32>,
+    /// The runners whose logs the history holds: the counts judge only them (evidence that
+    /// gathered some runners' logs says nothing of what the others sent).
+    logged: std::collections::HashSet<u32>,
 }
 
 /// One runner's claims: requests it logged, answers it got, and the attempts the ledger
@@ -197,6 +200,9 @@ impl Check for LedgerCompleteness {
             }
             counts.entries.push(ev.index);
         }
+        if let (true, Some(runner)) = (ev.raw.process.is_runner(), ev.runner) {
+            self.logged.insert(runner);
+        }
         if ev.op == Op::Claim {
             self.observe_claim(ev);
         }
@@ -237,6 +243,9 @@ impl Check for LedgerCompleteness {
                 .zip(counts)
                 .filter(|(_, counts)| counts.0 > 0)
                 .map(|((key, applied), counts)| (key, applied, counts))
+                .filter(|(&(_, attempt), _, _)| {
+                    ctx.attempt(attempt).claim.is_none_or(|claim| self.logged.contains(&claim.runner))
+                })
                 .collect();
             over.sort_unstable_by_key(|(_, applied, _)| applied.entries.first().copied());
             for (&(op, attempt), applied, (ledgered, sent)) in over {
@@ -297,7 +306,7 @@ impl LedgerCompleteness {
     fn claims_applied_twice(&mut self, ctx: &Index, out: &mut Findings) {
         let mut runners: Vec<(&u32, &Claims)> = self.claims.iter().collect();
         runners.sort_unstable_by_key(|(runner, _)| **runner);
-        for (&runner, claims) in runners {
+        for (&runner, claims) in runners.into_iter().filter(|(runner, _)| self.logged.contains(runner)) {
             let untold: Vec<&(u32, u64)> =
                 claims.granted.iter().filter(|(attempt, _)| !self.told.contains(attempt)).collect();
             let unanswered = claims.requests.saturating_sub(claims.answered);

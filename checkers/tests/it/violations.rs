@@ -404,3 +404,15 @@ fn ledger_completeness_a_claim_granted_twice_for_one_request() {
     h.push(played);
     check(&finish(h, &a1), "ledger-completeness", &[]);
 }
+
+#[test]
+fn ledger_completeness_judges_no_runner_whose_log_is_missing() {
+    // r2's log was not gathered (evidence from r1 alone): its claim and heartbeat in the
+    // ledger have no requests to be counted against, which says nothing of them.
+    let (mut h, a1) = start();
+    let b = claim("j2", "j2-a1", "r2", 8);
+    h.submit("j2", "stage", 950);
+    h.ledger_claim_untold(&b, 1_001, 3_001);
+    h.ledger_report(Op::Heartbeat, &b, 1_500, 1_500, Accepted, None, None, Some(3_500), None);
+    check(&finish(h, &a1), "ledger-completeness", &[]);
+}
