@@ -16,82 +16,38 @@
 // ever reconciled (BullMQ has no such step). See systems/bullmq/system.toml and
 // docs/analyses/bullmq.md for every mapping and why.
 
-const crypto = require('node:crypto');
-const http = require('node:http');
 const { Queue, Worker } = require('bullmq');
 const Redis = require('ioredis');
-const wire = require('./wire');
+const wire = require('../node-common/wire');
+const contract = require('../node-common/contract');
 const redisServer = require('./redis');
 
 const { ApiError } = wire;
+const { hex, monoNs, stringify, RawJson, forbidden, exists } = contract;
 
 /** Longest a BullMQ or Redis call may take before the request is answered 503. */
 const CALL_MS_MAX = 5000;
 /** Stalls BullMQ may count before it fails a job instead of requeueing it (see system.toml). */
 const MAX_STALLED_COUNT = 1000000;
-const CAPABILITY_TTL_MS = 30000;
 /** Looks at the queues a claim makes before it answers that nothing is claimable. */
 const LOOKS_MAX = 3;
 const RETRY = Symbol('look again');
 
 function parseArgs(argv) {
-  const options = { listen: '127.0.0.1:7400', leaseMs: 2000, redisServer: 'redis-server', capability: 'grant' };
   const names = {
     '--listen': 'listen', '--lease-ms': 'leaseMs', '--operator-token': 'operatorToken', '--secret': 'secret',
     '--data-dir': 'dataDir', '--redis-server': 'redisServer', '--capability': 'capability',
   };
-  for (const arg of argv) {
-    const eq = arg.indexOf('=');
-    const name = names[eq < 0 ? arg : arg.slice(0, eq)];
-    if (!name || eq < 0) usage(`unknown or incomplete argument ${arg} (each is --name=value)`);
-    options[name] = arg.slice(eq + 1);
-  }
-  if (!['grant', 'lock'].includes(options.capability)) usage('--capability must be grant or lock');
+  const defaults = { listen: '127.0.0.1:7400', leaseMs: 2000, redisServer: 'redis-server', capability: 'grant' };
+  const options = contract.parseArgs('adapter.js', argv, names, defaults, ['operatorToken', 'secret', 'dataDir']);
+  if (!['grant', 'lock'].includes(options.capability)) contract.usage('adapter.js', '--capability must be grant or lock');
   options.leaseMs = Number(options.leaseMs);
-  if (!Number.isInteger(options.leaseMs) || options.leaseMs < 1) usage('--lease-ms must be a positive integer');
-  for (const required of ['operatorToken', 'secret', 'dataDir']) {
-    if (!options[required]) usage(`--${required.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} is required`);
-  }
+  if (!Number.isInteger(options.leaseMs) || options.leaseMs < 1) contract.usage('adapter.js', '--lease-ms must be a positive integer');
   return options;
 }
 
-function usage(why) {
-  process.stderr.write(`adapter.js: ${why}\n`);
-  process.exit(254);
-}
-
-/** JSON text where BigInt values are written as JSON numbers, exactly. */
-function stringify(value) {
-  return JSON.stringify(value, (_, v) => (typeof v === 'bigint' ? `__big:${v}` : v)).replace(/"__big:(-?[0-9]+)"/g, '$1');
-}
-
-const hex = (text) => Buffer.from(text, 'utf8').toString('hex');
-const monoNs = () => process.hrtime.bigint();
-
-/** One at a time: every rule (and the stalled-job check's bookkeeping) runs in this order. */
-function serial() {
-  let tail = Promise.resolve();
-  return (work) => {
-    const run = tail.then(work, work);
-    tail = run.catch(() => {});
-    return run;
-  };
-}
-
 /** `promise`, or a 503 after `CALL_MS_MAX` (a mutating call may have taken effect). */
-function bounded(promise, mutates) {
-  let timer;
-  const late = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(unavailable(mutates, 'Redis did not answer in time')), CALL_MS_MAX);
-  });
-  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
-}
-
-function unavailable(mutates, why) {
-  return mutates
-    ? new ApiError(503, 'outcome_unknown', `${why}: the request may or may not have taken effect`)
-    : new ApiError(503, 'unavailable', `${why}: the request did not take effect`);
-}
+const bounded = (promise, mutates) => contract.bounded(promise, mutates, CALL_MS_MAX, 'Redis');
 
 class Adapter {
   constructor(options, redis, port) {
@@ -99,7 +55,7 @@ class Adapter {
     this.redis = redis;
     this.connection = { host: '127.0.0.1', port, maxRetriesPerRequest: null };
     this.queues = new Map();
-    this.serial = serial();
+    this.serial = contract.serial();
   }
 
   // ---------------------------------------------------------------- BullMQ, one queue per key
@@ -160,45 +116,25 @@ class Adapter {
   // ---------------------------------------------------------------- operator
 
   async createProject(who, body) {
-    const req = wire.read(body, { id: ['string', true] });
-    if (who.kind !== 'operator') throw forbidden('creating a project');
-    if (!wire.isId(req.id)) throw invalidField('id is not an id');
-    const token = crypto.randomBytes(24).toString('hex');
+    const req = contract.readProject(who, body);
+    const token = contract.newToken();
     if (!(await this.redis.hsetnx('fl:projects', req.id, token))) throw exists(`project ${req.id}`);
     await this.redis.hset('fl:tokens', token, JSON.stringify({ kind: 'registration', project: req.id }));
     return [201, { id: req.id, registration_token: token }];
   }
 
   async registerRunner(who, body) {
-    const req = wire.read(body, { project: ['string', false], id: ['string', true] });
-    if (!wire.isId(req.id)) throw invalidField('id is not an id');
-    let project = req.project;
-    if (who.kind === 'operator') {
-      if (project === undefined) throw new ApiError(400, 'missing_field', 'the operator must name the project');
-    } else if (who.kind === 'registration') {
-      if (project !== undefined && project !== who.project) throw forbidden('registering a runner in another project');
-      project = who.project;
-    } else {
-      throw forbidden('registering a runner');
-    }
-    if (!wire.isId(project)) throw invalidField('project is not an id');
-    if (!(await this.redis.hexists('fl:projects', project))) throw new ApiError(404, 'unknown_project', `no project ${project}`);
-    if (!(await this.redis.hsetnx('fl:runners', req.id, project))) throw exists(`runner ${req.id}`);
-    const token = crypto.randomBytes(24).toString('hex');
-    await this.redis.hset('fl:tokens', token, JSON.stringify({ kind: 'runner', project, runner: req.id }));
-    return [201, { id: req.id, project, token }];
+    const { id, project } = contract.readRunner(who, body);
+    if (!(await this.redis.hexists('fl:projects', project))) throw contract.unknownProject(project);
+    if (!(await this.redis.hsetnx('fl:runners', id, project))) throw exists(`runner ${id}`);
+    const token = contract.newToken();
+    await this.redis.hset('fl:tokens', token, JSON.stringify({ kind: 'runner', project, runner: id }));
+    return [201, { id, project, token }];
   }
 
   async submit(who, body) {
-    const spec = { steps: ['u32', true], step_ms: ['u64', true] };
-    const req = wire.read(body, { project: ['string', true], id: ['string', false], deployment_key: ['string', true], spec: [spec, true] });
-    if (who.kind !== 'operator') throw forbidden('submitting a job');
-    for (const name of ['project', 'deployment_key', 'id']) {
-      if (req[name] !== undefined && !wire.isId(req[name])) throw invalidField(`${name} is not an id`);
-    }
-    if (req.spec.steps < 1n || req.spec.steps > 1000n) throw invalidField('spec.steps must be 1 ..= 1000');
-    if (req.spec.step_ms > 600000n) throw invalidField('spec.step_ms must be 0 ..= 600000');
-    if (!(await this.redis.hexists('fl:projects', req.project))) throw new ApiError(404, 'unknown_project', `no project ${req.project}`);
+    const req = contract.readSubmit(who, body);
+    if (!(await this.redis.hexists('fl:projects', req.project))) throw contract.unknownProject(req.project);
     return this.serial(() => this.add(req));
   }
 
@@ -231,14 +167,8 @@ class Adapter {
 
   // ---------------------------------------------------------------- runners
 
-  runnerOf(who, named) {
-    if (who.kind !== 'runner') throw forbidden('a runner call');
-    if (named !== who.runner) throw new ApiError(403, 'runner_mismatch', `this token is runner ${who.runner}'s, not ${named}'s`);
-  }
-
   async claim(who, body) {
-    const req = wire.read(body, { runner: ['string', true], observed_ms: ['i64', true] });
-    this.runnerOf(who, req.runner);
+    const req = contract.readClaim(who, body);
     return this.serial(() => this.grant(who, req));
   }
 
@@ -353,12 +283,9 @@ class Adapter {
 
   /** The checks before a report's verdict: token kind, runner, fence bound, the job's project. */
   async report(who, body, extra = {}) {
-    const shape = { job: ['string', true], attempt: ['string', true], runner: ['string', true], fence: ['u64', true], observed_ms: ['i64', true], ...extra };
-    const req = wire.read(body, shape);
-    this.runnerOf(who, req.runner);
-    if (req.fence > wire.I64_MAX) throw invalidField('fence is above i64::MAX');
+    const req = contract.readReport(who, body, extra);
     const job = await this.record('job', req.job);
-    if (!job || job.project !== who.project) throw new ApiError(404, 'unknown_job', `no job ${req.job} in project ${who.project}`);
+    if (!job || job.project !== who.project) throw contract.unknownJob(req.job, who.project);
     return { req, job };
   }
 
@@ -375,7 +302,7 @@ class Adapter {
         const lease = await this.leaseEnd(job.deployment_key, job.id, now);
         now = lease - this.options.leaseMs;
         attempt.lease_expires_ms = lease;
-        const entry = this.entry('heartbeat', who, job, req, now, { decision: 'accepted', lease_expires_ms: lease });
+        const entry = contract.reportEntry('heartbeat', who, job, req, now, { decision: 'accepted', lease_expires_ms: lease });
         const seq = await this.append(entry, { [`fl:attempt:${attempt.id}`]: attempt });
         return [200, { decision: 'accepted', ledger_seq: seq, lease_expires_ms: lease }];
       }
@@ -394,7 +321,7 @@ class Adapter {
     const { req, job } = await this.report(who, body);
     return this.serial(async () => {
       const now = Date.now();
-      let expires = now + CAPABILITY_TTL_MS;
+      let expires = now + contract.CAPABILITY_TTL_MS;
       if (this.options.capability === 'lock') {
         const end = await this.lockEnd(job, tokenOf(req.runner, req.attempt, req.fence));
         if (end === null) return this.refused('capability', who, job, req, now);
@@ -402,8 +329,8 @@ class Adapter {
       }
       const attempt = await this.record('attempt', req.attempt);
       const lease = attempt ? attempt.lease_expires_ms : now;
-      const capability = this.sign(job.deployment_key, req, expires);
-      const seq = await this.append(this.entry('capability', who, job, req, now, { decision: 'accepted', lease_expires_ms: lease }));
+      const capability = contract.sign(this.options.secret, job.deployment_key, req, expires);
+      const seq = await this.append(contract.reportEntry('capability', who, job, req, now, { decision: 'accepted', lease_expires_ms: lease }));
       return [200, { decision: 'accepted', ledger_seq: seq, lease_expires_ms: lease, capability }];
     });
   }
@@ -415,12 +342,6 @@ class Adapter {
     const [[, held], [, left]] = await bounded(this.redis.multi().get(key).pttl(key).exec(), false);
     const read = Date.now();
     return held === token && left > 0 ? read + left : null;
-  }
-
-  sign(key, req, expires) {
-    const message = [key, req.job, req.attempt, req.runner, req.fence, expires].join('\n');
-    const signature = crypto.createHmac('sha256', this.options.secret).update(message, 'utf8').digest('hex');
-    return { deployment_key: key, job: req.job, attempt: req.attempt, runner: req.runner, fence: req.fence, expires_ms: expires, signature };
   }
 
   async result(who, body) {
@@ -435,7 +356,7 @@ class Adapter {
         const attempt = await this.record('attempt', req.attempt);
         attempt.state = req.outcome;
         attempt.closed_by = 'result';
-        const entry = this.entry('result', who, job, req, now, { decision: 'accepted', outcome: req.outcome });
+        const entry = contract.reportEntry('result', who, job, req, now, { decision: 'accepted', outcome: req.outcome });
         const seq = await this.append(entry, { [`fl:attempt:${attempt.id}`]: attempt });
         return [200, { decision: 'accepted', ledger_seq: seq }];
       }
@@ -456,29 +377,12 @@ class Adapter {
     }
   }
 
-  entry(kind, who, job, req, now, more) {
-    return {
-      kind, project: who.project, job: job.id, attempt: req.attempt, runner: req.runner, fence: req.fence,
-      deployment_key: job.deployment_key, received_ms: now, observed_ms: req.observed_ms, mono_ns: monoNs(), ...more,
-    };
-  }
-
   /** A refusal BullMQ made, recorded with the contract's reason for it (docs/protocol.md,
    *  "Standing"), read from the attempts the adapter recorded. */
   async refused(kind, who, job, req, now, more = {}) {
-    const reason = await this.standing(job, req, now);
-    const seq = await this.append(this.entry(kind, who, job, req, now, { decision: 'rejected', reason, ...more }));
+    const reason = contract.standing(await this.record('attempt', req.attempt), job, req, now);
+    const seq = await this.append(contract.reportEntry(kind, who, job, req, now, { decision: 'rejected', reason, ...more }));
     return [409, { decision: 'rejected', reason, ledger_seq: seq }];
-  }
-
-  async standing(job, req, now) {
-    const attempt = await this.record('attempt', req.attempt);
-    if (!attempt) return 'unknown';
-    if (attempt.job !== job.id || attempt.runner !== req.runner || BigInt(attempt.fence) !== req.fence) return 'not_current';
-    if (job.current_attempt !== attempt.id) return 'superseded';
-    if (attempt.state === 'running' && attempt.lease_expires_ms <= now) return 'expired';
-    if (attempt.state === 'running') return 'expired';
-    return 'not_current';
   }
 
   // ---------------------------------------------------------------- reads
@@ -512,20 +416,17 @@ class Adapter {
       if (attempt) view.attempts.push({ ...attempt, current: attempt.id === job.current_attempt });
     }
     for (const seq of await this.redis.lrange(`fl:jobledger:${job.id}`, 0, -1)) {
-      view.ledger.push(JSON.parse(withSeq(Number(seq), await this.redis.lindex('fl:ledger', Number(seq) - 1))));
+      view.ledger.push(JSON.parse(contract.withSeq(Number(seq), await this.redis.lindex('fl:ledger', Number(seq) - 1))));
     }
     return view;
   }
 
   async ledger(who, params) {
-    if (who.kind !== 'operator') throw forbidden('reading the ledger');
-    const after = params.after === undefined ? 0n : params.after;
-    let limit = params.limit === undefined ? 1000n : params.limit;
-    limit = limit < 1n ? 1n : limit > 10000n ? 10000n : limit;
+    const { after, limit } = contract.ledgerWindow(who, params);
     const length = BigInt(await this.redis.llen('fl:ledger'));
     if (after >= length) return [200, []];
     const texts = await this.redis.lrange('fl:ledger', Number(after), Number(after + limit) - 1);
-    return [200, new RawJson(`[${texts.map((text, i) => withSeq(Number(after) + i + 1, text)).join(',')}]`)];
+    return [200, new RawJson(`[${texts.map((text, i) => contract.withSeq(Number(after) + i + 1, text)).join(',')}]`)];
   }
 
   /** Every key's queue and worker again after a restart: the stalled-job checks resume, and
@@ -546,125 +447,13 @@ class Adapter {
   }
 }
 
-/** A ledger entry's stored text with its `seq` first. */
-const withSeq = (seq, text) => `{"seq":${seq},${text.slice(1)}`;
-
-/** JSON already written. */
-class RawJson {
-  constructor(text) {
-    this.text = text;
-  }
-}
-
 /** BullMQ's lock token for an attempt: the runner, the attempt and its fence, as BullMQ's own
  *  workers make theirs from the worker's id and a per-job counter. A report that names
  *  anything else presents another token, and BullMQ's lock check refuses it. */
 const tokenOf = (runner, attempt, fence) => `${runner}/${attempt}/${fence}`;
 
-const forbidden = (what) => new ApiError(403, 'forbidden', `this token may not be used for ${what}`);
-const invalidField = (why) => new ApiError(400, 'invalid_field', why);
-const exists = (what) => new ApiError(409, 'exists', `${what} exists`);
-
-// ---------------------------------------------------------------- routes
-
-function routes(adapter) {
-  const post = (handle) => async (request, who) => {
-    if (!wire.isJson(request.headers['content-type'])) throw new ApiError(415, 'unsupported_media_type', 'the body must be application/json');
-    const text = await wire.body(request);
-    return handle.call(adapter, who, wire.parseJson(text));
-  };
-  return [
-    { path: /^\/v1\/health$/, methods: { GET: { open: true, handle: async () => [200, { status: 'ok' }] } } },
-    { path: /^\/v1\/projects$/, methods: { POST: { handle: post(adapter.createProject) } } },
-    { path: /^\/v1\/runners$/, methods: { POST: { handle: post(adapter.registerRunner) } } },
-    {
-      path: /^\/v1\/jobs$/,
-      methods: { POST: { handle: post(adapter.submit) }, GET: { handle: (_, who) => adapter.jobs(who) } },
-    },
-    { path: /^\/v1\/jobs\/([^/]+)$/, methods: { GET: { idPath: true, handle: (_, who, id) => adapter.job(who, id) } } },
-    { path: /^\/v1\/claim$/, methods: { POST: { handle: post(adapter.claim) } } },
-    { path: /^\/v1\/heartbeat$/, methods: { POST: { handle: post(adapter.heartbeat) } } },
-    { path: /^\/v1\/capability$/, methods: { POST: { handle: post(adapter.capability) } } },
-    { path: /^\/v1\/result$/, methods: { POST: { handle: post(adapter.result) } } },
-    { path: /^\/v1\/ledger$/, methods: { GET: { ledger: true, handle: (_, who, __, params) => adapter.ledger(who, params) } } },
-  ];
-}
-
-function decodePath(text) {
-  try {
-    return decodeURIComponent(text);
-  } catch {
-    if (/%(?![0-9a-fA-F]{2})/.test(text)) return text;
-    throw new ApiError(400, 'invalid_path', 'the path does not percent-decode to UTF-8');
-  }
-}
-
-async function serve(adapter, request, response) {
-  const target = request.url;
-  const mark = target.indexOf('?');
-  const path = mark < 0 ? target : target.slice(0, mark);
-  const search = mark < 0 ? '' : target.slice(mark + 1);
-  const route = routes(adapter).find((candidate) => candidate.path.test(path));
-  if (!route) throw new ApiError(404, 'no_route', `no route ${path}`);
-  const method = request.method === 'HEAD' && route.methods.GET ? 'GET' : request.method;
-  const chosen = route.methods[method];
-  if (!chosen) {
-    const allow = Object.keys(route.methods).flatMap((m) => (m === 'GET' ? ['GET', 'HEAD'] : [m])).join(', ');
-    throw new ApiError(405, 'method_not_allowed', `${request.method} is not allowed on ${path}`, { Allow: allow });
-  }
-  const params = chosen.ledger ? wire.query(search, ['after', 'limit']) : {};
-  const id = chosen.idPath ? decodePath(route.path.exec(path)[1]) : undefined;
-  const who = chosen.open ? null : await adapter.who(request);
-  return chosen.handle(request, who, id, params);
-}
-
-function answer(response, status, value) {
-  if (value instanceof RawJson) {
-    response.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(value.text) });
-    response.end(response.req.method === 'HEAD' ? undefined : value.text);
-    return;
-  }
-  const text = stringify(value);
-  response.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
-  response.end(response.req.method === 'HEAD' ? undefined : text);
-}
-
-/** What a request Node's HTTP parser refused is answered: a head too large, a body cut
- *  short (it could not be read), else not HTTP/1.x. */
-function clientErrorAnswer(error) {
-  if (error.code === 'HPE_HEADER_OVERFLOW') return [431, 'headers_too_large', 'the request head is too large'];
-  if (error.code === 'HPE_INVALID_EOF_STATE') return [413, 'body_too_large', 'the body could not be read'];
-  return [400, 'malformed_request', 'the request is not HTTP/1.x'];
-}
-
-function server(adapter) {
-  const handler = (request, response) => {
-    serve(adapter, request, response)
-      .then(([status, value]) => answer(response, status, value))
-      .catch((error) => {
-        if (!(error instanceof ApiError)) {
-          process.stderr.write(`internal: ${error.stack || error}\n`);
-          error = unavailable(request.method === 'POST', `the store failed (${error.message})`);
-        }
-        if (!response.headersSent) wire.sendError(response, error);
-      });
-  };
-  const created = http.createServer({ maxHeaderSize: 16384 }, handler);
-  created.on('clientError', (error, socket) => {
-    const [status, code, why] = clientErrorAnswer(error);
-    const text = JSON.stringify({ error: why, code, status });
-    if (socket.writable) {
-      socket.end(`HTTP/1.1 ${status} Error\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
-    } else {
-      socket.destroy();
-    }
-  });
-  return created;
-}
-
 async function main() {
   const options = parseArgs(process.argv.slice(2));
-  const [host, portText] = options.listen.split(':');
   let started;
   try {
     started = await redisServer.start(options.redisServer, options.dataDir);
@@ -676,21 +465,9 @@ async function main() {
   redis.on('error', (error) => process.stderr.write(`redis: ${error.message}\n`));
   const adapter = new Adapter(options, redis, started.port);
   await adapter.resume();
-  const listening = server(adapter);
-  listening.on('error', (error) => {
-    process.stderr.write(`cannot listen on ${options.listen}: ${error.message}\n`);
-    process.exit(255);
-  });
-  listening.listen(Number(portText), host, () => {
-    const address = listening.address();
-    process.stdout.write(`${JSON.stringify({ listening: `${address.address}:${address.port}` })}\n`);
-  });
-  const stop = () => {
+  contract.listen(adapter, options.listen, () => {
     if (started.child) started.child.kill('SIGTERM');
-    process.exit(0);
-  };
-  process.on('SIGTERM', stop);
-  process.on('SIGINT', stop);
+  });
 }
 
 main().catch((error) => {

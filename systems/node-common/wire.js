@@ -1,7 +1,7 @@
 'use strict';
 // The contract's wire (docs/protocol.md, "Conventions", "Errors", "Authentication"): strict
 // JSON bodies read through typed shapes, the error body, the order of the checks. Nothing
-// here knows BullMQ; adapter.js holds the rules.
+// here knows a job system; each adapter holds its rules.
 
 const MAX_BODY = 65536;
 const I64_MAX = (1n << 63n) - 1n;
