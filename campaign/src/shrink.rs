@@ -204,6 +204,7 @@ pub fn scenario_text(header: &Header, case: &Case, checkers: &[String]) -> Strin
         heartbeat_interval_ms: Some(header.heartbeat_interval_ms),
         reconcile_after_ms: Some(header.reconcile_after_ms),
         settle_within_ms: header.settle_within_ms,
+        settle_quiet_ms: None,
         steps: steps
             .into_iter()
             .enumerate()

@@ -28,6 +28,10 @@ pub struct Scenario {
     /// With background work (an automatic operator or `fault` steps): the longest wait,
     /// after the last step and the faults it started, for every job to settle.
     pub settle_within_ms: u64,
+    /// With background work: settling ends early once no job has changed (state, attempts,
+    /// ledger) for this long, the jobs left unsettled then being ones nothing moves on.
+    /// `None`: [`Scenario::settle_quiet_ms`]'s default.
+    pub settle_quiet_ms: Option<u64>,
     pub steps: Vec<Step>,
     pub expects: Vec<Condition>,
 }
@@ -66,6 +70,8 @@ struct ScenarioFile<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     reconcile_after_ms: Option<u64>,
     settle_within_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    settle_quiet_ms: Option<u64>,
     target_mode: &'a str,
     bugs: &'a [String],
     #[serde(skip_serializing_if = "is_sqlite")]
@@ -98,6 +104,7 @@ impl Scenario {
             heartbeat_interval_ms: self.heartbeat_interval_ms,
             reconcile_after_ms: self.reconcile_after_ms,
             settle_within_ms: self.settle_within_ms,
+            settle_quiet_ms: self.settle_quiet_ms,
             target_mode: &self.target_mode,
             bugs: &self.bugs,
             db: &self.db,
@@ -107,6 +114,13 @@ impl Scenario {
             expect: &self.expects,
         };
         toml::to_string(&file).expect("a scenario is plain TOML")
+    }
+
+    /// How long settling waits with no job changing before it ends: the file's
+    /// `settle_quiet_ms`, else five leases and at least 3 s (a lapsed lease is swept, a
+    /// requeued job claimed and a working runner heartbeats well within that).
+    pub fn settle_quiet_ms(&self) -> u64 {
+        self.settle_quiet_ms.unwrap_or((5 * self.lease_ms).max(3_000))
     }
 
     /// Whether work goes on besides the steps: jobs then settle at the end, as in a run.
@@ -326,6 +340,7 @@ struct Raw {
     reconcile_after_ms: Option<u64>,
     #[serde(default = "settle_within")]
     settle_within_ms: u64,
+    settle_quiet_ms: Option<u64>,
     #[serde(default)]
     step: Vec<toml::Table>,
     #[serde(default)]
@@ -420,6 +435,7 @@ pub fn parse(text: &str, checkers: &[&str]) -> Result<Scenario, String> {
         heartbeat_interval_ms: raw.heartbeat_interval_ms,
         reconcile_after_ms: raw.reconcile_after_ms,
         settle_within_ms: raw.settle_within_ms,
+        settle_quiet_ms: raw.settle_quiet_ms,
         steps,
         expects,
     };
@@ -469,6 +485,11 @@ fn check_header(scenario: &Scenario) -> Result<(), String> {
     }
     if !(1..=3_600_000).contains(&scenario.settle_within_ms) {
         return Err(format!("settle_within_ms = {}: must be 1..=3600000", scenario.settle_within_ms));
+    }
+    if let Some(ms) = scenario.settle_quiet_ms {
+        if !(100..=3_600_000).contains(&ms) {
+            return Err(format!("settle_quiet_ms = {ms}: must be 100..=3600000"));
+        }
     }
     if scenario.expects.is_empty() {
         return Err("a scenario needs at least one [[expect]]".into());

@@ -158,18 +158,61 @@ fn settled(job: &JobView) -> bool {
     matches!(job.state, JobState::Succeeded | JobState::Failed)
 }
 
+/// How a wait for the jobs to settle ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Settling {
+    /// Every job is terminal.
+    Settled,
+    /// No job changed (state, attempts, ledger) for the quiet window: nothing moves the
+    /// jobs still open, named with their states.
+    Quiet { quiet_ms: u64, open: Vec<String> },
+    /// The recovery limit passed with jobs still moving or open.
+    TimedOut,
+}
+
+/// What of a job moves when anything acts on it: its id, state, current attempt, and how
+/// many attempts and ledger entries it has.
+type Signature = (String, JobState, Option<String>, usize, usize);
+
+fn signature(job: &JobView) -> Signature {
+    (job.id.clone(), job.state, job.current_attempt.clone(), job.attempts.len(), job.ledger.len())
+}
+
 /// Waits (bounded by the recovery limit) until every job is terminal.
 pub(crate) async fn settle(shared: &Shared) -> bool {
+    settle_or_quiet(shared, None).await == Settling::Settled
+}
+
+/// Waits (bounded by the recovery limit) until every job is terminal; with `quiet_ms`, ends
+/// as soon as no job has changed for that long (jobs nothing moves on never settle: a
+/// claim held by a runner a scenario plays, a job uncertain with no operator to decide).
+pub(crate) async fn settle_or_quiet(shared: &Shared, quiet_ms: Option<u64>) -> Settling {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(shared.config.recovery_limit_ms);
+    let mut last: Option<(Vec<Signature>, tokio::time::Instant)> = None;
     loop {
         let operator = shared.cluster.lock().await.system.operator.clone();
         if let Ok(jobs) = operator.jobs().await {
             if jobs.iter().all(settled) {
-                return true;
+                return Settling::Settled;
+            }
+            let now = tokio::time::Instant::now();
+            let signatures: Vec<_> = jobs.iter().map(signature).collect();
+            match (&last, quiet_ms) {
+                (Some((previous, since)), Some(quiet_ms)) if *previous == signatures => {
+                    if now.duration_since(*since) >= Duration::from_millis(quiet_ms) {
+                        let open = jobs
+                            .iter()
+                            .filter(|job| !settled(job))
+                            .map(|job| format!("{} {}", job.id, format!("{:?}", job.state).to_lowercase()))
+                            .collect();
+                        return Settling::Quiet { quiet_ms, open };
+                    }
+                }
+                _ => last = Some((signatures, now)),
             }
         }
         if tokio::time::Instant::now() >= deadline {
-            return false;
+            return Settling::TimedOut;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

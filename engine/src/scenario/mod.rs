@@ -173,7 +173,7 @@ pub(crate) async fn play(
     let operator = (scenario.operator == OperatorMode::Automatic).then(|| tokio::spawn(operator::run(shared.clone())));
     let played = async {
         let steps_passed = run_steps(scenario, shared).await;
-        let settled = if steps_passed && scenario.background() { settle(shared).await } else { true };
+        let settled = if steps_passed && scenario.background() { settle(scenario, shared).await } else { true };
         (steps_passed, settled)
     };
     let ended = tokio::select! {
@@ -235,13 +235,20 @@ fn faults_bound(scenario: &Scenario, config: &RunConfig) -> Duration {
 }
 
 /// With background work, waits (bounded by `settle_within_ms`) for every job to settle,
-/// as the recovery of a run does; says whether they did.
-async fn settle(shared: &Shared) -> bool {
-    let settled = crate::run::settle(shared).await;
-    if !settled {
-        println!("  note: not every job settled within {} ms", shared.config.recovery_limit_ms);
+/// as the recovery of a run does, ending early once no job has moved for the scenario's
+/// quiet window (what is still open then stays so); says whether every job settled.
+async fn settle(scenario: &Scenario, shared: &Shared) -> bool {
+    match crate::run::settle_or_quiet(shared, Some(scenario.settle_quiet_ms())).await {
+        crate::run::Settling::Settled => true,
+        crate::run::Settling::Quiet { quiet_ms, open } => {
+            println!("  note: not every job settled; none changed for {quiet_ms} ms: {}", open.join(", "));
+            false
+        }
+        crate::run::Settling::TimedOut => {
+            println!("  note: not every job settled within {} ms", shared.config.recovery_limit_ms);
+            false
+        }
     }
-    settled
 }
 
 /// Checks every expectation: true when all hold, and one line (or two) each. With faults

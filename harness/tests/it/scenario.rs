@@ -111,6 +111,27 @@ async fn steps_out_of_time_order_and_a_bad_operator_are_refused() {
     bad(&format!("{HEAD}[[step]]\nat_ms = -1\naction = \"elapse\"\nms = 1\n{TAIL}"), "at_ms = -1").await;
     bad(&format!("operator = \"robot\"\n{HEAD}{TAIL}"), "operator").await;
     bad(&format!("heartbeat_interval_ms = 600\n{HEAD}{TAIL}"), "heartbeat_interval_ms = 600").await;
+    bad(&format!("settle_quiet_ms = 5\n{HEAD}{TAIL}"), "settle_quiet_ms = 5: must be 100..=3600000").await;
+}
+
+/// Settling ends once nothing moves: a job claimed by a runner the scenario plays and
+/// then left to lapse stays uncertain (no operator reconciles it), so with an hour to
+/// settle in, the scenario still ends after its quiet window (five 400-ms leases, at least
+/// 3 s), says which job it left open, and judges its expectations. Without the quiet
+/// window it would wait the hour, past this test's bound.
+#[tokio::test(flavor = "multi_thread")]
+async fn settling_ends_when_no_job_has_moved_for_the_quiet_window() {
+    let text = "name = \"quiet\"\nrunners = 1\nidle = [\"r1\"]\nlease_ms = 400\nsettle_within_ms = 3600000\n\n\
+                [[step]]\naction = \"submit\"\njob = \"j\"\nkey = \"k\"\n\n\
+                [[step]]\naction = \"claim\"\nas_runner = \"r1\"\njob = \"j\"\n\n\
+                [[step]]\naction = \"fault\"\nhow = \"latency\"\nrunner = \"r1\"\nlatency_ms = 10\nduration_ms = 100\n\n\
+                [[expect]]\njob = \"j\"\nstate = \"uncertain\"\n";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("quiet.toml");
+    std::fs::write(&file, text).unwrap();
+    let (code, output) = run(&file, &dir.path().join("store")).await;
+    assert_eq!(code, Some(0), "{output}");
+    assert!(output.contains("none changed for 3000 ms: j uncertain"), "{output}");
 }
 
 /// A submit with `runner` is claimed by that runner, however many others are idle: three
