@@ -39,15 +39,30 @@ pub fn report_html(run: &Run, events: &[Event]) -> String {
     header(&mut out, run);
     summary(&mut out, run);
     anomalies(&mut out, run, events, &shown);
-    let drawn = timeline::render(run, events);
+    let zoom = timeline::zoom(run, events);
+    let drawn = timeline::render(run, events, zoom.as_ref());
     let _ = write!(
         out,
-        "<section id=\"timeline\" data-svg-elements=\"{}\">\n<h2>Timeline</h2>\n{}\n<p class=\"caption\">{}</p>\n<div class=\"scroll\">\n{}</div>\n</section>\n",
+        "<section id=\"timeline\" data-svg-elements=\"{}\">\n<h2>Timeline</h2>\n{}\n<p class=\"caption\">{}</p>\n<div class=\"scroll\">\n{}</div>\n",
         drawn.elements,
         legend(),
         esc(&drawn.caption),
         drawn.svg
     );
+    if let Some(zoom) = &zoom {
+        let zoomed = timeline::render_zoom(run, events, zoom);
+        let _ = write!(
+            out,
+            "<h3 id=\"timeline-zoom\">From {:.3} s to {:.3} s: {}</h3>\n<p class=\"caption\">The stretch shaded on the \
+             timeline above, drawn across the page: {}</p>\n<div class=\"scroll\">\n{}</div>\n",
+            zoom.start_ns as f64 / 1e9,
+            zoom.end_ns as f64 / 1e9,
+            esc(&zoom.why),
+            esc(&zoomed.caption),
+            zoomed.svg
+        );
+    }
+    out.push_str("</section>\n");
     crate::plots::section(&mut out, run, events);
     crate::coverage::section(&mut out, &crate::coverage::coverage(&run.schedule, events));
     let proofs: BTreeSet<u64> =

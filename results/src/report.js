@@ -46,6 +46,13 @@
       Math.round(box.width) + "x" + Math.round(box.height));
   }
   marker.setAttribute("data-plots", drawn.join(" "));
+  /* For the tests: the zoomed timeline's lanes and drawn size, when the page has one. */
+  var zoom = document.getElementById("timeline-zoom-svg");
+  if (zoom) {
+    var zbox = zoom.getBBox();
+    marker.setAttribute("data-zoom", zoom.querySelectorAll("g.lane").length + ":" +
+      Math.round(zbox.width) + "x" + Math.round(zbox.height));
+  }
   var open = document.querySelector("details.story[open]");
   if (open) {
     var mini = open.querySelector("svg.mini");

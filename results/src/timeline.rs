@@ -7,6 +7,11 @@
 //! elements of marks per lane (one per kind and pixel, then an evenly spaced sample), and a
 //! global cap of [`SVG_BUDGET`] elements; whatever is left out is counted in the caption. An
 //! aggregate lane shows the results of *all* jobs as a histogram, so sampling hides no load.
+//!
+//! A second, zoomed timeline ([`zoom`], [`render_zoom`]; at most [`ZOOM_SVG_BUDGET`]
+//! elements) draws the stretch of the first anomaly group's events — or a scenario's steps
+//! and faults, without the wait for jobs to settle — across the page, with only the lanes
+//! that have something in it; the whole run's timeline marks that stretch.
 
 use crate::escape::html as esc;
 use crate::json::name_of;
@@ -23,6 +28,8 @@ pub const LANE_BUDGET: usize = 40;
 /// Lanes with more attempts than this draw merged busy spans instead of one bar per attempt.
 pub const MAX_BARS: usize = 8;
 pub const SVG_BUDGET: usize = 15_000;
+/// The zoomed timeline's own cap, beside the whole run's.
+pub const ZOOM_SVG_BUDGET: usize = 5_000;
 const MAX_FAULTS: usize = 300;
 /// Rows of fault labels above the lanes (a label that fits in none is left to its title).
 const FAULT_LABEL_ROWS: usize = 3;
@@ -31,6 +38,8 @@ const FAULT_LABEL_ROW_H: f64 = 10.0;
 const FAULT_LABEL_CHAR_W: f64 = 5.6;
 const MAX_ANOMALY_MARKS: usize = 400;
 const BUCKETS: usize = 100;
+/// The least margin around what a zoomed timeline shows.
+const ZOOM_MARGIN_NS: u64 = 500_000_000;
 
 const LABEL_W: f64 = 190.0;
 const PLOT_W: f64 = 1000.0;
@@ -113,6 +122,21 @@ impl<'a> Lanes<'a> {
         &mut self.runners[i]
     }
 
+    /// Keeps only the lanes with an attempt or a mark within `scale`, and of those only what
+    /// lies within it.
+    fn keep_within(&mut self, scale: Scale) {
+        let within = |lane: &mut Lane<'a>| {
+            lane.bars.retain(|bar| scale.overlaps(bar.attempt.start_ns, bar.attempt.end_ns.unwrap_or(scale.horizon)));
+            lane.marks.retain(|mark| scale.contains(mark.t));
+            !lane.bars.is_empty() || !lane.marks.is_empty()
+        };
+        self.runners.retain_mut(within);
+        self.jobs.retain_mut(within);
+        self.runner_index.clear();
+        self.job_index =
+            self.jobs.iter().enumerate().map(|(i, lane)| (lane.label["job ".len()..].to_string(), i)).collect();
+    }
+
     /// Puts the runner lanes in runner order (`r2` before `r10`), not of first appearance.
     fn order_runners(&mut self) {
         self.runners.sort_by(|a, b| natural(&a.label).cmp(&natural(&b.label)));
@@ -132,12 +156,13 @@ struct Svg {
     out: String,
     count: usize,
     omitted: usize,
+    budget: usize,
 }
 
 impl Svg {
     /// Appends `elements` elements rendered by `f`, unless that would exceed the budget.
     fn add(&mut self, elements: usize, f: impl FnOnce() -> String) -> bool {
-        if self.count + elements > SVG_BUDGET {
+        if self.count + elements > self.budget {
             self.omitted += elements;
             return false;
         }
@@ -153,15 +178,36 @@ impl Svg {
     }
 }
 
-/// The scale from the run's clock to x pixels.
+/// The scale from a stretch of the run's clock, `start..=end`, to x pixels; `horizon` is
+/// where the run ends (an attempt still open is drawn to it).
 #[derive(Clone, Copy)]
 struct Scale {
+    start: u64,
+    end: u64,
     horizon: u64,
 }
 
 impl Scale {
     fn x(self, t: u64) -> f64 {
-        LABEL_W + (t.min(self.horizon) as f64 / self.horizon as f64) * PLOT_W
+        let span = self.end.saturating_sub(self.start).max(1);
+        LABEL_W + (t.clamp(self.start, self.end) - self.start) as f64 / span as f64 * PLOT_W
+    }
+
+    fn span(self) -> u64 {
+        self.end.saturating_sub(self.start).max(1)
+    }
+
+    fn contains(self, t: u64) -> bool {
+        (self.start..=self.end).contains(&t)
+    }
+
+    fn overlaps(self, from: u64, to: u64) -> bool {
+        from <= self.end && to >= self.start
+    }
+
+    /// Whether it draws the whole run.
+    fn whole(self) -> bool {
+        self.start == 0 && self.end >= self.horizon
     }
 }
 
@@ -263,13 +309,76 @@ pub struct Drawn {
     pub caption: String,
 }
 
-/// Renders the timeline SVG and a caption that says what was left out.
-pub fn render(run: &Run, events: &[Event]) -> Drawn {
+/// Renders the timeline SVG of the whole run (with `zoom`'s stretch marked on it) and a
+/// caption that says what was left out.
+pub fn render(run: &Run, events: &[Event], zoom: Option<&Zoom>) -> Drawn {
+    let horizon = model::horizon_ns(events, run.duration_ms, &run.schedule);
+    draw(run, events, Scale { start: 0, end: horizon, horizon }, zoom)
+}
+
+/// A stretch of the run worth a closer look, and why.
+pub struct Zoom {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub why: String,
+}
+
+/// Where the timeline zooms: the events of the first anomaly group (the one the report
+/// opens), else a scenario's steps and the faults they started (not the wait for jobs to
+/// settle after them), each with a margin; none when that is most of the run anyway. The
+/// harness's own records at the end (final states) are left out of a group's stretch; when
+/// the group still spans most of the run, its first anomaly's events are taken, and failing
+/// that, the stretch just before and after that anomaly's last event.
+pub fn zoom(run: &Run, events: &[Event]) -> Option<Zoom> {
+    let horizon = model::horizon_ns(events, run.duration_ms, &run.schedule);
+    let narrow = |from: u64, to: u64| {
+        let margin = ((to - from) / 4).max(ZOOM_MARGIN_NS);
+        let (start, end) = (from.saturating_sub(margin), to.saturating_add(margin).min(horizon));
+        (end.saturating_sub(start) < horizon / 2).then_some((start, end))
+    };
+    let groups = crate::anomaly_groups(run);
+    let Some(group) = groups.first() else {
+        let steps = events.iter().filter(|e| e.process == Process::SCENARIO).map(|e| e.time_ns).max()?;
+        let windows = model::fault_windows(&run.schedule, events, horizon);
+        let to = windows.iter().map(|w| w.end_ns).fold(steps, u64::max);
+        let (start_ns, end_ns) = narrow(0, to)?;
+        return Some(Zoom { start_ns, end_ns, why: "the scenario's steps and the faults they started".to_string() });
+    };
+    let all: Vec<_> = run.checkers.iter().flat_map(anomalies_of).collect();
+    let times = |members: &[usize]| -> Vec<u64> {
+        (members.iter().filter_map(|&n| all.get(n)))
+            .flat_map(|a| a.events.iter().filter_map(|&i| find_event(events, i)))
+            .filter(|e| e.process != Process::HARNESS)
+            .map(|e| e.time_ns)
+            .collect()
+    };
+    let span = |times: &[u64]| Some((*times.iter().min()?, *times.iter().max()?));
+    let why = format!("the first anomaly group ({})", group.group);
+    let whole = times(&group.anomalies);
+    let first = times(&group.anomalies[..1]);
+    let (start_ns, end_ns) = span(&whole)
+        .and_then(|(from, to)| narrow(from, to))
+        .or_else(|| span(&first).and_then(|(from, to)| narrow(from, to)))
+        .or_else(|| {
+            let last = span(&first)?.1;
+            narrow(last.saturating_sub(horizon / 10), last.saturating_add(horizon / 20))
+        })?;
+    Some(Zoom { start_ns, end_ns, why })
+}
+
+/// The timeline of `zoom` alone: every lane with something in it, at that scale.
+pub fn render_zoom(run: &Run, events: &[Event], zoom: &Zoom) -> Drawn {
+    let horizon = model::horizon_ns(events, run.duration_ms, &run.schedule);
+    draw(run, events, Scale { start: zoom.start_ns, end: zoom.end_ns, horizon }, None)
+}
+
+fn draw(run: &Run, events: &[Event], scale: Scale, zoom: Option<&Zoom>) -> Drawn {
     let attempts = model::attempts(events);
     let mut lanes = build_lanes(events, &attempts);
     lanes.order_runners();
-    let horizon = model::horizon_ns(events, run.duration_ms, &run.schedule);
-    let scale = Scale { horizon };
+    if !scale.whole() {
+        lanes.keep_within(scale);
+    }
     let points = anomaly_points(run, events);
     let mut anomalous = BTreeSet::new();
     for job in points.iter().filter_map(|p| p.1.as_deref()) {
@@ -284,23 +393,43 @@ pub fn render(run: &Run, events: &[Event]) -> Drawn {
     let top = AXIS_H + HIST_H + 6.0;
     let height = top + lane_count as f64 * LANE_H + 4.0;
     let width = LABEL_W + PLOT_W + 10.0;
-    let mut svg = Svg { out: String::new(), count: 1, omitted: 0 };
+    let budget = if scale.whole() { SVG_BUDGET } else { ZOOM_SVG_BUDGET };
+    let mut svg = Svg { out: String::new(), count: 1, omitted: 0, budget };
+    let (id, prefix, label) = if scale.whole() {
+        ("timeline-svg", "lane", "timeline of the run".to_string())
+    } else {
+        ("timeline-zoom-svg", "zoom-lane", format!("timeline from {} to {}", secs(scale.start), secs(scale.end)))
+    };
     svg.raw(&format!(
-        "<svg id=\"timeline-svg\" class=\"timeline\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" \
-         role=\"img\" aria-label=\"timeline of the run\">\n"
+        "<svg id=\"{id}\" class=\"timeline\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" \
+         role=\"img\" aria-label=\"{label}\" data-start-ns=\"{}\" data-end-ns=\"{}\">\n",
+        scale.start, scale.end
     ));
     draw_axis(&mut svg, scale, height);
     draw_histogram(&mut svg, scale, events);
-    let windows = model::fault_windows(&run.schedule, events, horizon);
+    let windows = model::fault_windows(&run.schedule, events, scale.horizon);
     draw_faults(&mut svg, scale, &windows, top, height);
+    if let Some(zoom) = zoom {
+        let (x1, x2) = (scale.x(zoom.start_ns), scale.x(zoom.end_ns));
+        svg.add(3, || {
+            format!(
+                "<a href=\"#timeline-zoom\"><rect class=\"zoom-window\" x=\"{x1:.1}\" y=\"{AXIS_H}\" width=\"{:.1}\" height=\"{:.1}\">\
+                 <title>zoomed below: {} to {}</title></rect></a>\n",
+                (x2 - x1).max(2.0),
+                height - AXIS_H,
+                secs(zoom.start_ns),
+                secs(zoom.end_ns)
+            )
+        });
+    }
     let mut y = top;
     let mut lane_y: BTreeMap<String, f64> = BTreeMap::new();
     for (i, lane) in lanes.runners.iter().take(runners).enumerate() {
-        draw_lane(&mut svg, scale, lane, &format!("lane-r{i}"), y);
+        draw_lane(&mut svg, scale, lane, &format!("{prefix}-r{i}"), y);
         y += LANE_H;
     }
     for &i in &jobs {
-        draw_lane(&mut svg, scale, &lanes.jobs[i], &format!("lane-j{i}"), y);
+        draw_lane(&mut svg, scale, &lanes.jobs[i], &format!("{prefix}-j{i}"), y);
         lane_y.insert(lanes.jobs[i].label.clone(), y);
         y += LANE_H;
     }
@@ -324,15 +453,24 @@ fn caption(lanes: &Lanes, jobs: usize, anomalous: usize, runners: usize, faults:
 }
 
 fn draw_axis(svg: &mut Svg, scale: Scale, height: f64) {
-    let span_s = scale.horizon as f64 / 1e9;
+    let span_s = scale.span() as f64 / 1e9;
     let raw = span_s / 10.0;
     let mag = 10f64.powf(raw.log10().floor());
     let step = [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(10.0 * mag);
     svg.raw("<g class=\"axis\">\n");
-    let mut t = 0.0;
-    while t <= span_s + 1e-9 {
-        let x = scale.x((t * 1e9) as u64);
-        let label = if step < 1.0 { format!("{:.0} ms", t * 1000.0) } else { format!("{t:.0} s") };
+    // Ticks at multiples of the step, from the first at or after the start.
+    let mut t = (scale.start as f64 / 1e9 / step).ceil() * step;
+    let last_s = scale.end as f64 / 1e9;
+    while t <= last_s + 1e-9 {
+        let x = scale.x((t * 1e9).round() as u64);
+        // Milliseconds on a short run; seconds with the step's decimals on a zoomed one.
+        let label = match step {
+            step if step >= 1.0 => format!("{t:.0} s"),
+            _ if scale.start == 0 => format!("{:.0} ms", t * 1000.0),
+            step if step >= 0.1 => format!("{t:.1} s"),
+            step if step >= 0.01 => format!("{t:.2} s"),
+            _ => format!("{t:.3} s"),
+        };
         svg.add(2, || {
             format!(
                 "<line class=\"grid\" x1=\"{x:.1}\" y1=\"{AXIS_H}\" x2=\"{x:.1}\" y2=\"{height}\"/>\
@@ -347,8 +485,9 @@ fn draw_axis(svg: &mut Svg, scale: Scale, height: f64) {
 /// Results of all jobs per time bucket, stacked by decision.
 fn draw_histogram(svg: &mut Svg, scale: Scale, events: &[Event]) {
     let mut buckets = vec![[0u32; 4]; BUCKETS];
-    for e in events.iter().filter(|e| e.kind == EventType::Ledger && e.f == Op::Result) {
-        let b = ((e.time_ns as f64 / scale.horizon as f64) * BUCKETS as f64) as usize;
+    let results = events.iter().filter(|e| e.kind == EventType::Ledger && e.f == Op::Result);
+    for e in results.filter(|e| scale.contains(e.time_ns)) {
+        let b = ((e.time_ns - scale.start) as f64 / scale.span() as f64 * BUCKETS as f64) as usize;
         let d = match e.decision {
             Some(Decision::Accepted) => 0,
             Some(Decision::Rejected) => 1,
@@ -383,7 +522,7 @@ fn draw_faults(svg: &mut Svg, scale: Scale, windows: &[FaultWindow], top: f64, h
     svg.raw("<g class=\"faults\">\n");
     // Where each row of labels is free again: a label goes in the first row it fits in.
     let mut rows_free_x = [f64::MIN; FAULT_LABEL_ROWS];
-    for w in windows.iter().take(MAX_FAULTS) {
+    for w in windows.iter().filter(|w| scale.overlaps(w.start_ns, w.end_ns)).take(MAX_FAULTS) {
         let (x1, x2) = (scale.x(w.start_ns), scale.x(w.end_ns));
         let width = (x2 - x1).max(1.0);
         let who = w.runner.as_deref().map(|r| format!(" on {r}")).unwrap_or_default();
@@ -410,7 +549,8 @@ fn draw_faults(svg: &mut Svg, scale: Scale, windows: &[FaultWindow], top: f64, h
             )
         });
     }
-    svg.omitted += windows.len().saturating_sub(MAX_FAULTS) * 2;
+    let within = windows.iter().filter(|w| scale.overlaps(w.start_ns, w.end_ns)).count();
+    svg.omitted += within.saturating_sub(MAX_FAULTS) * 2;
     svg.raw("</g>\n");
 }
 
@@ -445,7 +585,7 @@ fn draw_busy(svg: &mut Svg, scale: Scale, bars: &[Bar]) -> usize {
     let mut spans: Vec<(u64, u64, usize)> =
         bars.iter().map(|b| (b.attempt.start_ns, b.attempt.end_ns.unwrap_or(scale.horizon), 1)).collect();
     spans.sort_unstable();
-    let mut gap = scale.horizon / PLOT_W as u64;
+    let mut gap = scale.span() / PLOT_W as u64;
     loop {
         let mut merged: Vec<(u64, u64, usize)> = Vec::new();
         for &(s, e, n) in &spans {
@@ -484,7 +624,7 @@ fn draw_bar(svg: &mut Svg, scale: Scale, bar: &Bar) -> usize {
     let (x1, x2) = (scale.x(a.start_ns), scale.x(a.end_ns.unwrap_or(scale.horizon)));
     let w = (x2 - x1).max(2.0);
     let mut used = 0;
-    for &(s, e) in a.lease.iter().take(4) {
+    for &(s, e) in a.lease.iter().filter(|(s, e)| scale.overlaps(*s, *e)).take(4) {
         let (l1, l2) = (scale.x(s), scale.x(e));
         let lw = (l2 - l1).max(1.0);
         if svg.add(1, || format!("<rect class=\"lease\" x=\"{l1:.1}\" y=\"14\" width=\"{lw:.1}\" height=\"3\"/>")) {
@@ -579,7 +719,7 @@ fn draw_anomalies(svg: &mut Svg, scale: Scale, points: &[Point], lane_y: &BTreeM
     for (n, job, times) in points {
         let lane = job.as_ref().and_then(|j| lane_y.get(&format!("job {j}")));
         let (y1, y2) = lane.map(|y| (*y, y + LANE_H)).unwrap_or(span);
-        for &t in times {
+        for &t in times.iter().filter(|t| scale.contains(**t)) {
             if drawn >= MAX_ANOMALY_MARKS {
                 svg.omitted += 3;
                 continue;

@@ -59,6 +59,19 @@ async fn a_run_that_found_a_bug_shrinks_to_a_smaller_scenario_that_still_finds_i
     assert!(scenario.contains("how = \"conflict\"") && !scenario.contains("how = \"latency\""), "{scenario}");
     assert!(scenario.contains("checker = \"terminal-stability\"\nverdict = \"invalid\""), "{scenario}");
     assert!(scenario.contains("operator = \"automatic\"") && scenario.contains("overwrite-terminal-result"));
+    // The shrunk scenario's own report, as a reader meets it in Chromium: its story's
+    // faults on the runners they hit, grouped anomalies, a timeline zoomed to the incident.
+    if crate::browser::available() {
+        let store = dir.path().join("shrunk-store");
+        let args = ["scenario".as_ref(), "run".as_ref(), out.as_os_str(), "--store".as_ref(), store.as_os_str()];
+        let (code, text) = super::fencelab_output(&args, SHRINK_WAIT_MAX).await;
+        let repeat = format!("fencelab scenario run {}", out.display());
+        assert_eq!(code, Some(0), "the shrunk scenario passes: {text}\n{repeat}");
+        let folder = text.lines().find_map(|line| line.split("run folder ").nth(1)).expect("the run folder is said");
+        let folder = Path::new(folder.trim());
+        let history = engine::check::read_history(&folder.join("history.jsonl")).expect("a valid history");
+        super::report::check_page(folder, &history, &repeat);
+    }
     // Against the correct lab the same steps find nothing: the scenario is about the bug.
     let correct = dir.path().join("correct.toml");
     std::fs::write(&correct, scenario.replace("bugs = [\"overwrite-terminal-result\"]", "bugs = []")).unwrap();

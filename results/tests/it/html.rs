@@ -252,3 +252,68 @@ fn timeline_lanes_are_in_runner_order_and_fault_labels_do_not_overlap() {
     assert_eq!(label_y.len(), 2, "both windows labelled: {svg}");
     assert_ne!(label_y[0], label_y[1], "overlapping windows' labels in two rows");
 }
+
+/// The zoomed timeline's `<svg>…</svg>`, if the page has one.
+fn zoom_svg(html: &str) -> Option<&str> {
+    let start = html.find("<svg id=\"timeline-zoom-svg\"")?;
+    let end = start + html[start..].find("</svg>").expect("svg closed") + "</svg>".len();
+    Some(&html[start..end])
+}
+
+/// The timeline zooms to the first anomaly group's events (4.1 s to 4.5 s here, with a
+/// margin of at least 500 ms): only the lanes with something in that stretch (j2's attempt
+/// ended at 2.6 s, j3 was never claimed), axis labels in seconds with decimals, and the
+/// stretch outlined on the whole run's timeline, linking to the zoom.
+#[test]
+fn the_timeline_zooms_to_the_first_anomaly_groups_events() {
+    let (_, html) = rendered();
+    let zoom = zoom_svg(&html).expect("a zoomed timeline");
+    assert!(zoom.contains("data-start-ns=\"3600000000\" data-end-ns=\"5000000000\""), "{}", &zoom[..300]);
+    assert!(html.contains("<h3 id=\"timeline-zoom\">From 3.600 s to 5.000 s: the first anomaly group (job j1)</h3>"));
+    assert!(
+        zoom.contains(">job j1</text>") && zoom.contains(">runner r1</text>") && zoom.contains(">runner r2</text>")
+    );
+    assert!(!zoom.contains(">job j2</text>") && !zoom.contains(">job j3</text>"), "lanes with nothing in the stretch");
+    assert!(zoom.contains(">3.6 s</text>") && zoom.contains(">4.8 s</text>"), "ticks in seconds: {zoom}");
+    assert_eq!(zoom.matches("class=\"anomaly-mark\"").count(), 3, "the anomaly's three events");
+    let whole = timeline_svg(&html);
+    assert!(whole.contains("<a href=\"#timeline-zoom\"><rect class=\"zoom-window\""), "the stretch outlined");
+    assert!(whole.contains(">job j3</text>"), "the whole run keeps every lane");
+}
+
+/// An anomaly whose evidence spans most of the run is zoomed to the stretch around its last
+/// event (here the accepted result at 5.0 s, of a 6-s run: 4.4 to 5.3 s with a 500-ms
+/// margin); the harness's final-state records never widen a stretch; a run without
+/// anomalies has no zoom unless it is a scenario, which zooms to its steps and the faults
+/// they started (not the wait for its jobs to settle).
+#[test]
+fn a_zoom_only_where_it_shows_more_than_the_whole_run() {
+    let events = fixture::history();
+    let claim = fixture::index_of(&events, |e| e.f == history::Op::Claim);
+    let accepted =
+        fixture::index_of(&events, |e| e.f == history::Op::Result && e.decision == Some(history::Decision::Accepted));
+    let mut spread = fixture::anomaly(&events);
+    spread.events = vec![claim, accepted];
+    let html = report_html(&fixture::run_with(vec![spread]), &events);
+    let zoom = zoom_svg(&html).expect("a zoom around the last event");
+    assert!(zoom.contains("data-start-ns=\"3900000000\" data-end-ns=\"5800000000\""), "{}", &zoom[..300]);
+    let mut at_the_end = fixture::anomaly(&events);
+    let expire = fixture::index_of(&events, |e| e.f == history::Op::Expire);
+    at_the_end.events = vec![expire, events.last().unwrap().index];
+    let html = report_html(&fixture::run_with(vec![at_the_end]), &events);
+    let zoom = zoom_svg(&html).expect("a zoom on the expiry");
+    assert!(zoom.contains("data-start-ns=\"3600000000\" data-end-ns=\"4600000000\""), "{}", &zoom[..300]);
+    assert!(zoom_svg(&report_html(&fixture::run_with(vec![]), &events)).is_none(), "no anomaly, no scenario");
+    let mut scenario: Vec<history::Event> =
+        fixture::history().into_iter().filter(|e| e.process != history::Process::NEMESIS).collect();
+    let step = (history::Process::SCENARIO, history::EventType::Ok, history::Op::Step);
+    scenario.push(history::Event::new(1_000_000_000, step.0, step.1, step.2));
+    scenario.sort_by_key(|e| e.time_ns);
+    fixture::number(&mut scenario);
+    let mut run = fixture::run_with(vec![]);
+    run.schedule = serde_json::json!([]);
+    let html = report_html(&run, &scenario);
+    let zoom = zoom_svg(&html).expect("a scenario's incident zoomed");
+    assert!(zoom.contains("data-start-ns=\"0\" data-end-ns=\"1500000000\""), "{}", &zoom[..300]);
+    assert!(html.contains("the scenario&#39;s steps and the faults they started"), "why");
+}
