@@ -568,14 +568,19 @@ fn draw_lane(svg: &mut Svg, scale: Scale, lane: &Lane, id: &str, y: f64) {
         return;
     }
     let mut used = 0;
+    let mut labels = Vec::new();
     if lane.bars.len() <= MAX_BARS {
         for bar in &lane.bars {
-            used += draw_bar(svg, scale, bar);
+            used += draw_bar(svg, scale, bar, &mut labels);
         }
     } else {
         used += draw_busy(svg, scale, &lane.bars);
     }
     draw_marks(svg, scale, &lane.marks, LANE_BUDGET.saturating_sub(used));
+    // Fence labels last, so that no heartbeat tick or mark is drawn over them.
+    for label in labels {
+        svg.add(1, || label);
+    }
     svg.raw("</g>\n");
 }
 
@@ -619,7 +624,7 @@ fn draw_busy(svg: &mut Svg, scale: Scale, bars: &[Bar]) -> usize {
     used
 }
 
-fn draw_bar(svg: &mut Svg, scale: Scale, bar: &Bar) -> usize {
+fn draw_bar(svg: &mut Svg, scale: Scale, bar: &Bar, labels: &mut Vec<String>) -> usize {
     let a = bar.attempt;
     let (x1, x2) = (scale.x(a.start_ns), scale.x(a.end_ns.unwrap_or(scale.horizon)));
     let w = (x2 - x1).max(2.0);
@@ -642,19 +647,15 @@ fn draw_bar(svg: &mut Svg, scale: Scale, bar: &Bar) -> usize {
         secs(a.start_ns),
         a.end_ns.map(secs).unwrap_or_else(|| "end".into())
     ));
-    let text = if w >= 8.0 * bar.label.len() as f64 { 1 } else { 0 };
-    let label = esc(&bar.label);
-    if svg.add(2 + text, || {
-        let mut s = format!(
-            "<rect class=\"attempt{open}\" x=\"{x1:.1}\" y=\"3\" width=\"{w:.1}\" height=\"10\"><title>{title}</title></rect>"
-        );
-        if text == 1 {
-            let _ = write!(s, "<text class=\"fence\" x=\"{:.1}\" y=\"11.5\">{label}</text>", x1 + 2.0);
-        }
-        s.push('\n');
-        s
+    if w >= 8.0 * bar.label.len() as f64 {
+        labels.push(format!("<text class=\"fence\" x=\"{:.1}\" y=\"11.5\">{}</text>\n", x1 + 2.0, esc(&bar.label)));
+    }
+    if svg.add(2, || {
+        format!(
+            "<rect class=\"attempt{open}\" x=\"{x1:.1}\" y=\"3\" width=\"{w:.1}\" height=\"10\"><title>{title}</title></rect>\n"
+        )
     }) {
-        used += 2 + text;
+        used += 2;
     }
     used
 }

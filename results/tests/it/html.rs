@@ -125,6 +125,13 @@ fn timeline_draws_lanes_attempts_and_marks() {
     ] {
         assert!(svg.contains(mark), "mark {mark}");
     }
+    // On every lane the fence labels come after the heartbeat ticks, so none is drawn over.
+    for lane in svg.split("<g class=\"lane").skip(1) {
+        let (label, tick) = (lane.find("<text class=\"fence\""), lane.rfind("<line class=\"hb"));
+        if let (Some(label), Some(tick)) = (label, tick) {
+            assert!(label > tick, "a fence label under a heartbeat tick: {lane}");
+        }
+    }
 }
 
 #[test]
