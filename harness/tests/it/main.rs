@@ -10,6 +10,7 @@ mod containers;
 mod diff;
 mod evidence;
 mod matrix;
+mod pgboss;
 mod replicas;
 mod report;
 mod run;
