@@ -13,21 +13,15 @@ pub fn bullmq_system() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../systems/bullmq/system.toml")
 }
 
-/// Skips (or, under `FENCELAB_REQUIRE_ALL=1`, fails) when node, redis-server or the pinned
-/// npm packages (`npm ci` in `systems/bullmq`) are absent.
-pub fn bullmq_missing() -> bool {
-    let answers = |program: &str| {
-        std::process::Command::new(program).arg("--version").output().is_ok_and(|out| out.status.success())
-    };
-    let modules = bullmq_system().with_file_name("node_modules").join("bullmq").join("package.json");
-    let missing: Vec<&str> = [
-        (!answers("node")).then_some("node is not installed"),
-        (!answers("redis-server")).then_some("redis-server is not installed"),
-        (!modules.exists()).then_some("systems/bullmq/node_modules is absent (run `npm ci` there)"),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+/// Whether `program --version` runs and succeeds.
+pub fn answers(program: &str) -> bool {
+    std::process::Command::new(program).arg("--version").output().is_ok_and(|out| out.status.success())
+}
+
+/// Skips (or, under `FENCELAB_REQUIRE_ALL=1`, fails) when any dependency is missing: each
+/// `Some` says which. True when the test must not go on.
+pub fn skip_for(missing: Vec<Option<&str>>) -> bool {
+    let missing: Vec<&str> = missing.into_iter().flatten().collect();
     if missing.is_empty() {
         return false;
     }
@@ -35,6 +29,25 @@ pub fn bullmq_missing() -> bool {
     let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
     assert!(!require_all, "{} and FENCELAB_REQUIRE_ALL=1", missing.join("; "));
     true
+}
+
+/// Skips (or, under `FENCELAB_REQUIRE_ALL=1`, fails) when node, redis-server or the pinned
+/// npm packages (`npm ci` in `systems/bullmq`) are absent.
+pub fn bullmq_missing() -> bool {
+    let modules = bullmq_system().with_file_name("node_modules").join("bullmq").join("package.json");
+    skip_for(vec![
+        (!answers("node")).then_some("node is not installed"),
+        (!answers("redis-server")).then_some("redis-server is not installed"),
+        (!modules.exists()).then_some("systems/bullmq/node_modules is absent (run `npm ci` there)"),
+    ])
+}
+
+/// The cases conform printed with `verdict` (`"PASS "`, `"FAIL "`).
+pub fn conform_cases(said: &str, verdict: &str) -> BTreeSet<String> {
+    said.lines()
+        .filter_map(|line| line.strip_prefix(verdict))
+        .filter_map(|rest| rest.split_whitespace().next().map(str::to_string))
+        .collect()
 }
 
 /// The conform cases BullMQ fails whatever the timing (docs/analyses/bullmq.md): it requeues
@@ -78,13 +91,7 @@ async fn bullmq_starts_and_conform_finds_what_its_analysis_says() {
     ];
     let (code, said) = super::fencelab_output(&args, Duration::from_secs(300)).await;
     assert_eq!(code, Some(1), "conform judges BullMQ invalid:\n{said}");
-    let lines = |verdict: &str| -> BTreeSet<String> {
-        said.lines()
-            .filter_map(|line| line.strip_prefix(verdict))
-            .filter_map(|rest| rest.split_whitespace().next().map(str::to_string))
-            .collect()
-    };
-    let (failed, passed) = (lines("FAIL "), lines("PASS "));
+    let (failed, passed) = (conform_cases(&said, "FAIL "), conform_cases(&said, "PASS "));
     for case in CONFORM_FAILS {
         assert!(failed.contains(case), "{case} fails on BullMQ:\n{said}");
     }
@@ -119,7 +126,8 @@ const REQUIRED: [(&str, &str); 2] =
 /// [`EXPLAINED`].
 const SEEDS: [&str; 3] = ["1", "2", "3"];
 
-fn kinds(folder: &Path) -> BTreeSet<(String, String)> {
+/// Every (checker, kind) of a run folder's anomalies.
+pub fn kinds(folder: &Path) -> BTreeSet<(String, String)> {
     let text = std::fs::read_to_string(folder.join("results.json")).unwrap();
     let doc = results::read_results(&text).unwrap();
     doc.checkers

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::bullmq::{answers, conform_cases, kinds, skip_for};
 use super::run::{postgres_or_skip, run};
 
 pub fn pgboss_system() -> PathBuf {
@@ -19,22 +20,11 @@ fn pgboss_missing() -> bool {
     if !postgres_or_skip() {
         return true;
     }
-    let node = std::process::Command::new("node").arg("--version").output().is_ok_and(|out| out.status.success());
     let modules = pgboss_system().with_file_name("node_modules").join("pg-boss").join("package.json");
-    let missing: Vec<&str> = [
-        (!node).then_some("node is not installed"),
+    skip_for(vec![
+        (!answers("node")).then_some("node is not installed"),
         (!modules.exists()).then_some("systems/pg-boss/node_modules is absent (run `npm ci` there)"),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    if missing.is_empty() {
-        return false;
-    }
-    eprintln!("SKIPPED: {}", missing.join("; "));
-    let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
-    assert!(!require_all, "{} and FENCELAB_REQUIRE_ALL=1", missing.join("; "));
-    true
+    ])
 }
 
 /// The conform cases pg-boss fails whatever the timing (docs/analyses/pg-boss.md): it
@@ -70,6 +60,8 @@ async fn conform(variant: Option<&str>) -> (Option<i32>, String) {
         system.as_os_str(),
         "--db".as_ref(),
         "postgres".as_ref(),
+        "--lease-ms".as_ref(),
+        "3000".as_ref(),
         "--out".as_ref(),
         out.as_os_str(),
     ];
@@ -79,13 +71,6 @@ async fn conform(variant: Option<&str>) -> (Option<i32>, String) {
     super::fencelab_output(&args, Duration::from_secs(180)).await
 }
 
-fn cases(said: &str, verdict: &str) -> BTreeSet<String> {
-    said.lines()
-        .filter_map(|line| line.strip_prefix(verdict))
-        .filter_map(|rest| rest.split_whitespace().next().map(str::to_string))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn pgboss_starts_and_conform_finds_what_its_analysis_says() {
     if pgboss_missing() {
@@ -93,7 +78,7 @@ async fn pgboss_starts_and_conform_finds_what_its_analysis_says() {
     }
     let (code, said) = conform(None).await;
     assert_eq!(code, Some(1), "conform judges pg-boss invalid:\n{said}");
-    let (failed, passed) = (cases(&said, "FAIL "), cases(&said, "PASS "));
+    let (failed, passed) = (conform_cases(&said, "FAIL "), conform_cases(&said, "PASS "));
     for case in CONFORM_FAILS {
         assert!(failed.contains(case), "{case} fails on pg-boss:\n{said}");
     }
@@ -130,20 +115,20 @@ async fn fetch_checked_reports_refuse_what_pgboss_accepts_by_job_id() {
     assert_eq!(code, Some(1), "pg-boss requeues with the pattern too:\n{checked}");
     for (case, words) in ACCEPTED_BY_JOB_ID {
         assert!(
-            cases(&checked, "FAIL ").contains(case) || cases(&checked, "PASS ").contains(case),
+            conform_cases(&checked, "FAIL ").contains(case) || conform_cases(&checked, "PASS ").contains(case),
             "{case} ran:\n{checked}"
         );
         assert!(!line(&checked, case).contains(words), "the pattern refuses it: {}", line(&checked, case));
     }
     for case in ["rule/no-requeue-on-expiry", "rule/duplicate-result", "endpoint/result"] {
-        assert!(cases(&checked, "FAIL ").contains(case), "{case} is pg-boss's own and still fails:\n{checked}");
+        assert!(conform_cases(&checked, "FAIL ").contains(case), "{case} is pg-boss's own and still fails:\n{checked}");
     }
 }
 
 /// Every (checker, kind) the analysis explains for `--nemesis all` on the default (fenced)
 /// target, each seen in its measured runs. Anything else is a finding the analysis does not
 /// name, or an adapter bug.
-const EXPLAINED: [(&str, &str); 28] = [
+const EXPLAINED: [(&str, &str); 30] = [
     ("clock-authority", "runner-clock-trusted"),
     ("explicit-uncertainty", "expiry-not-uncertain"),
     ("explicit-uncertainty", "reclaimed-without-reconcile"),
@@ -159,10 +144,12 @@ const EXPLAINED: [(&str, &str); 28] = [
     ("rules-model", "claim-not-queued"),
     ("rules-model", "expiry-not-uncertain"),
     ("rules-model", "final-not-the-ledgers"),
+    ("rules-model", "more"),
     ("rules-model", "heartbeat-accepted-wrongly"),
     ("rules-model", "refused-wrongly"),
     ("rules-model", "result-accepted-wrongly"),
     ("single-owner", "two-attempts-one-job"),
+    ("single-owner", "two-jobs-one-key"),
     ("stale-completion", "expired-result-accepted"),
     ("stale-completion", "late-result-acknowledged"),
     ("stale-completion", "superseded-result-accepted"),
@@ -177,15 +164,6 @@ const EXPLAINED: [(&str, &str); 28] = [
 /// What every run shows, even a short one: pg-boss runs a job again with nobody having found
 /// the first execution stopped.
 const REQUIRED: (&str, &str) = ("explicit-uncertainty", "reclaimed-without-reconcile");
-
-fn kinds(folder: &Path) -> BTreeSet<(String, String)> {
-    let text = std::fs::read_to_string(folder.join("results.json")).unwrap();
-    let doc = results::read_results(&text).unwrap();
-    doc.checkers
-        .iter()
-        .flat_map(|checker| checker.anomalies.iter().map(|anomaly| (anomaly.checker.clone(), anomaly.kind.clone())))
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_short_pgboss_run_finds_only_what_its_analysis_explains() {
