@@ -153,10 +153,14 @@ class Authority:
                 return not self.ended
             return not self.ended and time.monotonic_ns() < self.deadline_ns
 
-    def extend(self, deadline_ns: int):
+    def extend(self, sent_ns: int, window_ns: int):
+        """An accepted heartbeat sent at ``sent_ns``: the deadline moves to ``sent_ns +
+        window_ns`` only if authority still held when it was sent; authority given up is
+        not taken back, even when the server accepts a late heartbeat."""
         with self.cond:
-            if not self.ended and deadline_ns > self.deadline_ns:
-                self.deadline_ns = deadline_ns
+            held = sent_ns < self.deadline_ns or self.ignores_deadline
+            if not self.ended and held and sent_ns + window_ns > self.deadline_ns:
+                self.deadline_ns = sent_ns + window_ns
             self.cond.notify_all()
 
     def end(self):
@@ -304,7 +308,7 @@ class Runner:
             if not ans.answered:
                 continue  # no answer changes nothing
             if ans.status == 200 and isinstance(ans.body, dict) and ans.body.get("decision") == "accepted":
-                authority.extend(sent_ns + window_ns)
+                authority.extend(sent_ns, window_ns)
             else:
                 authority.end()  # a definite refusal: authority ends now
                 return

@@ -93,9 +93,14 @@ struct Authority {
 }
 
 impl Authority {
-    fn renew(&self, deadline: Instant) {
+    /// An accepted heartbeat sent at `sent` moves the deadline to `sent + lease`, if the
+    /// authority still held when it was sent: authority given up is not taken back, even
+    /// when the server, whose lease an unanswered heartbeat had moved, accepts a late one.
+    fn renew(&self, sent: Instant, lease: Duration) {
         let mut current = self.deadline.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        *current = (*current).max(deadline);
+        if sent < *current {
+            *current = (*current).max(sent + lease);
+        }
     }
 
     fn lose(&self, why: String) {
@@ -261,7 +266,7 @@ impl Runner {
             let answer =
                 self.logged(Op::Heartbeat, &claim, request.observed_ms, None, self.control().heartbeat(&request)).await;
             match answer {
-                Ok(verdict) if verdict.decision == Decision::Accepted => authority.renew(sent + lease),
+                Ok(verdict) if verdict.decision == Decision::Accepted => authority.renew(sent, lease),
                 Ok(verdict) => authority.lose(format!("heartbeat refused: {}", reason_text(verdict.reason))),
                 Err(error) if error.outcome_unknown() => {}
                 Err(error) => authority.lose(format!("heartbeat refused: {error}")),
@@ -442,6 +447,22 @@ fn answer_type<T>(answer: &Result<T, ClientError>) -> EventType {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A heartbeat sent while the authority held moves its deadline; one sent after the
+    /// deadline passed does not, even when the server accepts it (an earlier heartbeat whose
+    /// answer was lost had moved the server's lease): the runner stays stopped.
+    #[test]
+    fn a_heartbeat_sent_after_the_deadline_does_not_revive_the_authority() {
+        let lease = Duration::from_millis(1_000);
+        let start = Instant::now();
+        let authority = Authority { deadline: Mutex::new(start + lease), lost: Mutex::new(None) };
+        authority.renew(start + Duration::from_millis(600), lease);
+        assert_eq!(authority.deadline(), start + Duration::from_millis(1_600), "sent in time: renewed");
+        authority.renew(start + Duration::from_millis(1_700), lease);
+        assert_eq!(authority.deadline(), start + Duration::from_millis(1_600), "sent late: not renewed");
+        authority.renew(start + Duration::from_millis(100), lease);
+        assert_eq!(authority.deadline(), start + Duration::from_millis(1_600), "an older send never shortens it");
+    }
 
     #[tokio::test]
     async fn the_renewal_deadline_wins_over_an_answer_due_at_the_same_time() {

@@ -176,3 +176,25 @@ async fn the_python_implementation_is_valid_under_libfaketime_clock_skew() {
     let skewed = finished.history().iter().any(|event| event.f == history::Op::ClockSkew);
     assert!(skewed, "a clock skew was scheduled and recorded");
 }
+
+/// The Python runner's authority, from the outside: a heartbeat sent while it held moves
+/// the deadline; one sent after the deadline passed does not, even when accepted (an
+/// earlier heartbeat whose answer was lost had moved the server's lease), so the runner
+/// stays stopped — the rule `runner-contract` judges (`docs/protocol.md`).
+#[test]
+fn the_python_runner_never_revives_authority_with_a_late_heartbeat() {
+    if python_missing() {
+        return;
+    }
+    let folder = python_system().parent().unwrap().to_path_buf();
+    let script = "import sys; sys.path.insert(0, sys.argv[1])\n\
+                  from runner import Authority\n\
+                  a = Authority(1_000)\n\
+                  a.extend(600, 1_000); print(a.deadline_ns)\n\
+                  a.extend(1_700, 1_000); print(a.deadline_ns)\n\
+                  a.extend(100, 1_000); print(a.deadline_ns)\n";
+    let out = std::process::Command::new("python3").arg("-c").arg(script).arg(&folder).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert_eq!(said.lines().collect::<Vec<_>>(), ["1600", "1600", "1600"], "in time, late, older: {said}");
+}
