@@ -155,6 +155,7 @@ pub fn prepare(args: &Options, program: &Path) -> Result<Prepared, StartError> {
         target_mode: "fenced".to_string(),
         replicas: 1,
         secret: format!("conform-secret-{:x}", protocol::monotonic_ns()),
+        poll_ms: system::launch::poll_ms_for(1),
     };
     let mut launch = Launch::new(&choice, &timings, Path::new("."), program)?;
     let out = output_folder(args, &launch.file.name).map_err(StartError::Named)?;

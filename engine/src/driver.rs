@@ -108,6 +108,7 @@ pub async fn drive(
         cluster: Arc::new(Mutex::new(cluster)),
         active: Mutex::new(vec![]),
         submitted: AtomicU64::new(0),
+        submit_to: std::sync::Mutex::new(None),
     });
     let ended = match work {
         Work::Chaos { jobs, schedule } => crate::run::chaos(&shared, jobs, schedule, interrupt).await,

@@ -27,6 +27,7 @@ pub struct RunArgs {
     /// Seed of every random choice of the run (default: taken from the clock and printed).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Runner processes, 1..=512, each with its two links through proxies of their own.
     #[arg(long, default_value_t = defaults().runners)]
     pub runners: u32,
     /// Distinct deployment keys the jobs spread over.

@@ -86,6 +86,15 @@ pub struct Timings {
     pub replicas: usize,
     /// The capability secret (`{secret}`).
     pub secret: String,
+    /// How often an idle runner claims (`{poll_ms}`).
+    pub poll_ms: u64,
+}
+
+/// How often each idle runner of `runners` claims: every 50 ms, and slower as runners are
+/// added, so that idle runners together send at most about 250 claims a second (256
+/// runners at 50 ms would flood a control plane with 5,000 claims a second of nothing).
+pub fn poll_ms_for(runners: u32) -> u64 {
+    u64::from(runners).saturating_mul(4).max(50)
 }
 
 impl Launch {
@@ -111,7 +120,7 @@ impl Launch {
             heartbeat_interval_ms: timings.heartbeat_interval_ms,
             renewal_margin_ms: timings.renewal_margin_ms,
             request_timeout_ms: timings.request_timeout_ms,
-            poll_ms: 50,
+            poll_ms: timings.poll_ms,
             database_urls: vec![],
             replica_clock: None,
             target_clock: None,

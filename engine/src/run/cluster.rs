@@ -90,6 +90,7 @@ pub fn timings_of(config: &RunConfig) -> system::Timings {
         target_mode: config.target_mode.name().to_string(),
         replicas: config.control_planes as usize,
         secret: format!("capability-secret-{:016x}", config.seed),
+        poll_ms: system::launch::poll_ms_for(config.runners),
     }
 }
 

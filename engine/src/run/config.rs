@@ -9,6 +9,9 @@ use lab::target::Mode;
 use serde::{Deserialize, Serialize};
 use workloads::faults::FaultKind;
 
+/// Most runners one run starts (each a process with two proxied links).
+pub const RUNNERS_MAX: u32 = 512;
+
 pub use system::Db;
 
 /// A run's validated configuration: what `config.json` holds, read back through this type.
@@ -176,7 +179,7 @@ impl RunConfig {
         let (time_limit_s, recovery_limit_s) = (self.time_limit_ms / 1_000, self.recovery_limit_ms / 1_000);
         let checks = [
             (time_limit_s == 0 || time_limit_s > 86_400, "--time-limit must be 1..=86400 seconds"),
-            (self.runners == 0 || self.runners > 64, "--runners must be 1..=64"),
+            (self.runners == 0 || self.runners > RUNNERS_MAX, "--runners must be 1..=512"),
             (self.keys == 0 || self.keys > 10_000, "--keys must be 1..=10000"),
             (!(self.rate_per_s > 0.0 && self.rate_per_s <= 1_000.0), "--rate must be above 0 and at most 1000 jobs/s"),
             (self.lease_ms < 100 || self.lease_ms > 600_000, "--lease-ms must be 100..=600000"),
@@ -372,6 +375,21 @@ impl RunConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn up_to_512_runners_are_taken_and_more_refused_by_name() {
+        let many = RunConfig { runners: RUNNERS_MAX, keys: 512, ..RunConfig::default() };
+        assert!(many.validate().is_ok());
+        let too_many = RunConfig { runners: RUNNERS_MAX + 1, ..RunConfig::default() };
+        assert_eq!(too_many.validate().unwrap_err(), "--runners must be 1..=512");
+        assert_eq!(
+            crate::run::cluster::timings_of(&RunConfig::default()).poll_ms,
+            50,
+            "a few runners poll every 50 ms"
+        );
+        let busy = crate::run::cluster::timings_of(&RunConfig { runners: 256, ..RunConfig::default() });
+        assert_eq!(busy.poll_ms, 1_024, "256 idle runners claim about 250 times a second together");
+    }
 
     #[test]
     fn a_plan_that_cannot_drain_is_warned_about_and_one_that_can_is_not() {

@@ -36,6 +36,10 @@ pub struct State {
     /// Labels of the faults in effect now, for the progress line.
     pub active: Mutex<Vec<String>>,
     pub submitted: AtomicU64,
+    /// The operator's client and the project as last read from the cluster, for a submit
+    /// that finds the cluster busy (a fault in progress holds it): the client submits on
+    /// its own schedule, not when the harness's nemesis lets it.
+    pub submit_to: std::sync::Mutex<Option<(protocol::client::Client, String)>>,
 }
 
 pub type Shared = Arc<State>;
@@ -114,21 +118,44 @@ async fn chaos_then_recovery(shared: &Shared, stoppable: &[tokio::task::AbortHan
     settle(shared).await
 }
 
-/// Submits the planned jobs at their times.
+/// Most submits the client has in flight at once: a slow control plane delays the
+/// schedule's later jobs instead of piling up requests.
+const SUBMITS_IN_FLIGHT_MAX: usize = 64;
+
+/// Submits the planned jobs at their times, each without waiting for the previous one's
+/// answer (at most [`SUBMITS_IN_FLIGHT_MAX`] at once), so that the rate holds when an
+/// answer takes longer than the gap between two jobs. Aborting the client aborts the
+/// submits in flight with it.
 async fn client(shared: Shared, jobs: Vec<PlannedJob>) {
+    let mut in_flight = tokio::task::JoinSet::new();
     for job in jobs {
         let wait_ms = job.at_ms.saturating_sub(shared.recorder.now_ms());
         tokio::time::sleep(Duration::from_millis(wait_ms)).await;
-        let _ = submit(&shared, &job).await;
+        while in_flight.len() >= SUBMITS_IN_FLIGHT_MAX {
+            in_flight.join_next().await;
+        }
+        let shared = shared.clone();
+        in_flight.spawn(async move {
+            let _ = submit(&shared, &job).await;
+        });
+        while in_flight.try_join_next().is_some() {}
     }
+    while in_flight.join_next().await.is_some() {}
 }
 
 /// Submits one job as the client, recording the request and its answer.
 pub(crate) async fn submit(shared: &Shared, job: &PlannedJob) -> Result<(), String> {
-    let (operator, project) = {
-        let cluster = shared.cluster.lock().await;
-        (cluster.system.operator.clone(), cluster.system.launch.file.project.clone())
+    let cached = shared.submit_to.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+    let (operator, project) = match (shared.cluster.try_lock(), cached) {
+        (Err(_), Some(cached)) => cached,
+        (Ok(cluster), _) => (cluster.system.operator.clone(), cluster.system.launch.file.project.clone()),
+        (Err(_), None) => {
+            let cluster = shared.cluster.lock().await;
+            (cluster.system.operator.clone(), cluster.system.launch.file.project.clone())
+        }
     };
+    *shared.submit_to.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) =
+        Some((operator.clone(), project.clone()));
     let fill = |event: &mut history::Event| {
         event.job = Some(job.id.clone());
         event.key = Some(job.deployment_key.clone());
