@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::bullmq::{answers, conform_cases, kinds, skip_for};
-use super::run::{postgres_or_skip, run};
+use super::run::postgres_or_skip;
 
 pub fn pgboss_system() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../systems/pg-boss/system.toml")
@@ -172,20 +172,19 @@ async fn a_short_pgboss_run_finds_only_what_its_analysis_explains() {
     }
     let system = pgboss_system();
     let system = system.to_str().unwrap();
-    let args = ["--system", system, "--db", "postgres", "--seed", "1", "--time-limit", "12", "--nemesis", "all"];
-    let finished = run(&args).await;
-    assert_eq!(
-        finished.code,
-        Some(1),
-        "pg-boss under every fault is invalid:\n{}\n{}",
-        finished.stdout,
-        finished.stderr
-    );
+    // The first of a few seeds whose run ends invalid (one run's timing on a loaded machine
+    // may end it otherwise; `caught` prints every run it tried when none does).
+    let args = ["--system", system, "--db", "postgres", "--time-limit", "12", "--nemesis", "all"];
+    let (finished, repeat) = super::run::caught(&args).await;
     let explained: BTreeSet<(String, String)> =
         EXPLAINED.iter().map(|(checker, kind)| (checker.to_string(), kind.to_string())).collect();
     let found = kinds(&finished.folder());
     let unexplained: Vec<&(String, String)> = found.difference(&explained).collect();
-    assert!(unexplained.is_empty(), "kinds the analysis does not explain: {unexplained:?}\n{}", finished.stdout);
+    assert!(
+        unexplained.is_empty(),
+        "kinds the analysis does not explain: {unexplained:?} ({repeat})\n{}",
+        finished.stdout
+    );
     let required = (REQUIRED.0.to_string(), REQUIRED.1.to_string());
-    assert!(found.contains(&required), "pg-boss ran a job again: {found:?}\n{}", finished.stdout);
+    assert!(found.contains(&required), "pg-boss ran a job again: {found:?} ({repeat})\n{}", finished.stdout);
 }
