@@ -229,20 +229,16 @@ fn submit_step(job: &PlannedJob, pin: Option<u32>) -> Action {
     }
 }
 
+/// A fault as a scenario's step: its parameters read from the variant's own serialised
+/// fields, so that every variant's `latency_ms` and `offset_ms` reach the step.
 fn fault_step(fault: &Fault) -> Action {
-    let (latency_ms, offset_ms) = match fault.variant {
-        Variant::Latency { latency_ms }
-        | Variant::DelayedStep { latency_ms }
-        | Variant::DbLatency { latency_ms, .. } => (Some(latency_ms), None),
-        Variant::StaticSkew { offset_ms } | Variant::Jump { offset_ms } | Variant::ReplicaSkew { offset_ms, .. } => {
-            (None, Some(offset_ms))
-        }
-        _ => (None, None),
-    };
+    let parameters = serde_json::to_value(&fault.variant).unwrap_or_default();
+    let latency_ms = parameters.get("latency_ms").and_then(serde_json::Value::as_u64);
+    let offset_ms = parameters.get("offset_ms").and_then(serde_json::Value::as_i64);
     Action::Fault {
         fault: Some(fault.kind),
         how: fault.variant.name().to_string(),
-        runner: fault.runner.map(runner_name),
+        runner: fault.runner.filter(|_| fault.kind.on_runner()).map(runner_name),
         replica: fault.variant.replica().map(|replica| replica + 1),
         duration_ms: fault.duration_ms,
         latency_ms,
@@ -663,6 +659,34 @@ mod tests {
     use super::*;
     use engine::scenario::format::{fault_of, parse, Action};
     use workloads::faults::{FaultKind, Variant};
+
+    /// Every fault a seeded all-faults schedule realises, written as a scenario's step and
+    /// read back, is the same fault: its parameters (a target's skew, a latency) reach the
+    /// scenario, which refuses a step that lacks one, and a fault on the control plane or
+    /// the target names no runner, which the scenario refuses too.
+    #[test]
+    fn every_scheduled_fault_survives_its_scenario_step() {
+        let mut kinds = FaultKind::ALL.to_vec();
+        kinds.extend(FaultKind::REPLICAS.iter().chain(FaultKind::DATABASE.iter()).copied());
+        let options = workloads::faults::ScheduleOptions {
+            kinds,
+            time_limit_ms: 60_000,
+            runners: 3,
+            lease_ms: 1_000,
+            replicas: 3,
+        };
+        let schedule = workloads::faults::schedule(7, &options);
+        let mut seen = BTreeSet::new();
+        for fault in &schedule {
+            let back =
+                fault_of(&fault_step(fault), fault.at_ms, 3).unwrap_or_else(|error| panic!("{fault:?}: {error}"));
+            // A fault not on a runner is dealt into a runner's lane, and names no runner.
+            let expected = Fault { runner: fault.runner.filter(|_| fault.kind.on_runner()), ..fault.clone() };
+            assert_eq!(serde_json::to_value(&back).unwrap(), serde_json::to_value(&expected).unwrap());
+            seen.insert(fault.variant.name());
+        }
+        assert!(seen.contains("target-skew") && seen.contains("latency"), "{seen:?}");
+    }
 
     fn job(id: &str, at_ms: u64) -> PlannedJob {
         PlannedJob { at_ms, id: id.into(), deployment_key: "key-1".into(), steps: 4, step_ms: 200 }

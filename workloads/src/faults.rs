@@ -338,6 +338,12 @@ impl FaultKind {
     pub fn on_replicas(self) -> bool {
         FaultKind::REPLICAS.contains(&self) || FaultKind::DATABASE.contains(&self)
     }
+
+    /// Whether the fault hits one runner: not the control plane's restart, a fault on
+    /// replicas, or the target's clock (which a schedule still deals into a runner's lane).
+    pub fn on_runner(self) -> bool {
+        !(self == FaultKind::RestartControlPlane || self.on_replicas() || self == FaultKind::TargetClockSkew)
+    }
 }
 
 /// The faults on replicas: one lane of its own beside the runners' lanes, its variants
