@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use workloads::faults::{Fault, Variant};
+use workloads::faults::Fault;
 use workloads::jobs::PlannedJob;
 use workloads::scenario::{Action, Condition, OperatorMode, Scenario, Step};
 
