@@ -26,6 +26,8 @@ pub struct Options {
     pub db: system::Db,
     pub control_planes: u32,
     pub store: PathBuf,
+    /// Each run ends its workload at the first anomaly the live ledger shows.
+    pub stop_at_first: bool,
 }
 
 /// The faults that expose each planted bug: its variant's `nemesis` in `systems/lab.toml`.
@@ -251,6 +253,9 @@ pub async fn run(args: &Options, program: &Path) -> anyhow::Result<Matrix> {
     let mut extra = vec!["--db".to_string(), args.db.name().to_string()];
     if args.control_planes > 1 {
         extra.extend(["--control-planes".to_string(), args.control_planes.to_string()]);
+    }
+    if args.stop_at_first {
+        extra.push("--stop-at-first".to_string());
     }
     let mut plan: Vec<(Line, u64)> = Vec::new();
     for line in &lines {

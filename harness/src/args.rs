@@ -96,6 +96,11 @@ pub struct RunArgs {
     /// fails over to the others).
     #[arg(long, default_value_t = defaults().control_planes)]
     pub control_planes: u32,
+    /// End the workload and faults at the first anomaly the live ledger shows (a ledger
+    /// rule broken by committed entries), then recover and check the whole history as
+    /// usual: the verdict is the same, the run shorter (`docs/running.md`).
+    #[arg(long)]
+    pub stop_at_first: bool,
 }
 
 /// A store's name (`sqlite`, `postgres`) as a flag's value.
@@ -151,6 +156,7 @@ impl RunArgs {
             system: self.system.clone(),
             variants: self.variants.clone(),
             control_planes: self.control_planes,
+            stop_at_first: self.stop_at_first,
             ..RunConfig::default()
         }
         .with_lease(self.lease_ms, self.heartbeat_interval_ms, self.reconcile_after_ms)
@@ -251,6 +257,10 @@ pub struct MatrixArgs {
     /// Where the runs and `matrix.json` go.
     #[arg(long, default_value = "store/matrix")]
     pub store: PathBuf,
+    /// Every run ends its workload and faults at the first anomaly the live ledger shows
+    /// (`fencelab run --stop-at-first`): the same table, sooner.
+    #[arg(long)]
+    pub stop_at_first: bool,
 }
 
 impl MatrixArgs {
@@ -269,6 +279,7 @@ impl MatrixArgs {
             db: self.db,
             control_planes: self.control_planes,
             store: self.store.clone(),
+            stop_at_first: self.stop_at_first,
         }
     }
 }

@@ -120,6 +120,10 @@ enum Command {
         /// Where the index, junit.xml, suite.json and the runs go.
         #[arg(long)]
         out: Option<std::path::PathBuf>,
+        /// Every run ends its workload and faults at the first anomaly the live ledger shows
+        /// (`fencelab run --stop-at-first`): the same verdicts, sooner.
+        #[arg(long)]
+        stop_at_first: bool,
         #[command(flatten)]
         history: HistoryArgs,
     },
@@ -292,9 +296,9 @@ fn execute(command: Command) -> Result<Exit, CommandError> {
             };
             shrink_command(&options)
         }
-        Command::Suite { file, shard, out, history } => {
+        Command::Suite { file, shard, out, stop_at_first, history } => {
             let history = campaign::trends::validate(history.dir, history.limit).map_err(bad)?;
-            suite_command(&file, shard.as_deref(), out, history)
+            suite_command(&file, shard.as_deref(), out, stop_at_first, history)
         }
         Command::Merge { out, shards, history } => {
             let history = campaign::trends::validate(history.dir, history.limit).map_err(bad)?;
@@ -578,9 +582,15 @@ fn suite_command(
     file: &std::path::Path,
     shard: Option<&str>,
     out: Option<std::path::PathBuf>,
+    stop_at_first: bool,
     history: Option<campaign::trends::History>,
 ) -> Result<Exit, CommandError> {
-    let suite = campaign::suite::read(file).map_err(bad)?;
+    let mut suite = campaign::suite::read(file).map_err(bad)?;
+    if stop_at_first {
+        for run in suite.runs.iter_mut().filter(|run| !run.args.iter().any(|arg| arg == "--stop-at-first")) {
+            run.args.push("--stop-at-first".to_string());
+        }
+    }
     let shard = shard.map(campaign::suite::parse_shard).transpose().map_err(bad)?;
     let default_out = match shard {
         Some((i, n)) => format!("store/suite-{}-shard-{i}-of-{n}", suite.name),

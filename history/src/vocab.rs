@@ -107,6 +107,9 @@ words! {
         /// limit, `info` when some did not (`reason` names them): the run is incomplete,
         /// and a job left unsettled is not judged lost.
         Recovery = "recovery",
+        /// The chaos phase ended before its time limit at the first anomaly the live ledger
+        /// showed (`--stop-at-first`); `reason` names it. Recovery and the whole check follow.
+        StopAtFirst = "stop-at-first",
         DelayedHeartbeats = "delayed-heartbeats",
         DuplicateResults = "duplicate-results",
         ConflictingResults = "conflicting-results",

@@ -67,6 +67,9 @@ pub struct RunConfig {
     /// Replicas of the control plane.
     #[serde(default = "one")]
     pub control_planes: u32,
+    /// End the chaos phase at the first anomaly the live ledger shows (`--stop-at-first`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stop_at_first: bool,
     pub version: String,
 }
 
@@ -109,6 +112,7 @@ impl Default for RunConfig {
             system: None,
             variants: Vec::new(),
             control_planes: 1,
+            stop_at_first: false,
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
@@ -300,6 +304,9 @@ impl RunConfig {
         }
         if self.control_planes != 1 {
             args.extend(["--control-planes".to_string(), self.control_planes.to_string()]);
+        }
+        if self.stop_at_first {
+            args.push("--stop-at-first".to_string());
         }
         args
     }

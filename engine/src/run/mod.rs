@@ -107,7 +107,20 @@ pub(crate) async fn chaos(
 /// Lets the client and the nemesis run for the time limit, stops them, heals every fault,
 /// and waits for the jobs to settle; true when every job settled in time.
 async fn chaos_then_recovery(shared: &Shared, stoppable: &[tokio::task::AbortHandle]) -> bool {
-    tokio::time::sleep(Duration::from_millis(shared.config.time_limit_ms)).await;
+    let limit = tokio::time::sleep(Duration::from_millis(shared.config.time_limit_ms));
+    if shared.config.stop_at_first {
+        tokio::select! {
+            () = limit => {}
+            found = first_anomaly(shared) => {
+                println!("stopped      at the first anomaly the live ledger showed ({found}); recovering and checking the whole history");
+                shared.recorder.record(Process::HARNESS, EventType::Info, Op::StopAtFirst, |event| {
+                    event.reason = Some(found);
+                });
+            }
+        }
+    } else {
+        limit.await;
+    }
     for task in stoppable {
         task.abort();
     }
@@ -116,6 +129,61 @@ async fn chaos_then_recovery(shared: &Shared, stoppable: &[tokio::task::AbortHan
     }
     shared.active.lock().await.clear();
     settle(shared).await
+}
+
+/// The checkers whose anomalies stand on committed ledger entries alone, so that one found
+/// in a prefix of the ledger stands in the whole history too: what `--stop-at-first`
+/// watches. (Rules that stand on something missing — an entry not yet written, a job not
+/// yet settled — are left to the whole history's check.)
+const LEDGER_RULES: [&str; 6] =
+    ["rules-model", "single-owner", "fence-order", "terminal-stability", "stale-completion", "heartbeat-resurrection"];
+/// How often `--stop-at-first` reads the ledger's new entries.
+const WATCH_EVERY: Duration = Duration::from_millis(1_000);
+/// Ledger entries asked for per page by the watch.
+const WATCH_PAGE_ENTRIES: u64 = 1_000;
+/// Most ledger entries the watch holds: past it, the run goes on to its time limit.
+const WATCH_ENTRIES_MAX: usize = 200_000;
+
+/// Reads the live ledger's new entries every [`WATCH_EVERY`] and checks everything read so
+/// far with [`LEDGER_RULES`]; returns the first anomaly in words. Never returns for a system
+/// without a ledger or past [`WATCH_ENTRIES_MAX`] entries.
+async fn first_anomaly(shared: &Shared) -> String {
+    let (operator, has_ledger) = {
+        let cluster = shared.cluster.lock().await;
+        (cluster.system.operator.clone(), !cluster.info.absent.contains(&system::Feature::Ledger))
+    };
+    let mut events: Vec<history::Event> = Vec::new();
+    let mut after = 0;
+    while has_ledger && events.len() <= WATCH_ENTRIES_MAX {
+        tokio::time::sleep(WATCH_EVERY).await;
+        let before = events.len();
+        // A page that cannot be read now (a restart in progress) is read at the next turn.
+        while let Ok(page) = operator.ledger_page(after, WATCH_PAGE_ENTRIES).await {
+            let now_ns = shared.recorder.now_ns();
+            for entry in &page {
+                let mut event = system::collect::ledger_event(entry, now_ns);
+                event.index = events.len() as u64;
+                events.push(event);
+                after = after.max(entry.seq);
+            }
+            if (page.len() as u64) < WATCH_PAGE_ENTRIES {
+                break;
+            }
+        }
+        if events.len() == before {
+            continue;
+        }
+        for name in LEDGER_RULES {
+            let Some(result) = checkers::check_one(name, &events) else { continue };
+            if let checkers::Verdict::Invalid { anomalies } = &result.verdict {
+                if let Some(anomaly) = anomalies.first() {
+                    let at = shared.recorder.now_ms();
+                    return format!("{}/{} at {at} ms: {}", anomaly.checker, anomaly.kind, anomaly.message);
+                }
+            }
+        }
+    }
+    std::future::pending().await
 }
 
 /// Most submits the client has in flight at once: a slow control plane delays the
