@@ -110,6 +110,11 @@ async fn a_commit_whose_answer_is_cut_is_answered_as_an_unknown_outcome() {
         "6",
         "--rate",
         "8",
+        // 8 jobs/s keeps every runner busy and leaves a backlog of about 40 jobs at the
+        // time limit: about 13 s to drain here, over 30 s on a loaded machine. Recovery
+        // ends when they are done; its bound is generous.
+        "--recovery-limit",
+        "120",
         "--schedule",
         &schedule,
     ];
