@@ -742,7 +742,6 @@ async fn hold_step(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
         let cluster = shared.cluster.lock().await;
         (cluster.system.runner_log(&runner_id), cluster.target_client(Duration::from_millis(lease_ms)))
     };
-    let seen = std::fs::read_to_string(&log).map_or(0, |text| text.lines().count());
     let latency_ms = match fault.variant {
         Variant::DelayedStep { latency_ms } | Variant::LateStep { latency_ms } => latency_ms,
         _ => unreachable!("a held step"),
@@ -755,6 +754,11 @@ async fn hold_step(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     if let Err(error) = added {
         return ineffective(format!("the target link cannot be slowed: {error}"));
     }
+    // The log is read only once the toxic is in place: a step logged after this was sent
+    // after it too (a runner logs a request before sending it), so it is held. Read
+    // before, a step sent while the toxic was being added (the cluster's lock can take a
+    // while under load) passed unheld and was taken for the held one.
+    let seen = std::fs::read_to_string(&log).map_or(0, |text| text.lines().count());
     // Whichever claim the runner holds by now: the step its log shows names it.
     let Some((claim, key, step)) = step_sent(&log, seen, Duration::from_millis(lease_ms)).await else {
         let removed = shared.cluster.lock().await.proxy.remove_toxic(&link, &name).await;
