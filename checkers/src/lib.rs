@@ -119,10 +119,16 @@ pub fn unreadable(reason: &str) -> Vec<CheckerResult> {
 
 /// Runs the checker with this name alone; `None` for a name [`names`] does not list.
 pub fn check_one(name: &str, events: &[Event]) -> Option<CheckerResult> {
-    let check = all_checks().into_iter().find(|check| check.name() == name)?;
-    let mut pass = Pass::new(vec![check]);
+    check_named(&[name], events).pop()
+}
+
+/// Runs the checkers with these names in one pass, in the order of [`names`]; a name it
+/// does not list is left out.
+pub fn check_named(wanted: &[&str], events: &[Event]) -> Vec<CheckerResult> {
+    let checks = all_checks().into_iter().filter(|check| wanted.contains(&check.name())).collect();
+    let mut pass = Pass::new(checks);
     pass.feed_all(events);
-    results(pass).pop()
+    results(pass)
 }
 
 /// Every checker over a history fed one event at a time, for histories too large to hold
