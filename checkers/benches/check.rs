@@ -37,19 +37,20 @@ fn streamed(size: usize) -> (usize, Duration, usize) {
     let (mut events, mut spent) = (0usize, Duration::ZERO);
     while events < size {
         let chunk = generator.chunk(CHUNK.min(size - events));
+        events += chunk.len();
         let started = Instant::now();
         chunk.iter().for_each(|event| stream.push(event));
         spent += started.elapsed();
-        events += chunk.len();
     }
     let finals = generator.finals();
     let started = Instant::now();
+    let finals_len = finals.len();
     finals.iter().for_each(|event| stream.push(event));
     let tracked = stream.tracked();
-    let results = stream.finish();
+    let results = stream.finish().expect("a generated ledger is in seq order");
     spent += started.elapsed();
     assert_valid(&results, size);
-    (events + finals.len(), spent, tracked)
+    (events + finals_len, spent, tracked)
 }
 
 /// Holds the whole history and runs `check_all`; returns events and time.

@@ -69,13 +69,18 @@ impl Findings {
     }
 }
 
+/// A ledger event's `seq`, if it has one.
+pub(crate) fn seq_of(event: &Event) -> Option<u64> {
+    event.value.as_ref().and_then(|value| value.get("seq")).and_then(|seq| seq.as_u64())
+}
+
 /// The positions of the ledger events in `seq` order, when that differs from the
 /// history's order and every ledger event has a distinct `seq`.
 fn ledger_slots(events: &[Event]) -> Option<Vec<u32>> {
     let mut ledger: Vec<(u64, u32)> = Vec::new();
     for (position, event) in events.iter().enumerate() {
         if event.kind == EventType::Ledger {
-            let seq = event.value.as_ref().and_then(|value| value.get("seq")).and_then(|seq| seq.as_u64())?;
+            let seq = seq_of(event)?;
             ledger.push((seq, u32::try_from(position).ok()?));
         }
     }

@@ -23,7 +23,8 @@ pub mod stale_side_effect;
 pub mod terminal_stability;
 
 use driver::{Check, Pass};
-use history::Event;
+use history::{Event, EventType};
+pub use model::{FxHasher, FxMap};
 
 /// One fencing violation, in the seed's words.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,12 +132,32 @@ pub fn check_named(wanted: &[&str], events: &[Event]) -> Vec<CheckerResult> {
     results(pass)
 }
 
-/// Every checker over a history fed one event at a time, for histories too large to hold
-/// in memory. The caller feeds events in index order, with ledger events in `seq` order
-/// ([`check_all`] restores that order itself).
+/// How many events after a ledger event that waits for its turn the [`Stream`] reads
+/// ahead for the entry whose `seq` comes next, before it takes the smallest it has.
+pub const LOOKAHEAD_EVENTS: usize = 100_000;
+
+/// Every checker over a history fed one event at a time in the history's order, for
+/// histories too large to hold in memory. It visits ledger events in `seq` order as
+/// [`check_all`] does: the k-th ledger event of the history is checked as the entry with
+/// the k-th smallest `seq`. An entry whose turn comes before it has been read is waited
+/// for (the events after it held back, at most [`LOOKAHEAD_EVENTS`] past the next `seq`
+/// expected). When a history breaks that order beyond repair — a ledger event without a
+/// `seq`, a `seq` repeated, or one read after a larger one was checked —
+/// [`Stream::ordered`] turns false and the history must be checked whole with
+/// [`check_all`].
 pub struct Stream {
     pass: Pass,
+    /// Events read and not yet checked, from the first that waits, with their positions; a
+    /// ledger event is a slot (`None`), its entry kept in `ledger`.
+    held: std::collections::VecDeque<(usize, Option<Event>)>,
+    /// The ledger events read and not yet checked, by `seq`, with their positions.
+    ledger: std::collections::BTreeMap<u64, (usize, Event)>,
+    /// The position of the next event read.
     position: usize,
+    /// The largest `seq` checked so far.
+    last_seq: Option<u64>,
+    ordered: bool,
+    lookahead: usize,
 }
 
 impl Default for Stream {
@@ -147,12 +168,92 @@ impl Default for Stream {
 
 impl Stream {
     pub fn new() -> Stream {
-        Stream { pass: Pass::new(all_checks()), position: 0 }
+        Stream::of(all_checks())
     }
 
+    /// The checkers with these names only (see [`check_named`]).
+    pub fn named(wanted: &[&str]) -> Stream {
+        Stream::of(all_checks().into_iter().filter(|check| wanted.contains(&check.name())).collect())
+    }
+
+    fn of(checks: Vec<Box<dyn Check>>) -> Stream {
+        Stream {
+            pass: Pass::new(checks),
+            held: std::collections::VecDeque::new(),
+            ledger: std::collections::BTreeMap::new(),
+            position: 0,
+            last_seq: None,
+            ordered: true,
+            lookahead: LOOKAHEAD_EVENTS,
+        }
+    }
+
+    /// The same stream reading at most `events` ahead (instead of [`LOOKAHEAD_EVENTS`]).
+    pub fn lookahead(mut self, events: usize) -> Stream {
+        self.lookahead = events;
+        self
+    }
+
+    /// Reads the next event of the history (copied only when it must wait for its turn).
     pub fn push(&mut self, event: &Event) {
-        self.pass.feed(event, self.position);
+        let position = self.position;
         self.position += 1;
+        if !self.ordered {
+            return;
+        }
+        if event.kind != EventType::Ledger && self.held.is_empty() {
+            self.pass.feed(event, position);
+            return;
+        }
+        if event.kind == EventType::Ledger {
+            let Some(seq) = driver::seq_of(event) else {
+                self.ordered = false;
+                return;
+            };
+            if self.last_seq.is_some_and(|last| seq <= last) || self.ledger.contains_key(&seq) {
+                self.ordered = false;
+                return;
+            }
+            let next = self.last_seq.map_or(seq <= 1, |last| seq == last + 1);
+            if next && self.held.is_empty() {
+                self.pass.feed(event, position);
+                self.last_seq = Some(seq);
+                return;
+            }
+            self.ledger.insert(seq, (position, event.clone()));
+            self.held.push_back((position, None));
+        } else {
+            self.held.push_back((position, Some(event.clone())));
+        }
+        self.drain(false);
+    }
+
+    /// Checks what can be checked: each held event in turn, a ledger slot taking the entry
+    /// whose `seq` comes next once it has been read (or, at the end or past the lookahead,
+    /// the smallest read).
+    fn drain(&mut self, end: bool) {
+        while let Some((position, slot)) = self.held.front() {
+            if let Some(event) = slot {
+                self.pass.feed(event, *position);
+                self.held.pop_front();
+                continue;
+            }
+            let Some((&seq, _)) = self.ledger.first_key_value() else { break };
+            let next = self.last_seq.map_or(seq <= 1, |last| seq == last + 1);
+            let waited = self.held.len() > self.lookahead;
+            if !(next || waited || end) {
+                break;
+            }
+            let (_, (at, entry)) = self.ledger.pop_first().expect("a ledger entry was read");
+            self.pass.feed(&entry, at);
+            self.last_seq = Some(seq);
+            self.held.pop_front();
+        }
+    }
+
+    /// False once the history broke the ledger's order beyond what a stream can restore.
+    pub fn ordered(&self) -> bool {
+        self.ordered
     }
 
     /// How many attempts, jobs, runners and keys the checkers' shared index tracks.
@@ -160,7 +261,12 @@ impl Stream {
         self.pass.tracked()
     }
 
-    pub fn finish(self) -> Vec<CheckerResult> {
-        results(self.pass)
+    /// The verdicts; `None` when the history was not [`Stream::ordered`].
+    pub fn finish(mut self) -> Option<Vec<CheckerResult>> {
+        if !self.ordered {
+            return None;
+        }
+        self.drain(true);
+        Some(results(self.pass))
     }
 }

@@ -109,6 +109,7 @@ pub async fn drive(
         active: Mutex::new(vec![]),
         submitted: AtomicU64::new(0),
         submit_to: std::sync::Mutex::new(None),
+        claims: Mutex::new(Default::default()),
     });
     let ended = match work {
         Work::Chaos { jobs, schedule } => crate::run::chaos(&shared, jobs, schedule, interrupt).await,
@@ -141,7 +142,7 @@ fn incompleteness(
     if ended.interrupted {
         why.push("interrupted".to_string());
     } else if !ended.settled {
-        why.push(unsettled(records, recovery_limit_ms));
+        why.push(unsettled(records, ended, recovery_limit_ms));
     }
     if !records.unreadable.is_empty() {
         why.push(format!("{} records could not be read", records.unreadable.len()));
@@ -176,6 +177,8 @@ pub struct Ended {
     pub recovery: bool,
     pub interrupted: bool,
     pub steps_passed: bool,
+    /// The run stopped at its first anomaly (`--stop-at-first`) and skipped recovery.
+    pub stopped_at_first: bool,
 }
 
 /// Says which runners exited on their own, stops the runners (none may report after the
@@ -194,7 +197,7 @@ async fn finish(shared: &Shared, ended: &Ended) -> anyhow::Result<(system::colle
     cluster.stop_runners().await;
     let records = system::collect::collect(&cluster.system, COLLECT_WAIT_MAX).await;
     if ended.recovery && !interrupted {
-        recovery(shared, ended.settled, &records);
+        recovery(shared, ended, &records);
     }
     let sources = held(&cluster, interrupted);
     let logs = cluster.runner_logs();
@@ -211,17 +214,17 @@ const UNSETTLED_NAMED_MAX: usize = 10;
 
 /// Says in the history whether recovery settled every job, and if not which jobs were left
 /// in which state: such a run is incomplete, and its unsettled jobs are not judged lost.
-fn recovery(shared: &Shared, settled: bool, records: &system::collect::Records) {
-    let kind = if settled { EventType::Ok } else { EventType::Info };
+fn recovery(shared: &Shared, ended: &Ended, records: &system::collect::Records) {
+    let kind = if ended.settled { EventType::Ok } else { EventType::Info };
     shared.recorder.record(Process::HARNESS, kind, Op::Recovery, |event| {
-        if !settled {
-            event.reason = Some(unsettled(records, shared.config.recovery_limit_ms));
+        if !ended.settled {
+            event.reason = Some(unsettled(records, ended, shared.config.recovery_limit_ms));
         }
     });
 }
 
 /// Which jobs were not terminal after the recovery limit, and in which state.
-fn unsettled(records: &system::collect::Records, recovery_limit_ms: u64) -> String {
+fn unsettled(records: &system::collect::Records, ended: &Ended, recovery_limit_ms: u64) -> String {
     let terminal =
         |job: &&protocol::JobView| matches!(job.state, protocol::JobState::Succeeded | protocol::JobState::Failed);
     let left: Vec<String> = records
@@ -233,11 +236,12 @@ fn unsettled(records: &system::collect::Records, recovery_limit_ms: u64) -> Stri
     let named = left.iter().take(UNSETTLED_NAMED_MAX).cloned().collect::<Vec<_>>().join(", ");
     let more = left.len().saturating_sub(UNSETTLED_NAMED_MAX);
     let more = if more > 0 { format!(" and {more} more") } else { String::new() };
-    format!(
-        "{} of {} jobs were not terminal after the {recovery_limit_ms} ms recovery limit: {named}{more}",
-        left.len(),
-        records.jobs.len()
-    )
+    let when = if ended.stopped_at_first {
+        "when the run stopped at its first anomaly (--stop-at-first: no recovery)".to_string()
+    } else {
+        format!("after the {recovery_limit_ms} ms recovery limit")
+    };
+    format!("{} of {} jobs were not terminal {when}: {named}{more}", left.len(), records.jobs.len())
 }
 
 /// The sources of evidence a driven run's history holds: the harness was the client, the

@@ -48,6 +48,12 @@ enum Command {
     Check {
         /// The run folder (`store/<test>/<start-time>`, or `store/latest`).
         folder: std::path::PathBuf,
+        /// A history longer than this many events is drawn in report.html from a sample:
+        /// whole jobs (one in 2, 4, …), the nemesis's, operator's and harness's events, and
+        /// every event of each job an anomaly names. The verdicts and counts stay exact.
+        #[arg(long, value_name = "EVENTS", default_value_t = results::KEPT_EVENTS_MAX as u64,
+              value_parser = clap::value_parser!(u64).range(100..=10_000_000))]
+        draw_events: u64,
     },
     /// Audit a live control plane's ledger (`GET /v1/ledger`, from a saved cursor) against
     /// every rule the ledger alone can prove; `--follow` keeps auditing new entries.
@@ -120,7 +126,7 @@ enum Command {
         /// Where the index, junit.xml, suite.json and the runs go.
         #[arg(long)]
         out: Option<std::path::PathBuf>,
-        /// Every run ends its workload and faults at the first anomaly the live ledger shows
+        /// Every run ends its workload and faults at the first anomaly the live records show
         /// (`fencelab run --stop-at-first`): the same verdicts, sooner.
         #[arg(long)]
         stop_at_first: bool,
@@ -269,8 +275,8 @@ fn execute(command: Command) -> Result<Exit, CommandError> {
             runtime()?.block_on(proxy::serve_forever(listen, seed)).map_err(|error| internal(error.to_string()))?;
             Ok(Exit::Valid)
         }
-        Command::Check { folder } => {
-            let (_, run) = engine::check::check_folder(&folder)?;
+        Command::Check { folder, draw_events } => {
+            let (_, run) = engine::check::check_folder_drawing(&folder, draw_events as usize)?;
             Ok(print_verdict(&folder, &run, &run.command))
         }
         Command::Audit(args) => audit_command(&args),

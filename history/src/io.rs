@@ -73,27 +73,107 @@ pub fn log_line(event: &Event) -> Result<String, String> {
 /// indices contiguous from 0, times never going backwards. A torn last line (a killed
 /// writer) or a word the vocabulary does not hold is an error that names the line.
 pub fn read(input: impl std::io::Read) -> Result<Vec<Event>, Error> {
-    let reader = std::io::BufReader::new(input);
-    let mut events = Vec::new();
-    let mut last_time_ns = 0;
-    for (number, line) in reader.lines().enumerate() {
-        let line = line?;
-        let invalid = |message: String| Error::Invalid { line: number + 1, message };
-        if line.trim().is_empty() {
-            continue;
-        }
-        let event: Event = serde_json::from_str(&line).map_err(|e| invalid(e.to_string()))?;
-        event.check_vocabulary().map_err(invalid)?;
-        if event.index != events.len() as u64 {
-            return Err(invalid(format!("index {} where {} was expected", event.index, events.len())));
-        }
-        if event.time_ns < last_time_ns {
-            return Err(invalid(format!("time_ns {} goes backwards", event.time_ns)));
-        }
-        last_time_ns = event.time_ns;
-        events.push(event);
+    Reader::new(std::io::BufReader::new(input)).collect()
+}
+
+/// One line of a history parsed on its own: an event in the known vocabulary. What only
+/// the lines in order can tell (contiguous indices, time never going backwards) is
+/// [`Order`]'s.
+pub fn parse_line(line: &[u8]) -> Result<Event, String> {
+    let event: Event = serde_json::from_slice(line).map_err(|error| error.to_string())?;
+    event.check_vocabulary()?;
+    Ok(event)
+}
+
+/// Whether a line holds nothing but white space (a history skips it).
+pub fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(u8::is_ascii_whitespace)
+}
+
+/// The checks a history's events must pass in order: indices contiguous from 0, times
+/// never going backwards.
+#[derive(Clone, Debug, Default)]
+pub struct Order {
+    next_index: u64,
+    last_time_ns: u64,
+}
+
+impl Order {
+    pub fn new() -> Order {
+        Order::default()
     }
-    Ok(events)
+
+    /// Takes the next event of the history, or says why it cannot come next.
+    pub fn next(&mut self, event: &Event) -> Result<(), String> {
+        if event.index != self.next_index {
+            return Err(format!("index {} where {} was expected", event.index, self.next_index));
+        }
+        if event.time_ns < self.last_time_ns {
+            return Err(format!("time_ns {} goes backwards", event.time_ns));
+        }
+        self.last_time_ns = event.time_ns;
+        self.next_index += 1;
+        Ok(())
+    }
+}
+
+/// A history read one event at a time, with [`read`]'s checks: for histories too long to
+/// hold. Each line is parsed from a reused buffer; blank lines are skipped. After the
+/// first error it yields nothing more.
+pub struct Reader<R: BufRead> {
+    input: R,
+    line: Vec<u8>,
+    number: usize,
+    order: Order,
+    failed: bool,
+}
+
+impl<R: BufRead> Reader<R> {
+    pub fn new(input: R) -> Reader<R> {
+        Reader { input, line: Vec::with_capacity(512), number: 0, order: Order::new(), failed: false }
+    }
+
+    /// The number of the last line read, from 1.
+    pub fn line(&self) -> usize {
+        self.number
+    }
+
+    fn next_event(&mut self) -> Option<Result<Event, Error>> {
+        loop {
+            self.line.clear();
+            match self.input.read_until(b'\n', &mut self.line) {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(error) => return Some(Err(Error::Io(error))),
+            }
+            self.number += 1;
+            if !is_blank(&self.line) {
+                break;
+            }
+        }
+        let invalid = |message: String| Error::Invalid { line: self.number, message };
+        let event = match parse_line(&self.line) {
+            Ok(event) => event,
+            Err(message) => return Some(Err(invalid(message))),
+        };
+        if let Err(message) = self.order.next(&event) {
+            return Some(Err(invalid(message)));
+        }
+        Some(Ok(event))
+    }
+}
+
+impl<R: BufRead> Iterator for Reader<R> {
+    type Item = Result<Event, Error>;
+
+    fn next(&mut self) -> Option<Result<Event, Error>> {
+        if self.failed {
+            return None;
+        }
+        let next = self.next_event();
+        self.failed = matches!(next, Some(Err(_)));
+        next
+    }
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ mod vocab;
 
 pub use event::{Decision, Event, EventType};
 pub use exit::Exit;
-pub use io::{log_line, read, Error, Writer};
+pub use io::{is_blank, log_line, parse_line, read, Error, Order, Reader, Writer};
 pub use vocab::{ClosedBy, Op, OutcomeWord, Process, Reason, RecordedAs, Role, Source};
 
 mod sources;

@@ -20,10 +20,18 @@ const STYLE: &str = include_str!("report.css");
 const PLOT_STYLE: &str = include_str!("plots.css");
 const SCRIPT: &str = include_str!("report.js");
 
-/// Renders `report.html`.
+/// Renders `report.html` of a history held whole.
 pub fn report_html(run: &Run, events: &[Event]) -> String {
+    let digest = crate::Digest::of(events);
+    report_html_of(run, &crate::View { events, digest: &digest, one_in: None })
+}
+
+/// Renders `report.html` from a [`crate::View`]: drawn from its events, a sample's
+/// drawings captioned as such.
+pub fn report_html_of(run: &Run, view: &crate::View) -> String {
+    let events = view.events;
     let overall = run.overall();
-    let shown = shown_events(run, events);
+    let shown = shown_events(run, events, view.digest.events());
     let mut out = String::with_capacity(64 * 1024);
     let _ = write!(
         out,
@@ -41,9 +49,13 @@ pub fn report_html(run: &Run, events: &[Event]) -> String {
     anomalies(&mut out, run, events, &shown);
     let zoom = timeline::zoom(run, events);
     let drawn = timeline::render(run, events, zoom.as_ref());
+    let sampled = view
+        .sampled_caption()
+        .map(|caption| format!("<p class=\"caption\" id=\"drawn-from\">{}</p>\n", esc(&caption)))
+        .unwrap_or_default();
     let _ = write!(
         out,
-        "<section id=\"timeline\" data-svg-elements=\"{}\">\n<h2>Timeline</h2>\n{}\n<p class=\"caption\">{}</p>\n<div class=\"scroll\">\n{}</div>\n",
+        "<section id=\"timeline\" data-svg-elements=\"{}\">\n<h2>Timeline</h2>\n{sampled}{}\n<p class=\"caption\">{}</p>\n<div class=\"scroll\">\n{}</div>\n",
         drawn.elements,
         legend(),
         esc(&drawn.caption),
@@ -67,7 +79,7 @@ pub fn report_html(run: &Run, events: &[Event]) -> String {
     crate::coverage::section(&mut out, &crate::coverage::coverage(&run.schedule, events));
     let proofs: BTreeSet<u64> =
         run.checkers.iter().flat_map(anomalies_of).flat_map(|a| a.events.iter().copied()).collect();
-    events_table(&mut out, events, &shown, &proofs);
+    events_table(&mut out, events, view.digest.events(), &shown, &proofs);
     details(&mut out, run);
     let _ = write!(out, "<script>\n{SCRIPT}</script>\n</body>\n</html>\n");
     out
@@ -214,8 +226,8 @@ fn event_link(index: u64, events: &[Event], shown: &BTreeSet<u64>) -> String {
 
 /// The events the table shows: every event of a small history; else the events that prove an
 /// anomaly (at most [`MAX_EVENT_ROWS`]).
-fn shown_events(run: &Run, events: &[Event]) -> BTreeSet<u64> {
-    if events.len() <= MAX_EVENT_ROWS {
+fn shown_events(run: &Run, events: &[Event], total: u64) -> BTreeSet<u64> {
+    if total <= MAX_EVENT_ROWS as u64 {
         return events.iter().map(|e| e.index).collect();
     }
     let proofs = run.checkers.iter().flat_map(anomalies_of).flat_map(|a| a.events.iter().copied());
@@ -227,14 +239,14 @@ fn shown_events(run: &Run, events: &[Event]) -> BTreeSet<u64> {
         .collect()
 }
 
-fn events_table(out: &mut String, events: &[Event], shown: &BTreeSet<u64>, proofs: &BTreeSet<u64>) {
+fn events_table(out: &mut String, events: &[Event], total: u64, shown: &BTreeSet<u64>, proofs: &BTreeSet<u64>) {
     let _ = write!(out, "<section id=\"events\">\n<h2>Events</h2>\n");
-    if shown.len() < events.len() {
+    if (shown.len() as u64) < total {
         let _ = writeln!(
             out,
             "<p class=\"caption\">{} of {} events: those that prove an anomaly. The whole history is history.jsonl.</p>",
             shown.len(),
-            events.len()
+            total
         );
     }
     out.push_str(

@@ -1,14 +1,13 @@
 //! `results.json`: the machine-readable summary of a run (schema `fencelab.results/1`,
 //! documented field by field in `docs/results.md`).
 
-use crate::model::{self, Attempt};
+use crate::model;
 use crate::story::{self, Story};
 use crate::{anomalies_of, verdict_name, Overall, Run};
 use checkers::{Anomaly, Verdict};
-use history::{Decision, Event, EventType};
-use history::{Op, Process};
+use history::Event;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// The schema identifier written as `"schema"`; bumped on any incompatible change.
 pub const SCHEMA: &str = "fencelab.results/1";
@@ -53,6 +52,21 @@ pub struct ResultsDoc {
     /// older files).
     #[serde(default)]
     pub fault_coverage: BTreeMap<String, crate::coverage::FaultCoverage>,
+    /// For a history too long to draw whole, what the stories and the report's drawings
+    /// stand on (absent when they stand on every event).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drawn_from: Option<DrawnFrom>,
+}
+
+/// The sample a long history's report is drawn from (`counts` and `timings` stay exact).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DrawnFrom {
+    /// Events drawn from.
+    pub events: u64,
+    /// Events in the history.
+    pub of: u64,
+    /// One job in this many is drawn whole, besides every job an anomaly names.
+    pub jobs_one_in: u64,
 }
 
 fn complete_default() -> bool {
@@ -121,11 +135,18 @@ pub fn read_results(text: &str) -> Result<ResultsDoc, String> {
     Ok(doc)
 }
 
-/// Renders `results.json` (pretty-printed, ending in a newline).
+/// Renders `results.json` (pretty-printed, ending in a newline) of a history held whole.
 pub fn results_json(run: &Run, events: &[Event]) -> String {
+    let digest = crate::Digest::of(events);
+    results_json_of(run, &crate::View { events, digest: &digest, one_in: None })
+}
+
+/// Renders `results.json` from a [`crate::View`]: counts and timings from its digest, the
+/// stories and fault coverage from its events.
+pub fn results_json_of(run: &Run, view: &crate::View) -> String {
+    let events = view.events;
     let overall = run.overall();
     let checkers: Vec<CheckerDoc> = run.checkers.iter().map(checker_out).collect();
-    let attempts = model::attempts(events);
     let doc = ResultsDoc {
         schema: SCHEMA.to_string(),
         test_name: run.test_name.clone(),
@@ -136,16 +157,21 @@ pub fn results_json(run: &Run, events: &[Event]) -> String {
         overall,
         exit_code: i32::from(overall.exit().code()),
         complete: run.complete,
-        sources: history::sources_of(events).iter().map(|source| source.as_str().to_string()).collect(),
+        sources: view.digest.sources().iter().map(|source| source.as_str().to_string()).collect(),
         anomaly_count: checkers.iter().map(|c| c.anomaly_count).sum(),
         anomaly_groups: crate::anomaly_groups(run),
         checkers,
         config: run.config.clone(),
         schedule: run.schedule.clone(),
-        counts: counts(events, &attempts),
-        timings: timings(run, events, &attempts),
+        counts: view.digest.counts(),
+        timings: timings(run, view),
         stories: story::stories(run, events),
         fault_coverage: crate::coverage::coverage(&run.schedule, events),
+        drawn_from: view.one_in.map(|one_in| DrawnFrom {
+            events: events.len() as u64,
+            of: view.digest.events(),
+            jobs_one_in: one_in,
+        }),
     };
     let mut out = serde_json::to_string_pretty(&doc).expect("results serialise");
     out.push('\n');
@@ -172,84 +198,17 @@ pub(crate) fn name_of<T: Serialize>(value: &T) -> String {
     serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }
 
-fn bump(counter: &mut Counter, key: &str) {
-    *counter.entry(key.to_string()).or_default() += 1;
-}
-
-fn counts(events: &[Event], attempts: &[Attempt]) -> Counts {
-    let mut by_process = Counter::new();
-    let mut by_type = Counter::new();
-    let mut by_both: BTreeMap<String, Counter> = BTreeMap::new();
-    let mut reports: BTreeMap<String, Counter> = BTreeMap::new();
-    let mut finals = Counter::new();
-    let mut jobs_seen = BTreeSet::new();
-    let mut jobs_final = BTreeSet::new();
-    let mut steps = Steps::default();
-    for e in events {
-        let kind = name_of(&e.kind);
-        bump(&mut by_process, &e.process.to_string());
-        bump(&mut by_type, &kind);
-        bump(by_both.entry(e.process.to_string()).or_default(), &kind);
-        if let Some(job) = &e.job {
-            jobs_seen.insert(job.as_str());
-        }
-        match (e.kind, e.decision) {
-            (EventType::Ledger, Some(d)) => bump(reports.entry(e.f.to_string()).or_default(), &name_of(&d)),
-            (EventType::Step, Some(Decision::Accepted)) => steps.applied += 1,
-            (EventType::Step, Some(_)) => {
-                steps.refused += 1;
-                bump(&mut steps.refused_by_reason, e.reason.as_deref().unwrap_or("unspecified"));
-            }
-            _ => {}
-        }
-        if e.process == Process::HARNESS && e.f == Op::Final {
-            if let Some(job) = &e.job {
-                if jobs_final.insert(job.as_str()) {
-                    bump(&mut finals, e.outcome.as_deref().unwrap_or("unspecified"));
-                }
-            }
-        }
-    }
-    let unrecorded = jobs_seen.difference(&jobs_final).count() as u64;
-    if unrecorded > 0 {
-        finals.insert("no_final_event".to_string(), unrecorded);
-    }
-    Counts {
-        events: events.len() as u64,
-        events_by_process: by_process,
-        events_by_type: by_type,
-        events_by_process_and_type: by_both,
-        jobs: jobs_seen.union(&jobs_final).count() as u64,
-        jobs_by_final_state: finals,
-        attempts: attempts.len() as u64,
-        reports_by_decision: reports,
-        steps,
-    }
-}
-
-fn timings(run: &Run, events: &[Event], attempts: &[Attempt]) -> Timings {
-    let first = events.iter().map(|e| e.time_ns).min();
-    let last = events.iter().map(|e| e.time_ns).max();
-    let horizon = model::horizon_ns(events, run.duration_ms, &run.schedule);
-    let windows = model::fault_windows(&run.schedule, events, horizon);
+fn timings(run: &Run, view: &crate::View) -> Timings {
+    let (first, last) = view.digest.span_ns();
+    let horizon = model::horizon_ns(view.events, run.duration_ms, &run.schedule).max(last.unwrap_or(0));
+    let windows = model::fault_windows(&run.schedule, view.events, horizon);
     let fault_ns: u64 = windows.iter().map(|w| w.end_ns.saturating_sub(w.start_ns)).sum();
-    let mut closed: Vec<u64> =
-        attempts.iter().filter_map(|a| a.end_ns.map(|end| end.saturating_sub(a.start_ns) / 1_000_000)).collect();
-    closed.sort_unstable();
-    let pick = |q: f64| closed.get(((closed.len() as f64 - 1.0) * q).round() as usize).copied();
     Timings {
         history_first_ns: first,
         history_last_ns: last,
         history_span_ms: last.zip(first).map(|(l, f)| (l - f) / 1_000_000).unwrap_or(0),
         fault_windows: windows.len(),
         fault_time_ms: fault_ns / 1_000_000,
-        attempt_ms: AttemptTimes {
-            closed: closed.len(),
-            open: attempts.len() - closed.len(),
-            min: closed.first().copied(),
-            median: pick(0.5),
-            p99: pick(0.99),
-            max: closed.last().copied(),
-        },
+        attempt_ms: view.digest.attempt_times(),
     }
 }

@@ -96,18 +96,24 @@ pub fn render(name: &str, suites: Vec<TestSuite>) -> String {
 
 /// Renders `junit.xml` without anomaly stories.
 pub fn junit_xml(run: &Run) -> String {
-    render_run(run, &[], &[])
+    render_run(run, history::sources_of(&[]), &[])
 }
 
 /// Renders `junit.xml` with each anomaly's story (from the run's history): the first
 /// anomaly's story in the failure message, every story under its anomaly's line in the body.
 pub fn junit_xml_with_stories(run: &Run, events: &[Event]) -> String {
-    render_run(run, events, &story::stories(run, events))
+    let digest = crate::Digest::of(events);
+    junit_xml_of(run, &crate::View { events, digest: &digest, one_in: None })
 }
 
-fn render_run(run: &Run, events: &[Event], stories: &[Story]) -> String {
+/// Renders `junit.xml` with the stories told from a [`crate::View`]'s events.
+pub fn junit_xml_of(run: &Run, view: &crate::View) -> String {
+    render_run(run, view.digest.sources(), &story::stories(run, view.events))
+}
+
+fn render_run(run: &Run, sources: std::collections::BTreeSet<history::Source>, stories: &[Story]) -> String {
     let overall = run.overall();
-    let sources: Vec<&str> = history::sources_of(events).iter().map(|source| source.as_str()).collect();
+    let sources: Vec<&str> = sources.iter().map(|source| source.as_str()).collect();
     let properties = [
         ("seed", run.seed.to_string()),
         ("command", run.command.clone()),

@@ -6,6 +6,7 @@
 
 pub mod coverage;
 pub mod diff;
+mod digest;
 pub mod escape;
 mod html;
 mod json;
@@ -21,9 +22,39 @@ mod vocab;
 use checkers::{CheckerResult, Verdict};
 use serde::{Deserialize, Serialize};
 
-pub use html::report_html;
-pub use json::{read_results, results_json, AttemptTimes, CheckerDoc, Counts, ResultsDoc, Steps, Timings, SCHEMA};
-pub use junit::{junit_xml, junit_xml_with_stories};
+pub use digest::{Digest, Sample, Sampler, Span, KEPT_EVENTS_MAX};
+pub use html::{report_html, report_html_of};
+pub use json::{
+    read_results, results_json, results_json_of, AttemptTimes, CheckerDoc, Counts, DrawnFrom, ResultsDoc, Steps,
+    Timings, SCHEMA,
+};
+pub use junit::{junit_xml, junit_xml_of, junit_xml_with_stories};
+
+/// What the renderers read of a run's history: the events they draw from, and the whole
+/// history's [`Digest`] (its counts, span and sources, exact however long it is).
+#[derive(Clone, Copy, Debug)]
+pub struct View<'a> {
+    /// The whole history, or the [`Sample`] of a history too long to draw whole.
+    pub events: &'a [history::Event],
+    pub digest: &'a Digest,
+    /// For a sample, the share of jobs it holds whole: one in this many (besides every job
+    /// an anomaly names). `None` when `events` is the whole history.
+    pub one_in: Option<u64>,
+}
+
+impl View<'_> {
+    /// A caption saying what a drawing of a sample stands on; `None` for a whole history.
+    pub fn sampled_caption(&self) -> Option<String> {
+        let one_in = self.one_in?;
+        Some(format!(
+            "Drawn from {} of the history's {} events: every event of one job in {one_in} (chosen by the job's \
+             name), of every job an anomaly names, and of the nemesis, the operator and the harness. The counts \
+             in results.json are over every event.",
+            self.events.len(),
+            self.digest.events()
+        ))
+    }
+}
 
 /// What a run leaves behind besides its history: how to repeat it and what the checkers said.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -6,6 +6,7 @@ mod model;
 mod progress;
 mod runner_contract;
 mod scenarios;
+mod stream;
 mod violations;
 
 use checkers::{Anomaly, Verdict};

@@ -5,6 +5,7 @@ mod audit;
 #[path = "../../../results/tests/support/browser.rs"]
 mod browser;
 mod bullmq;
+mod check;
 mod conform;
 mod containers;
 mod diff;
