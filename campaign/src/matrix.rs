@@ -26,7 +26,7 @@ pub struct Options {
     pub db: system::Db,
     pub control_planes: u32,
     pub store: PathBuf,
-    /// Each run ends its workload at the first anomaly the live ledger shows.
+    /// Each run ends its workload at the first anomaly the live records show.
     pub stop_at_first: bool,
 }
 

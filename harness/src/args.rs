@@ -96,9 +96,9 @@ pub struct RunArgs {
     /// fails over to the others).
     #[arg(long, default_value_t = defaults().control_planes)]
     pub control_planes: u32,
-    /// End the workload and faults at the first anomaly the live ledger shows (a ledger
-    /// rule broken by committed entries), then recover and check the whole history as
-    /// usual: the verdict is the same, the run shorter (`docs/running.md`).
+    /// End the workload and faults at the first anomaly the live records show (a rule
+    /// broken by what the ledger, the target's steps or a runner's log already hold), then
+    /// check the whole history without recovering: the verdict is the same, the run shorter.
     #[arg(long)]
     pub stop_at_first: bool,
 }
@@ -257,7 +257,7 @@ pub struct MatrixArgs {
     /// Where the runs and `matrix.json` go.
     #[arg(long, default_value = "store/matrix")]
     pub store: PathBuf,
-    /// Every run ends its workload and faults at the first anomaly the live ledger shows
+    /// Every run ends its workload and faults at the first anomaly the live records show
     /// (`fencelab run --stop-at-first`): the same table, sooner.
     #[arg(long)]
     pub stop_at_first: bool,

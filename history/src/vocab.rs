@@ -107,7 +107,7 @@ words! {
         /// limit, `info` when some did not (`reason` names them): the run is incomplete,
         /// and a job left unsettled is not judged lost.
         Recovery = "recovery",
-        /// The chaos phase ended before its time limit at the first anomaly the live ledger
+        /// The chaos phase ended before its time limit at the first anomaly the live records
         /// showed (`--stop-at-first`); `reason` names it. Recovery and the whole check follow.
         StopAtFirst = "stop-at-first",
         DelayedHeartbeats = "delayed-heartbeats",

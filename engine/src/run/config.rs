@@ -67,7 +67,7 @@ pub struct RunConfig {
     /// Replicas of the control plane.
     #[serde(default = "one")]
     pub control_planes: u32,
-    /// End the chaos phase at the first anomaly the live ledger shows (`--stop-at-first`).
+    /// End the chaos phase at the first anomaly the live records show (`--stop-at-first`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stop_at_first: bool,
     pub version: String,

@@ -40,6 +40,8 @@ pub struct State {
     /// that finds the cluster busy (a fault in progress holds it): the client submits on
     /// its own schedule, not when the harness's nemesis lets it.
     pub submit_to: std::sync::Mutex<Option<(protocol::client::Client, String)>>,
+    /// The running claims as the faults that wait for one last read them.
+    pub claims: Mutex<nemesis::ClaimsView>,
 }
 
 pub type Shared = Arc<State>;
@@ -93,29 +95,33 @@ pub(crate) async fn chaos(
     let client = tokio::spawn(client(shared.clone(), jobs));
     let nemesis = tokio::spawn(nemesis::run(shared.clone(), schedule));
     let stoppable = [client.abort_handle(), nemesis.abort_handle()];
-    let (settled, interrupted) = tokio::select! {
-        settled = chaos_then_recovery(shared, &stoppable) => (settled, false),
-        _ = interrupt => (false, true),
+    let ((settled, stopped_at_first), interrupted) = tokio::select! {
+        ended = chaos_then_recovery(shared, &stoppable) => (ended, false),
+        _ = interrupt => ((false, false), true),
     };
     for task in [operator, progress, client, nemesis] {
         task.abort();
         let _ = task.await;
     }
-    crate::driver::Ended { settled, interrupted, steps_passed: true, recovery: true }
+    crate::driver::Ended { settled, interrupted, steps_passed: true, recovery: true, stopped_at_first }
 }
 
 /// Lets the client and the nemesis run for the time limit, stops them, heals every fault,
-/// and waits for the jobs to settle; true when every job settled in time.
-async fn chaos_then_recovery(shared: &Shared, stoppable: &[tokio::task::AbortHandle]) -> bool {
+/// and waits for the jobs to settle: whether every job settled in time, and whether the
+/// run stopped at its first anomaly instead (`--stop-at-first`: then nothing settles, the
+/// verdict stands on the anomaly).
+async fn chaos_then_recovery(shared: &Shared, stoppable: &[tokio::task::AbortHandle]) -> (bool, bool) {
     let limit = tokio::time::sleep(Duration::from_millis(shared.config.time_limit_ms));
+    let mut stopped = false;
     if shared.config.stop_at_first {
         tokio::select! {
             () = limit => {}
             found = first_anomaly(shared) => {
-                println!("stopped      at the first anomaly the live ledger showed ({found}); recovering and checking the whole history");
+                println!("stopped      at the first anomaly the live records showed ({found}); checking the whole history");
                 shared.recorder.record(Process::HARNESS, EventType::Info, Op::StopAtFirst, |event| {
                     event.reason = Some(found);
                 });
+                stopped = true;
             }
         }
     } else {
@@ -128,59 +134,90 @@ async fn chaos_then_recovery(shared: &Shared, stoppable: &[tokio::task::AbortHan
         shared.recorder.record(Process::NEMESIS, EventType::Info, Op::HealAll, |event| event.reason = Some(error));
     }
     shared.active.lock().await.clear();
-    settle(shared).await
+    if stopped {
+        return (false, true);
+    }
+    (settle(shared).await, false)
 }
 
-/// The checkers whose anomalies stand on committed ledger entries alone, so that one found
-/// in a prefix of the ledger stands in the whole history too: what `--stop-at-first`
-/// watches. (Rules that stand on something missing — an entry not yet written, a job not
-/// yet settled — are left to the whole history's check.)
-const LEDGER_RULES: [&str; 6] =
-    ["rules-model", "single-owner", "fence-order", "terminal-stability", "stale-completion", "heartbeat-resurrection"];
-/// How often `--stop-at-first` reads the ledger's new entries.
+/// What `--stop-at-first` stops on: the checkers, each with the anomaly kinds (all of them
+/// when none is named) that stand in the whole history once found in the live records read
+/// in the watch's order — the harness's own events, then the runners' logs, then the
+/// target's step log, then the ledger. Each names something that happened (a decision, a
+/// step, an act), or an answer the records read after it must hold and do not (a runner's
+/// answer absent from the ledger, read later). Left out: kinds that stand on something
+/// missing at the end (a job lost, no progress) or on counts a later record can change
+/// (`applied-more-than-sent`).
+const WATCHED: [(&str, &[&str]); 10] = [
+    ("rules-model", &[]),
+    ("single-owner", &[]),
+    ("fence-order", &[]),
+    ("terminal-stability", &[]),
+    ("stale-completion", &[]),
+    ("heartbeat-resurrection", &[]),
+    ("stale-side-effect", &["stale-step-applied", "step-after-lease"]),
+    ("progress", &["refusal-unjustified"]),
+    (
+        "ledger-completeness",
+        &["answer-differs-from-ledger", "answer-missing-from-ledger", "result-not-ruled", "foreign-report-applied"],
+    ),
+    ("runner-contract", &["acted-past-deadline", "acted-after-refusal", "result-unbacked"]),
+];
+/// How often `--stop-at-first` reads the live records.
 const WATCH_EVERY: Duration = Duration::from_millis(1_000);
 /// Ledger entries asked for per page by the watch.
 const WATCH_PAGE_ENTRIES: u64 = 1_000;
-/// Most ledger entries the watch holds (each turn checks them all again): past it, the run
-/// goes on to its time limit.
+/// Most ledger entries the watch holds (each turn checks everything read again): past it,
+/// the run goes on to its time limit.
 const WATCH_ENTRIES_MAX: usize = 100_000;
 
-/// Reads the live ledger's new entries every [`WATCH_EVERY`] and checks everything read so
-/// far with [`LEDGER_RULES`]; returns the first anomaly in words. Never returns for a system
-/// without a ledger or past [`WATCH_ENTRIES_MAX`] entries.
+/// Every [`WATCH_EVERY`], reads the live records in the order [`WATCHED`] relies on — the
+/// harness's own events, the runners' logs, the target's new steps, the ledger's new
+/// entries — merges them as the end of the run does, and checks them; returns the first
+/// anomaly of a watched kind, in words. Never returns past [`WATCH_ENTRIES_MAX`] entries.
 async fn first_anomaly(shared: &Shared) -> String {
-    let (operator, has_ledger) = {
+    let (operator, target, logs, has_ledger) = {
         let cluster = shared.cluster.lock().await;
-        (cluster.system.operator.clone(), !cluster.info.absent.contains(&system::Feature::Ledger))
+        let target = cluster.system.target_url().map(|url| protocol::client::Client::new(&url, None, WATCH_EVERY));
+        let has_ledger = !cluster.info.absent.contains(&system::Feature::Ledger);
+        (cluster.system.operator.clone(), target, cluster.runner_logs(), has_ledger)
     };
-    let mut events: Vec<history::Event> = Vec::new();
+    let wanted: Vec<&str> = WATCHED.iter().map(|(checker, _)| *checker).collect();
+    let (mut ledger, mut steps) = (Vec::new(), Vec::new());
     let mut after = 0;
-    while has_ledger && events.len() <= WATCH_ENTRIES_MAX {
+    while ledger.len() <= WATCH_ENTRIES_MAX {
         tokio::time::sleep(WATCH_EVERY).await;
-        let before = events.len();
+        let own = shared.recorder.snapshot();
+        let runners = recorder::read_runner_logs(&shared.recorder, &logs).await;
         // A page that cannot be read now (a restart in progress) is read at the next turn.
-        while let Ok(page) = operator.ledger_page(after, WATCH_PAGE_ENTRIES).await {
-            let now_ns = shared.recorder.now_ns();
-            for entry in &page {
-                let mut event = system::collect::ledger_event(entry, now_ns);
-                event.index = events.len() as u64;
-                events.push(event);
-                after = after.max(entry.seq);
+        if let Some(target) = &target {
+            while let Ok(page) = target.steps_after(steps.len()).await {
+                if page.is_empty() {
+                    break;
+                }
+                steps.extend(page);
             }
-            if (page.len() as u64) < WATCH_PAGE_ENTRIES {
+        }
+        while let Ok(page) = operator.ledger_page(after, WATCH_PAGE_ENTRIES).await {
+            after = page.iter().map(|entry| entry.seq).max().unwrap_or(after).max(after);
+            let full = page.len() as u64 >= WATCH_PAGE_ENTRIES;
+            ledger.extend(page);
+            if !full {
                 break;
             }
         }
-        if events.len() == before {
+        if has_ledger && ledger.is_empty() {
             continue;
         }
-        // One pass of the ledger rules over everything read, only when something new came.
-        for result in checkers::check_named(&LEDGER_RULES, &events) {
-            if let checkers::Verdict::Invalid { anomalies } = &result.verdict {
-                if let Some(anomaly) = anomalies.first() {
-                    let at = shared.recorder.now_ms();
-                    return format!("{}/{} at {at} ms: {}", anomaly.checker, anomaly.kind, anomaly.message);
-                }
+        let events = shared.recorder.partial(own, runners, &ledger, &steps);
+        for result in checkers::check_named(&wanted, &events) {
+            let checkers::Verdict::Invalid { anomalies } = &result.verdict else { continue };
+            let kinds =
+                WATCHED.iter().find(|(checker, _)| *checker == result.checker).map_or(&[][..], |(_, kinds)| *kinds);
+            let watched = anomalies.iter().find(|anomaly| kinds.is_empty() || kinds.contains(&anomaly.kind.as_str()));
+            if let Some(anomaly) = watched {
+                let at = shared.recorder.now_ms();
+                return format!("{}/{} at {at} ms: {}", anomaly.checker, anomaly.kind, anomaly.message);
             }
         }
     }

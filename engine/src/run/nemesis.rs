@@ -442,7 +442,7 @@ async fn wait_busy(shared: &Shared, index: usize) -> bool {
         let cluster = shared.cluster.lock().await;
         (cluster.system.operator.clone(), cluster.runners[index].id.clone())
     };
-    awaited(shared, &operator, |claims| claims.iter().any(|claim| claim.runner == runner_id).then_some(()))
+    awaited(shared, &operator, |claims: &[ClaimRef]| claims.iter().any(|claim| claim.runner == runner_id).then_some(()))
         .await
         .is_some()
 }
@@ -581,18 +581,68 @@ async fn borrow(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
 
 /// The running attempts the control plane holds now.
 pub(crate) async fn running_claims(operator: &protocol::client::Client) -> Vec<ClaimRef> {
+    running_claims_knowing(operator, &mut std::collections::HashMap::new()).await
+}
+
+/// [`running_claims`], reading a running job whole only when the list names a current
+/// attempt `known` does not hold (or names none); `known` is left holding this read's.
+async fn running_claims_knowing(
+    operator: &protocol::client::Client,
+    known: &mut std::collections::HashMap<(String, String), ClaimRef>,
+) -> Vec<ClaimRef> {
     let mut claims = Vec::new();
+    let mut now_known = std::collections::HashMap::new();
     for job in operator.jobs().await.unwrap_or_default() {
         if job.state != protocol::JobState::Running {
             continue;
         }
-        let Ok(view) = operator.job(&job.id).await else { continue };
-        if let Some(attempt) = view.attempts.iter().find(|attempt| attempt.current) {
-            let (attempt, runner, fence) = (attempt.id.clone(), attempt.runner.clone(), attempt.fence);
-            claims.push(ClaimRef { job: view.id.clone(), attempt, runner, fence });
+        let seen = job.current_attempt.as_ref().and_then(|attempt| known.remove(&(job.id.clone(), attempt.clone())));
+        let claim = match seen {
+            Some(claim) => claim,
+            None => {
+                let Ok(view) = operator.job(&job.id).await else { continue };
+                let Some(attempt) = view.attempts.iter().find(|attempt| attempt.current) else { continue };
+                let (attempt, runner, fence) = (attempt.id.clone(), attempt.runner.clone(), attempt.fence);
+                ClaimRef { job: view.id.clone(), attempt, runner, fence }
+            }
+        };
+        now_known.insert((claim.job.clone(), claim.attempt.clone()), claim.clone());
+        claims.push(claim);
+    }
+    *known = now_known;
+    claims
+}
+
+/// The running claims as every waiting fault sees them: read at most once per
+/// [`CLAIMS_FRESH_MS`] (or per the last read's own duration, when longer), however many
+/// faults wait, so that a hundred faults waiting on a hundred runners cost the control
+/// plane what one does.
+async fn shared_claims(shared: &Shared, operator: &protocol::client::Client) -> Arc<Vec<ClaimRef>> {
+    let mut view = shared.claims.lock().await;
+    let fresh = Duration::from_millis(CLAIMS_FRESH_MS).max(view.took);
+    if let Some(read_at) = view.read_at {
+        if read_at.elapsed() < fresh {
+            return view.claims.clone();
         }
     }
-    claims
+    let started = tokio::time::Instant::now();
+    let claims = running_claims_knowing(operator, &mut view.known).await;
+    view.took = started.elapsed();
+    view.read_at = Some(tokio::time::Instant::now());
+    view.claims = Arc::new(claims);
+    view.claims.clone()
+}
+
+/// How long a read of the running claims serves every waiting fault.
+const CLAIMS_FRESH_MS: u64 = 50;
+
+/// The last read of the running claims (see [`shared_claims`]).
+#[derive(Default)]
+pub struct ClaimsView {
+    read_at: Option<tokio::time::Instant>,
+    took: Duration,
+    claims: Arc<Vec<ClaimRef>>,
+    known: std::collections::HashMap<(String, String), ClaimRef>,
 }
 
 /// Reports runner `index`'s current claim as the result of another running job whose fence
@@ -601,14 +651,15 @@ async fn cross(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let index = runner(fault);
     let (operator, client) = runner_client(shared, index).await;
     let runner_id = client.1.clone();
-    let pair = |claims: Vec<ClaimRef>| {
+    let pair = |claims: &[ClaimRef]| {
         let own = claims.iter().filter(|claim| claim.runner == runner_id).max_by_key(|claim| claim.fence)?.clone();
         // The telling cross: another job whose current fence is below the reporter's, so a
         // bare number comparison would take the report for a newer claim of that job.
         let other = claims
-            .into_iter()
+            .iter()
             .filter(|claim| claim.job != own.job && claim.fence < own.fence)
-            .min_by_key(|claim| claim.fence)?;
+            .min_by_key(|claim| claim.fence)?
+            .clone();
         Some((own, other))
     };
     let Some((own, other)) = awaited(shared, &operator, pair).await else {
@@ -631,11 +682,11 @@ fn claim_wait_ms(shared: &Shared) -> u64 {
 async fn awaited<T>(
     shared: &Shared,
     operator: &protocol::client::Client,
-    pick: impl Fn(Vec<ClaimRef>) -> Option<T>,
+    pick: impl Fn(&[ClaimRef]) -> Option<T>,
 ) -> Option<T> {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(claim_wait_ms(shared));
     loop {
-        if let Some(found) = pick(running_claims(operator).await) {
+        if let Some(found) = pick(&shared_claims(shared, operator).await) {
             return Some(found);
         }
         if tokio::time::Instant::now() >= deadline {
@@ -676,8 +727,8 @@ async fn claim_of_another(
 ) -> Option<(RunnerClient, ClaimRef)> {
     let index = runner(fault);
     let (operator, client) = runner_client(shared, index).await;
-    let others = |claims: Vec<ClaimRef>| {
-        claims.into_iter().filter(|claim| claim.runner != client.1).min_by_key(|claim| claim.fence)
+    let others = |claims: &[ClaimRef]| {
+        claims.iter().filter(|claim| claim.runner != client.1).min_by_key(|claim| claim.fence).cloned()
     };
     let found = awaited(shared, &operator, others).await;
     if found.is_none() {

@@ -74,6 +74,36 @@ impl Recorder {
     }
 }
 
+impl Recorder {
+    /// The harness's own events so far.
+    pub fn snapshot(&self) -> Vec<Event> {
+        self.events.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// The history so far, as the end of the run would merge it from these records (read
+    /// in this order by the caller), without the closing events.
+    pub fn partial(
+        &self,
+        own: Vec<Event>,
+        runners: Vec<Event>,
+        ledger: &[LedgerEntry],
+        steps: &[StepRecord],
+    ) -> Vec<Event> {
+        let mut own = own;
+        own.extend(runners);
+        let sources = Sources { own, runner_logs: &[], ledger, steps, closing: vec![] };
+        merge(self.start_ns, self.now_ns(), sources)
+    }
+}
+
+/// The runners' logs as they are now, on the history's clock (a blocking read, off the
+/// async workers).
+pub async fn read_runner_logs(recorder: &Recorder, logs: &[PathBuf]) -> Vec<Event> {
+    let (start_ns, now_ns, logs) = (recorder.start_ns, recorder.now_ns(), logs.to_vec());
+    let read = move || logs.iter().flat_map(|path| read_runner_log(path, start_ns, now_ns)).collect();
+    tokio::task::spawn_blocking(read).await.unwrap_or_default()
+}
+
 /// Every source of a history before it is merged.
 pub struct Sources<'a> {
     /// Events already on the history's clock (the harness's own).

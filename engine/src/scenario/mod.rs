@@ -178,9 +178,21 @@ pub(crate) async fn play(
     };
     let ended = tokio::select! {
         (steps_passed, settled) = played => {
-            crate::driver::Ended { settled, interrupted: false, steps_passed, recovery: scenario.background() }
+            crate::driver::Ended {
+                settled,
+                interrupted: false,
+                steps_passed,
+                recovery: scenario.background(),
+                stopped_at_first: false,
+            }
         }
-        _ = interrupt => crate::driver::Ended { settled: false, interrupted: true, steps_passed: false, recovery: false },
+        _ = interrupt => crate::driver::Ended {
+            settled: false,
+            interrupted: true,
+            steps_passed: false,
+            recovery: false,
+            stopped_at_first: false,
+        },
     };
     if let Some(operator) = operator {
         operator.abort();

@@ -655,26 +655,48 @@ async fn a_run_whose_target_died_before_collection_is_unknown() {
     assert_eq!((doc.overall, doc.exit_code), (results::Overall::Unknown, 2), "results.json is the process's verdict");
 }
 
-/// `--stop-at-first`: a planted bug whose anomaly the live ledger shows ends the workload
+/// `--stop-at-first`: a planted bug whose anomaly the live records show ends the workload
 /// and faults there — recorded as a `stop-at-first` event well before the 30-s limit, the
-/// history then recovered, collected and checked whole, to the same verdict — and the
-/// repeat command keeps the flag. The correct lab under every fault runs to its limit.
+/// history then collected (no recovery) and checked whole, to the same verdict — and the
+/// repeat command keeps the flag. A bug only the target's step log shows, and one only a
+/// runner's answer against the ledger shows, stop too. The correct lab under every fault
+/// runs to its limit.
 #[tokio::test(flavor = "multi_thread")]
 async fn stop_at_first_ends_the_workload_at_the_first_ledger_anomaly_with_the_same_verdict() {
     let args = ["--bug", "accept-stale-result", "--nemesis", "all", "--time-limit", "30", "--stop-at-first"];
     let (finished, repeat) = caught(&args).await;
     let history = finished.history();
-    let stop = history.iter().find(|event| event.f == Op::StopAtFirst).unwrap_or_else(|| {
-        panic!("the watch found the anomaly ({repeat})\n{}", finished.stdout);
-    });
-    assert!(stop.time_ns < 30_000_000_000, "before the time limit: {stop:?} ({repeat})");
+    let stop = stopped_at(&history, &repeat, &finished.stdout);
     assert!(stop.reason.as_deref().is_some_and(|why| why.contains('/')), "names the rule: {stop:?}");
     assert!(finished.stdout.contains("stopped      at the first anomaly"), "{}", finished.stdout);
     let after = history.iter().filter(|event| event.process == Process::CLIENT && event.time_ns > stop.time_ns);
     assert_eq!(after.filter(|event| event.kind == EventType::Invoke).count(), 0, "no submit after the stop");
-    assert!(history.iter().any(|event| event.f == Op::Final), "recovered and collected whole ({repeat})");
+    assert!(history.iter().any(|event| event.f == Op::Final), "collected whole ({repeat})");
+    let recovery = history.iter().find(|event| event.f == Op::Recovery).expect("a recovery event");
+    assert!(
+        recovery.reason.as_deref().is_none_or(|why| why.contains("--stop-at-first")),
+        "an unsettled job is said to be the stop's: {recovery:?}"
+    );
     assert!(finished.stdout.contains("--stop-at-first"), "the repeat command keeps the flag");
+    for (bug, nemesis, kind) in [
+        ("target-ignores-fence", "target-clock-skew,disconnect-during-mutation", "stale-side-effect/"),
+        ("unrecorded-late-result", "reconnects", "ledger-completeness/"),
+    ] {
+        let (finished, repeat) =
+            caught(&["--bug", bug, "--nemesis", nemesis, "--time-limit", "30", "--stop-at-first"]).await;
+        let history = finished.history();
+        let stop = stopped_at(&history, &repeat, &finished.stdout);
+        assert!(stop.reason.as_deref().is_some_and(|why| why.starts_with(kind)), "{bug} stops on {kind}: {stop:?}");
+    }
     let correct = run(&["--seed", "3", "--nemesis", "all", "--time-limit", "8", "--stop-at-first"]).await;
     assert_eq!(correct.code, Some(0), "{}\n{}", correct.stdout, correct.stderr);
     assert!(!correct.history().iter().any(|event| event.f == Op::StopAtFirst), "nothing to stop at");
+}
+
+/// The `stop-at-first` event of a history, before the 30-s time limit.
+fn stopped_at<'a>(history: &'a [history::Event], repeat: &str, stdout: &str) -> &'a history::Event {
+    let stop = history.iter().find(|event| event.f == Op::StopAtFirst);
+    let stop = stop.unwrap_or_else(|| panic!("the watch found the anomaly ({repeat})\n{stdout}"));
+    assert!(stop.time_ns < 30_000_000_000, "before the time limit: {stop:?} ({repeat})");
+    stop
 }
