@@ -125,10 +125,10 @@ impl Bug {
                 "leases are judged on the receiving replica's own clock instead of the database's (PostgreSQL)"
             }
             Bug::ClaimWithoutLock => {
-                "a claim checks that its job is free and then takes it in two statements, without the rule lock (PostgreSQL)"
+                "a claim checks that its job and deployment key are free and then takes them, without the key's and the job's row locks (PostgreSQL)"
             }
             Bug::SweeperWithoutLock => {
-                "the sweeper reads lapsed leases and expires them by id, without the rule lock (PostgreSQL)"
+                "the sweeper reads lapsed leases and expires them by id, without the jobs' row locks (PostgreSQL)"
             }
             Bug::RetryLostCommit => {
                 "a transaction whose COMMIT answer was lost is run again instead of answered as unknown (PostgreSQL)"

@@ -2,16 +2,18 @@
 //! reached through a small bounded pool of synchronous `postgres` connections.
 //!
 //! Concurrency (see "The PostgreSQL store" in `docs/protocol.md`): every transaction runs
-//! READ COMMITTED and, with its first read other than a token lookup or a ledger page
-//! (which run as single statements before it), begins and takes
-//! `LOCK TABLE rule_lock IN EXCLUSIVE MODE`. The lock is held to COMMIT or ROLLBACK,
-//! so the rule transactions of every process sharing the schema run one at a time, each
-//! statement seeing every earlier commit: the rules keep exactly the guarantees they have
-//! on SQLite's single writer, across control-plane replicas. Nothing retries a transaction:
-//! with one lock taken first there is no serialization failure and no deadlock to retry.
+//! READ COMMITTED, begun with its first read other than a token lookup or a ledger page
+//! (which run as single statements). It takes the row locks the rules ask for — a
+//! deployment key's row (`lock_key`), a job's (`lock_job`, which guards the job and its
+//! attempts) — and the counter rows its writes take (the ledger's `seq` last), each held to
+//! COMMIT or ROLLBACK: transactions on other keys and jobs run side by side, across every
+//! process that shares the schema, each statement seeing every earlier commit. The rules
+//! take the locks in one order, so no transaction waits in a cycle; nothing retries a
+//! transaction, and a deadlock or serialization failure PostgreSQL reports anyway is a
+//! store error like a lock timeout.
 //!
-//! Every wait is bounded: a connection from the pool, connecting, the lock, each statement,
-//! and an idle transaction on the server (a replica cut from the database loses its lock).
+//! Every wait is bounded: a connection from the pool, connecting, each lock, each statement,
+//! and an idle transaction on the server (a replica cut from the database loses its locks).
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -24,9 +26,10 @@ use postgres::{Client, NoTls, Row, Statement};
 use super::store::{AttemptChange, AttemptRow, Guard, JobRow, Principal, Store, StoreError, StoreResult, Tx};
 use protocol::{JobSpec, JobState, LedgerEntry};
 
-/// The schema's tables; `rule_lock` holds no rows, it is what every rule transaction locks.
+/// The schema's tables. `deployment_keys` holds a row per deployment key a job was ever
+/// submitted on: the row claims of that key lock.
 const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS rule_lock ();
+CREATE TABLE IF NOT EXISTS deployment_keys (key TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS projects (id TEXT PRIMARY KEY, registration_token TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS runners (id TEXT PRIMARY KEY, project TEXT NOT NULL REFERENCES projects(id), token TEXT NOT NULL UNIQUE);
@@ -35,6 +38,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   steps BIGINT NOT NULL, step_ms BIGINT NOT NULL, state TEXT NOT NULL,
   current_attempt TEXT, outcome TEXT, created BIGINT NOT NULL);
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, created);
+CREATE INDEX IF NOT EXISTS jobs_by_key ON jobs(deployment_key, state);
 CREATE TABLE IF NOT EXISTS attempts (
   id TEXT PRIMARY KEY, job TEXT NOT NULL REFERENCES jobs(id), project TEXT NOT NULL, runner TEXT NOT NULL,
   fence BIGINT NOT NULL UNIQUE, state TEXT NOT NULL, lease_expires_ms BIGINT NOT NULL,
@@ -47,6 +51,7 @@ CREATE TABLE IF NOT EXISTS ledger (
   recorded_as TEXT, outcome TEXT, received_ms BIGINT NOT NULL, observed_ms BIGINT,
   mono_ns BIGINT NOT NULL, lease_expires_ms BIGINT);
 CREATE INDEX IF NOT EXISTS ledger_by_job ON ledger(job, seq);
+INSERT INTO deployment_keys (key) SELECT DISTINCT deployment_key FROM jobs ON CONFLICT DO NOTHING;
 ";
 
 /// The schema a control plane uses when none is named.
@@ -65,7 +70,7 @@ pub struct PgOptions {
     pub pool_wait: Duration,
     /// Longest wait to connect.
     pub connect_timeout: Duration,
-    /// Longest wait for a lock (`lock_timeout`), the rule lock included.
+    /// Longest wait for a lock (`lock_timeout`): a key's, a job's, a counter's.
     pub lock_wait: Duration,
     /// Longest statement (`statement_timeout`).
     pub statement_max: Duration,
@@ -107,7 +112,15 @@ pub struct Postgres {
     pool: Pool,
     operator_token: String,
     database_clock: bool,
+    principals: Principals,
 }
+
+/// Most token lookups a store remembers; past it, it forgets them all and starts again.
+const PRINCIPALS_MAX: usize = 100_000;
+
+/// Tokens already looked up. A token never changes owner once inserted, so a remembered
+/// answer stays true, also when another replica inserted it.
+type Principals = Mutex<HashMap<String, Principal>>;
 
 impl Postgres {
     /// Connects, creates the schema and its tables when absent, and keeps a pool.
@@ -132,8 +145,12 @@ impl Postgres {
             idle = options.idle_in_transaction_max.as_millis(),
         );
         let pool = Pool::new(config, setup, options.pool_size.max(1), options.pool_wait);
-        let store =
-            Postgres { pool, operator_token: operator_token.to_string(), database_clock: options.database_clock };
+        let store = Postgres {
+            pool,
+            operator_token: operator_token.to_string(),
+            database_clock: options.database_clock,
+            principals: Mutex::new(HashMap::new()),
+        };
         store.create_schema(&options.schema)?;
         Ok(store)
     }
@@ -162,7 +179,7 @@ impl Postgres {
     fn run<T, E: From<StoreError>>(
         &self,
         commit: bool,
-        rule_lock: bool,
+        locks: bool,
         work: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut lease = self.pool.get()?;
@@ -170,15 +187,18 @@ impl Postgres {
         let mut tx = PgTx {
             conn,
             operator_token: &self.operator_token,
-            rule_lock,
-            locked: false,
+            principals: &self.principals,
+            locks,
+            begun: false,
             failed: false,
             database_clock: self.database_clock,
             clock: None,
+            running: None,
+            held: Held::default(),
         };
         let value = work(&mut tx);
-        let (failed, locked, conn) = (tx.failed, tx.locked, tx.conn);
-        if !locked {
+        let (failed, begun, conn) = (tx.failed, tx.begun, tx.conn);
+        if !begun {
             // Only lock-free reads ran, each a statement of its own: nothing to end.
             lease.clean = !conn.client.is_closed();
             return match value {
@@ -357,24 +377,90 @@ impl Drop for Lease<'_> {
 struct PgTx<'a> {
     conn: &'a mut Conn,
     operator_token: &'a str,
-    /// Whether the transaction takes the rule lock when it begins (only planted bugs
-    /// run without it).
-    rule_lock: bool,
-    /// Whether the transaction has begun, holding the rule lock. Token lookups and ledger
-    /// pages that come before run as statements of their own.
-    locked: bool,
+    principals: &'a Principals,
+    /// Whether `lock_key` and `lock_job` take their row locks (only planted bugs run
+    /// without them).
+    locks: bool,
+    /// Whether the transaction has begun. Token lookups and ledger pages that come before
+    /// run as statements of their own.
+    begun: bool,
     database_clock: bool,
-    /// The database's clock read when the transaction began (Unix ms), with the host's
+    /// The database's clock read when the rules first asked (Unix ms), with the host's
     /// monotonic clock read when that answer came back.
     clock: Option<(i64, u64)>,
+    /// The running attempts, read in the clock's statement: what `running_attempts` answers
+    /// if it is the next statement (reports, reconciles and the sweep expire right after
+    /// reading the clock, so one round trip serves both).
+    running: Option<Vec<AttemptRow>>,
     /// Whether a statement failed (PostgreSQL then refuses the rest of the transaction).
     failed: bool,
+    /// The locks taken so far, to keep the order.
+    held: Held,
+}
+
+/// The locks a transaction holds, checked against the one order every transaction takes
+/// them in: a deployment key's row, then a job's, then counter rows by name, the ledger's
+/// counter last. A wait is allowed only for a lock that comes after every lock held, and
+/// for at most one key and one job; a lock taken only if free at once (`try_`) may come in
+/// any order, since it never waits. Then no two transactions wait for each other: a cycle
+/// of waits would need one of them to wait for a lock that comes before one it holds.
+/// Every write of a job or its attempts is under that job's lock.
+#[derive(Default)]
+struct Held {
+    keys: usize,
+    jobs: std::collections::HashSet<String>,
+    counter: Option<String>,
+    ledger: bool,
+}
+
+impl Held {
+    fn out_of_order(why: String) -> StoreResult<()> {
+        Err(StoreError::LockOrder(why))
+    }
+
+    fn wait_key(&mut self, key: &str) -> StoreResult<()> {
+        if self.keys > 0 || !self.jobs.is_empty() || self.counter.is_some() || self.ledger {
+            return Held::out_of_order(format!("waiting for key `{key}` with a key, job or counter held"));
+        }
+        self.keys += 1;
+        Ok(())
+    }
+
+    fn wait_job(&mut self, job: &str) -> StoreResult<()> {
+        if self.jobs.contains(job) {
+            return Ok(());
+        }
+        if !self.jobs.is_empty() || self.counter.is_some() || self.ledger {
+            return Held::out_of_order(format!("waiting for job `{job}` with a job or counter held"));
+        }
+        self.jobs.insert(job.to_string());
+        Ok(())
+    }
+
+    fn wait_counter(&mut self, name: &str) -> StoreResult<()> {
+        if self.ledger {
+            return Held::out_of_order(format!("waiting for counter `{name}` with the ledger's counter held"));
+        }
+        if let Some(held) = self.counter.as_deref().filter(|held| *held > name) {
+            return Held::out_of_order(format!("waiting for counter `{name}` with counter `{held}` held"));
+        }
+        self.counter = Some(name.to_string());
+        Ok(())
+    }
+
+    fn writes(&self, job: &str) -> StoreResult<()> {
+        match self.jobs.contains(job) {
+            true => Ok(()),
+            false => Held::out_of_order(format!("writing job `{job}` or its attempts without its lock")),
+        }
+    }
 }
 
 type Params<'p> = [&'p (dyn ToSql + Sync)];
 
 impl PgTx<'_> {
     fn statement(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
+        self.running = None;
         if let Some(statement) = self.conn.statements.get(sql) {
             return Ok(statement.clone());
         }
@@ -408,29 +494,71 @@ impl PgTx<'_> {
         self.noted(result)
     }
 
-    /// Begins the transaction, takes the rule lock and reads the database's clock (one
-    /// round trip), before the transaction's first rule read or write.
-    fn serialise(&mut self) -> StoreResult<()> {
-        if !self.locked {
-            // Marked first: if the lock times out, the begun transaction is rolled back.
-            self.locked = true;
-            let lock = if self.rule_lock { "LOCK TABLE rule_lock IN EXCLUSIVE MODE; " } else { "" };
-            let sql = format!(
-                "BEGIN ISOLATION LEVEL READ COMMITTED; {lock}\
-                 SELECT (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT::TEXT"
-            );
-            let result = self.conn.client.simple_query(&sql);
-            let messages = self.noted(result)?;
-            let mono_ns = protocol::monotonic_ns();
-            let text = messages.iter().find_map(|message| match message {
-                postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
-                _ => None,
-            });
-            let ms = text.as_deref().and_then(|text| text.parse::<i64>().ok());
-            let ms = ms.ok_or_else(|| corrupt("database clock", text.as_deref().unwrap_or("(none)")))?;
-            self.clock = Some((ms, mono_ns));
+    /// Begins the transaction before its first statement that reads or writes rules' rows.
+    fn begin(&mut self) -> StoreResult<()> {
+        if !self.begun {
+            // Marked first: if BEGIN's answer is lost, what began is rolled back.
+            self.begun = true;
+            let result = self.conn.client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED");
+            self.noted(result)?;
         }
         Ok(())
+    }
+
+    /// The database's clock and, in the same statement, the running attempts.
+    fn read_clock(&mut self) -> StoreResult<(i64, u64)> {
+        self.begin()?;
+        let columns: Vec<String> = ATTEMPT_COLUMNS.split(", ").map(|column| format!("a.{column}")).collect();
+        let sql = format!(
+            "SELECT now.ms, {} FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT AS ms) now \
+             LEFT JOIN attempts a ON a.state = 'running' ORDER BY a.fence",
+            columns.join(", ")
+        );
+        let rows = self.query(&sql, &[])?;
+        let mono_ns = protocol::monotonic_ns();
+        let ms: i64 = rows.first().ok_or_else(|| corrupt("database clock", "(none)"))?.try_get(0)?;
+        let mut running = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if row.try_get::<_, Option<String>>(1)?.is_some() {
+                running.push(attempt_at(row, 1)?);
+            }
+        }
+        self.running = Some(running);
+        Ok((ms, mono_ns))
+    }
+
+    /// Whose token this is, as the tables say (a statement of its own).
+    fn lookup(&mut self, token: &str) -> StoreResult<Option<Principal>> {
+        if let Some(row) = self.query_opt("SELECT id, project FROM runners WHERE token = $1", &[&token])? {
+            return Ok(Some(Principal::Runner { id: row.try_get(0)?, project: row.try_get(1)? }));
+        }
+        let row = self.query_opt("SELECT id FROM projects WHERE registration_token = $1", &[&token])?;
+        row.map(|row| Ok(Principal::Registration { project: row.try_get(0)? })).transpose()
+    }
+
+    /// The job with the row lock `lock` (a `FOR …` clause); with `SKIP LOCKED`, `None` also
+    /// when another transaction holds it.
+    fn locked_job(&mut self, id: &str, lock: &str) -> StoreResult<Option<JobRow>> {
+        self.begin()?;
+        let waits = !lock.ends_with("SKIP LOCKED");
+        let lock = if self.locks { lock } else { "" };
+        if self.locks && waits {
+            self.held.wait_job(id)?;
+        }
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1{lock}");
+        let job = self.query_opt(&sql, &[&id])?.as_ref().map(job_from).transpose()?;
+        if self.locks && job.is_some() {
+            self.held.jobs.insert(id.to_string());
+        }
+        Ok(job)
+    }
+
+    /// Checks that a write of `job` or its attempts is under the job's lock.
+    fn writes(&self, job: &str) -> StoreResult<()> {
+        match self.locks {
+            true => self.held.writes(job),
+            false => Ok(()),
+        }
     }
 }
 
@@ -482,17 +610,22 @@ fn job_from(row: &Row) -> StoreResult<JobRow> {
 }
 
 fn attempt_from(row: &Row) -> StoreResult<AttemptRow> {
+    attempt_at(row, 0)
+}
+
+/// An attempt from the row's columns `first` onwards.
+fn attempt_at(row: &Row, first: usize) -> StoreResult<AttemptRow> {
     Ok(AttemptRow {
-        id: row.try_get(0)?,
-        job: row.try_get(1)?,
-        project: row.try_get(2)?,
-        runner: row.try_get(3)?,
-        fence: unsigned("fence", row.try_get(4)?)?,
-        state: word("attempt state", &row.try_get::<_, String>(5)?)?,
-        lease_expires_ms: row.try_get(6)?,
-        claimed_ms: row.try_get(7)?,
-        closed_by: optional_word("closed_by", row.try_get(8)?)?,
-        outcome: optional_word("outcome", row.try_get(9)?)?,
+        id: row.try_get(first)?,
+        job: row.try_get(first + 1)?,
+        project: row.try_get(first + 2)?,
+        runner: row.try_get(first + 3)?,
+        fence: unsigned("fence", row.try_get(first + 4)?)?,
+        state: word("attempt state", &row.try_get::<_, String>(first + 5)?)?,
+        lease_expires_ms: row.try_get(first + 6)?,
+        claimed_ms: row.try_get(first + 7)?,
+        closed_by: optional_word("closed_by", row.try_get(first + 8)?)?,
+        outcome: optional_word("outcome", row.try_get(first + 9)?)?,
     })
 }
 
@@ -531,7 +664,9 @@ impl Tx for PgTx<'_> {
         if !self.database_clock {
             return Ok(None);
         }
-        self.serialise()?;
+        if self.clock.is_none() {
+            self.clock = Some(self.read_clock()?);
+        }
         Ok(self.clock)
     }
 
@@ -539,90 +674,144 @@ impl Tx for PgTx<'_> {
         if !token.is_empty() && token == self.operator_token {
             return Ok(Some(Principal::Operator));
         }
-        if let Some(row) = self.query_opt("SELECT id, project FROM runners WHERE token = $1", &[&token])? {
-            return Ok(Some(Principal::Runner { id: row.try_get(0)?, project: row.try_get(1)? }));
+        let known = self.principals.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(token).cloned();
+        if known.is_some() {
+            return Ok(known);
         }
-        let row = self.query_opt("SELECT id FROM projects WHERE registration_token = $1", &[&token])?;
-        row.map(|row| Ok(Principal::Registration { project: row.try_get(0)? })).transpose()
+        let found = self.lookup(token)?;
+        if let Some(principal) = &found {
+            let mut principals = self.principals.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if principals.len() >= PRINCIPALS_MAX {
+                principals.clear();
+            }
+            principals.insert(token.to_string(), principal.clone());
+        }
+        Ok(found)
     }
 
     fn insert_project(&mut self, id: &str, registration_token: &str) -> StoreResult<bool> {
-        self.serialise()?;
+        self.begin()?;
         let sql = "INSERT INTO projects (id, registration_token) VALUES ($1, $2) ON CONFLICT DO NOTHING";
         Ok(self.execute(sql, &[&id, &registration_token])? == 1)
     }
 
     fn project_exists(&mut self, id: &str) -> StoreResult<bool> {
-        self.serialise()?;
+        self.begin()?;
         Ok(self.query_opt("SELECT 1 FROM projects WHERE id = $1", &[&id])?.is_some())
     }
 
     fn insert_runner(&mut self, id: &str, project: &str, token: &str) -> StoreResult<bool> {
-        self.serialise()?;
+        self.begin()?;
         let sql = "INSERT INTO runners (id, project, token) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING";
         Ok(self.execute(sql, &[&id, &project, &token])? == 1)
     }
 
     fn next_counter(&mut self, name: &str) -> StoreResult<u64> {
-        self.serialise()?;
+        self.begin()?;
+        if self.locks {
+            self.held.wait_counter(name)?;
+        }
         let sql = "INSERT INTO counters (name, value) VALUES ($1, 1) \
                    ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value";
         let row = self.query_opt(sql, &[&name])?.ok_or_else(|| corrupt("counter", name))?;
         unsigned("counter", row.try_get(0)?)
     }
 
+    /// The job's order is the next value of the `job-order` counter, and its key gets its
+    /// row (the one claims of the key lock) when it has none: one statement.
     fn insert_job(&mut self, job: &JobRow) -> StoreResult<bool> {
-        self.serialise()?;
-        let created = signed("job order", self.next_counter("job-order")?)?;
+        self.begin()?;
+        if self.locks {
+            self.held.wait_counter("job-order")?;
+        }
         let (steps, step_ms) = (i64::from(job.spec.steps), signed("step_ms", job.spec.step_ms)?);
         let state = enum_text(&job.state);
         let outcome = job.outcome.map(|outcome| enum_text(&outcome));
-        let sql =
-            "INSERT INTO jobs (id, project, deployment_key, steps, step_ms, state, current_attempt, outcome, created)
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING";
+        let sql = "WITH next AS (INSERT INTO counters (name, value) VALUES ('job-order', 1)
+                     ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value),
+                   key_row AS (INSERT INTO deployment_keys (key) VALUES ($3) ON CONFLICT DO NOTHING)
+                   INSERT INTO jobs (id, project, deployment_key, steps, step_ms, state, current_attempt, outcome, created)
+                   SELECT $1, $2, $3, $4, $5, $6, $7, $8, next.value FROM next ON CONFLICT DO NOTHING";
         let inserted = self.execute(
             sql,
-            &[
-                &job.id,
-                &job.project,
-                &job.deployment_key,
-                &steps,
-                &step_ms,
-                &state,
-                &job.current_attempt,
-                &outcome,
-                &created,
-            ],
+            &[&job.id, &job.project, &job.deployment_key, &steps, &step_ms, &state, &job.current_attempt, &outcome],
         )?;
         Ok(inserted == 1)
     }
 
     fn job(&mut self, id: &str) -> StoreResult<Option<JobRow>> {
-        self.serialise()?;
+        self.begin()?;
         let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
         self.query_opt(&sql, &[&id])?.as_ref().map(job_from).transpose()
     }
 
     fn jobs(&mut self) -> StoreResult<Vec<JobRow>> {
-        self.serialise()?;
+        self.begin()?;
         let sql = format!("SELECT {JOB_COLUMNS} FROM jobs ORDER BY created");
         rows(self.query(&sql, &[])?, job_from)
     }
 
+    fn lock_key(&mut self, key: &str) -> StoreResult<()> {
+        self.begin()?;
+        if self.locks {
+            self.held.wait_key(key)?;
+            let sql = "SELECT 1 FROM deployment_keys WHERE key = $1 FOR NO KEY UPDATE";
+            self.query_opt(sql, &[&key])?.ok_or_else(|| corrupt("deployment key without its row", key))?;
+        }
+        Ok(())
+    }
+
+    fn try_lock_key(&mut self, key: &str) -> StoreResult<bool> {
+        self.begin()?;
+        if !self.locks {
+            return Ok(true);
+        }
+        let sql = "SELECT 1 FROM deployment_keys WHERE key = $1 FOR NO KEY UPDATE SKIP LOCKED";
+        let locked = self.query_opt(sql, &[&key])?.is_some();
+        self.held.keys += usize::from(locked);
+        Ok(locked)
+    }
+
+    fn lock_job(&mut self, id: &str) -> StoreResult<Option<JobRow>> {
+        self.locked_job(id, " FOR NO KEY UPDATE")
+    }
+
+    fn try_lock_job(&mut self, id: &str) -> StoreResult<Option<JobRow>> {
+        self.locked_job(id, " FOR NO KEY UPDATE SKIP LOCKED")
+    }
+
+    /// `FOR SHARE`: a reader's lock (a transaction holding it writes nothing, so that a cut
+    /// COMMIT of it is not taken for a write's).
+    fn share_job(&mut self, id: &str) -> StoreResult<Option<JobRow>> {
+        self.locked_job(id, " FOR SHARE")
+    }
+
+    fn jobs_on_key(&mut self, key: &str, states: &[JobState]) -> StoreResult<Vec<JobRow>> {
+        self.begin()?;
+        if states.is_empty() {
+            return Ok(vec![]);
+        }
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE deployment_key = $1 AND state IN ({}) ORDER BY created",
+            state_list(states)
+        );
+        rows(self.query(&sql, &[&key])?, job_from)
+    }
+
     fn attempt(&mut self, id: &str) -> StoreResult<Option<AttemptRow>> {
-        self.serialise()?;
+        self.begin()?;
         let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE id = $1");
         self.query_opt(&sql, &[&id])?.as_ref().map(attempt_from).transpose()
     }
 
     fn attempts_of(&mut self, job: &str) -> StoreResult<Vec<AttemptRow>> {
-        self.serialise()?;
+        self.begin()?;
         let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job = $1 ORDER BY fence");
         rows(self.query(&sql, &[&job])?, attempt_from)
     }
 
     fn jobs_in(&mut self, project: Option<&str>, states: &[JobState]) -> StoreResult<Vec<JobRow>> {
-        self.serialise()?;
+        self.begin()?;
         if states.is_empty() {
             return Ok(vec![]);
         }
@@ -634,7 +823,8 @@ impl Tx for PgTx<'_> {
     }
 
     fn insert_attempt(&mut self, attempt: &AttemptRow) -> StoreResult<()> {
-        self.serialise()?;
+        self.begin()?;
+        self.writes(&attempt.job)?;
         let fence = signed("fence", attempt.fence)?;
         let state = enum_text(&attempt.state);
         let closed_by = attempt.closed_by.map(|closed_by| closed_by.as_str());
@@ -659,7 +849,8 @@ impl Tx for PgTx<'_> {
     }
 
     fn update_job(&mut self, job: &JobRow) -> StoreResult<()> {
-        self.serialise()?;
+        self.begin()?;
+        self.writes(&job.id)?;
         let state = enum_text(&job.state);
         let outcome = job.outcome.map(|outcome| enum_text(&outcome));
         let sql = "UPDATE jobs SET state = $2, current_attempt = $3, outcome = $4 WHERE id = $1";
@@ -668,7 +859,8 @@ impl Tx for PgTx<'_> {
     }
 
     fn guarded_update(&mut self, guard: &Guard, change: &AttemptChange) -> StoreResult<Option<String>> {
-        self.serialise()?;
+        self.begin()?;
+        self.writes(&guard.job)?;
         let shape = GuardSql::of(guard)?;
         let sql = format!(
             "UPDATE attempts SET state = $1, lease_expires_ms = COALESCE($2, lease_expires_ms), \
@@ -684,7 +876,7 @@ impl Tx for PgTx<'_> {
     }
 
     fn unguarded_update(&mut self, attempt: &str, change: &AttemptChange) -> StoreResult<bool> {
-        self.serialise()?;
+        self.begin()?;
         let values = ChangeValues::of(change);
         let mut params = values.params();
         params.push(&attempt);
@@ -697,21 +889,27 @@ impl Tx for PgTx<'_> {
     }
 
     fn running_attempts(&mut self) -> StoreResult<Vec<AttemptRow>> {
-        self.serialise()?;
+        if let Some(running) = self.running.take() {
+            return Ok(running);
+        }
+        self.begin()?;
         let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE state = 'running' ORDER BY fence");
         rows(self.query(&sql, &[])?, attempt_from)
     }
 
     fn append_ledger(&mut self, entry: &LedgerEntry) -> StoreResult<u64> {
-        self.serialise()?;
+        self.begin()?;
+        self.held.ledger = true;
         let fence = entry.fence.map(|fence| signed("fence", fence)).transpose()?;
         let decision = entry.decision.map(|decision| enum_text(&decision));
         let recorded_as = entry.recorded_as.map(|word| word.as_str());
         let outcome = entry.outcome.map(|word| word.as_str());
         let mono_ns = signed("mono_ns", entry.mono_ns)?;
         // The next value of a durable counter row, taken in the same statement and rolled
-        // back with the transaction: under the rule lock one past the largest, gapless and
-        // in commit order; without it (a planted bug) still unique.
+        // back with the transaction. The row stays locked until COMMIT, so the next
+        // transaction to take it waits for this one to commit or roll back: one past the
+        // largest committed, gapless and in commit order. The rules append last, so the
+        // row is held only for the statements between this one and COMMIT.
         let sql = "WITH next AS (INSERT INTO counters (name, value) VALUES ('ledger-seq', 1)
                      ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value)
                    INSERT INTO ledger (seq, kind, project, job, attempt, runner, fence, deployment_key, decision, reason,
@@ -742,8 +940,9 @@ impl Tx for PgTx<'_> {
         unsigned("seq", row.try_get(0)?)
     }
 
-    /// A page of the ledger needs no lock: sequence numbers are given under the rule lock,
-    /// so what one statement sees is always a prefix of the ledger.
+    /// A page of the ledger needs no lock: a sequence number is taken only once every smaller
+    /// one has committed (see `append_ledger`), so what one statement sees is always a prefix
+    /// of the ledger.
     fn ledger_after(&mut self, after_seq: u64, limit: u32) -> StoreResult<Vec<LedgerEntry>> {
         let after = signed("seq", after_seq.min(i64::MAX as u64))?;
         let limit = i64::from(limit);
@@ -752,7 +951,7 @@ impl Tx for PgTx<'_> {
     }
 
     fn ledger_of(&mut self, job: &str) -> StoreResult<Vec<LedgerEntry>> {
-        self.serialise()?;
+        self.begin()?;
         let sql = format!("SELECT {LEDGER_COLUMNS} FROM ledger WHERE job = $1 ORDER BY seq");
         rows(self.query(&sql, &[&job])?, ledger_from)
     }

@@ -1,9 +1,12 @@
 //! The rules of the control plane, in one place: claim, heartbeat, capability, result,
-//! expiry and reconcile. Each public method is one transaction over a [`Store`].
+//! expiry and reconcile. Each public method is one transaction over a [`Store`] (the sweep,
+//! [`Rules::expire`], one per job it expires).
 //!
 //! Time comes in as an argument ([`Now`], the server's clock), so the rules can be tested
 //! with any instant; the runner's clock (`observed_ms`) is only recorded, never trusted —
 //! except under the planted bug `trust-runner-clock`.
+
+use std::collections::HashSet;
 
 use super::store::{AttemptChange, AttemptRow, Guard, JobRow, Principal, Store, StoreError, Tx};
 use crate::bugs::{Bug, Bugs};
@@ -166,11 +169,59 @@ fn lapsed(attempt: &AttemptRow, now_ms: i64) -> bool {
 /// whose old execution may still be mutating the target, until a reconcile finding.
 const HOLDING_KEY: [JobState; 2] = [JobState::Running, JobState::Uncertain];
 
-/// The oldest queued job of the project whose deployment key no job holds.
-fn claimable_job(tx: &mut dyn Tx, project: &str) -> Result<Option<JobRow>, StoreError> {
-    let held: std::collections::HashSet<String> =
-        tx.jobs_in(None, &HOLDING_KEY)?.into_iter().map(|job| job.deployment_key).collect();
-    Ok(tx.jobs_in(Some(project), &[JobState::Queued])?.into_iter().find(|job| !held.contains(&job.deployment_key)))
+/// The oldest queued job of the project whose deployment key no job holds, passing over
+/// the keys in `busy`.
+fn claimable_job(tx: &mut dyn Tx, project: &str, busy: &HashSet<String>) -> Result<Option<JobRow>, StoreError> {
+    let held: HashSet<String> = tx.jobs_in(None, &HOLDING_KEY)?.into_iter().map(|job| job.deployment_key).collect();
+    let free = |job: &JobRow| !held.contains(&job.deployment_key) && !busy.contains(&job.deployment_key);
+    Ok(tx.jobs_in(Some(project), &[JobState::Queued])?.into_iter().find(free))
+}
+
+/// Most candidates one claim looks at when other claims take the ones it picked first.
+const CLAIM_TRIES_MAX: usize = 32;
+
+/// The job a claim takes: the oldest queued job of the project whose deployment key no job
+/// holds, returned with its key's lock and its own. The claims of one key take the key's
+/// lock, so they run one at a time: once it is held, the job and the key are read again and
+/// stay as read until the claim commits. Only the first key and job are waited for; a claim
+/// that holds them already (its first pick was taken meanwhile) takes another pair only if
+/// it is free at once, and passes over it otherwise, so no two claims wait for each other.
+fn claim_candidate(tx: &mut dyn Tx, project: &str) -> Result<Option<JobRow>, StoreError> {
+    let mut busy = HashSet::new();
+    for tries in 0..CLAIM_TRIES_MAX {
+        let Some(seen) = claimable_job(tx, project, &busy)? else { return Ok(None) };
+        let key = seen.deployment_key;
+        let locked = match tries {
+            0 => {
+                tx.lock_key(&key)?;
+                tx.lock_job(&seen.id)?
+            }
+            _ if tx.try_lock_key(&key)? => tx.try_lock_job(&seen.id)?,
+            _ => None,
+        };
+        let Some(job) = locked else {
+            busy.insert(key);
+            continue;
+        };
+        if job.state == JobState::Queued && tx.jobs_on_key(&key, &HOLDING_KEY)?.is_empty() {
+            return Ok(Some(job));
+        }
+    }
+    Ok(None)
+}
+
+/// Appends the entries of the expiries a transaction ran, then its own entry, and answers
+/// the seq of its own. Appending takes the ledger's counter, held to COMMIT: it comes last.
+fn append(tx: &mut dyn Tx, expired: Vec<LedgerEntry>, entry: &LedgerEntry) -> RuleResult<u64> {
+    append_all(tx, expired)?;
+    Ok(tx.append_ledger(entry)?)
+}
+
+fn append_all(tx: &mut dyn Tx, entries: Vec<LedgerEntry>) -> RuleResult<()> {
+    for entry in &entries {
+        tx.append_ledger(entry)?;
+    }
+    Ok(())
 }
 
 struct Report<'a> {
@@ -211,6 +262,11 @@ impl<S: Store> Rules<S> {
     /// The instant a transaction's decisions are made at: the store's clock when it has one
     /// (PostgreSQL's, one authority for every replica), else `received`, the receiving
     /// process's clock at receipt. Under the planted `replica-clock`, always `received`.
+    ///
+    /// Each rule asks once it holds the locks of the key and job it decides on, and before
+    /// it decides: a wait for those locks never ages the instant, and no other transaction
+    /// changes those rows between the instant and the commit. The locks taken after it (the
+    /// counters', the ledger's last) are held only by transactions that wait for no row.
     fn now_in(&self, tx: &mut dyn Tx, received: Now) -> RuleResult<Now> {
         if self.bugs.has(Bug::ReplicaClock) {
             return Ok(received);
@@ -281,7 +337,6 @@ impl<S: Store> Rules<S> {
             return refuse(400, "invalid_field", "`spec.steps` must be 1..=1000 and `spec.step_ms` at most 600000");
         }
         self.transact(false, |tx| {
-            let now = self.now_in(tx, now)?;
             if !tx.project_exists(&request.project)? {
                 return refuse(404, "unknown_project", format!("project `{}` does not exist", request.project));
             }
@@ -301,6 +356,8 @@ impl<S: Store> Rules<S> {
             if !tx.insert_job(&job)? {
                 return refuse(409, "exists", format!("job `{id}` already exists"));
             }
+            // Read after every lock the submit waits for (its counters'): see `Rules::now_in`.
+            let now = self.now_in(tx, now)?;
             tx.append_ledger(&self.entry(Op::Submit, &job, None, now))?;
             Ok(JobSubmitted { id })
         })
@@ -362,27 +419,65 @@ impl<S: Store> Rules<S> {
 impl<S: Store> Rules<S> {
     /// Marks every running attempt whose lease has passed uncertain, and its job with it
     /// (under `requeue-on-expiry`: failed, and the job back in the queue). Returns how many.
+    /// One transaction reads which jobs have a lapsed attempt; then one transaction per job
+    /// takes the job's lock, if free at once (its holder is deciding on the job, and expires
+    /// its lapsed attempts itself), reads the clock and expires what has lapsed by then.
     pub fn expire(&self, now: Now) -> RuleResult<usize> {
-        self.transact(self.bugs.has(Bug::SweeperWithoutLock), |tx| {
+        let early_ms = self.early_ms();
+        let jobs: Vec<String> = self.store.dry_run(|tx| {
             let now = self.now_in(tx, now)?;
-            self.expire_in(tx, now)
-        })
+            let mut jobs: Vec<String> = vec![];
+            for attempt in tx.running_attempts()?.into_iter().filter(|attempt| lapsed(attempt, now.ms + early_ms)) {
+                if !jobs.contains(&attempt.job) {
+                    jobs.push(attempt.job);
+                }
+            }
+            Ok::<_, RuleError>(jobs)
+        })?;
+        let mut expired = 0;
+        for id in &jobs {
+            expired += self.transact(self.bugs.has(Bug::SweeperWithoutLock), |tx| {
+                let Some(mut job) = tx.try_lock_job(id)? else { return Ok(0) };
+                let now = self.now_in(tx, now)?;
+                let entries = self.expire_job(tx, &mut job, now)?;
+                let count = entries.iter().filter(|entry| entry.kind == Op::Expire).count();
+                append_all(tx, entries)?;
+                Ok(count)
+            })?;
+        }
+        Ok(expired)
     }
 
-    /// Expires lapsed leases before a claim or a report is judged, so that a lease counts
+    /// How long before its end the planted `expire-early` takes a lease for lapsed.
+    fn early_ms(&self) -> i64 {
+        if self.bugs.has(Bug::ExpireEarly) {
+            self.policy.lease_ms as i64 / 2
+        } else {
+            0
+        }
+    }
+
+    /// Expires the job's lapsed attempts before a report is judged, so that a lease counts
     /// from its end and not from when the sweeper notices it (under
     /// `lease-judged-by-sweeper`, only the sweeper expires).
-    fn expire_unless_swept(&self, tx: &mut dyn Tx, now: Now) -> RuleResult<()> {
-        if !self.bugs.has(Bug::LeaseJudgedBySweeper) {
-            self.expire_in(tx, now)?;
+    fn expire_unless_swept(&self, tx: &mut dyn Tx, job: &mut JobRow, now: Now) -> RuleResult<Vec<LedgerEntry>> {
+        match self.bugs.has(Bug::LeaseJudgedBySweeper) {
+            true => Ok(vec![]),
+            false => self.expire_job(tx, job, now),
         }
-        Ok(())
     }
 
-    fn expire_in(&self, tx: &mut dyn Tx, now: Now) -> RuleResult<usize> {
-        let early_ms = if self.bugs.has(Bug::ExpireEarly) { self.policy.lease_ms as i64 / 2 } else { 0 };
-        let ended: Vec<AttemptRow> =
-            tx.running_attempts()?.into_iter().filter(|attempt| lapsed(attempt, now.ms + early_ms)).collect();
+    /// Expires the job's lapsed attempts, the transaction holding the job's lock, and
+    /// answers the ledger entries to append, in order: the caller appends them once it has
+    /// decided (see [`append`]).
+    fn expire_job(&self, tx: &mut dyn Tx, job: &mut JobRow, now: Now) -> RuleResult<Vec<LedgerEntry>> {
+        let early_ms = self.early_ms();
+        let ended: Vec<AttemptRow> = tx
+            .running_attempts()?
+            .into_iter()
+            .filter(|attempt| attempt.job == job.id && lapsed(attempt, now.ms + early_ms))
+            .collect();
+        let mut entries = Vec::new();
         for attempt in &ended {
             let requeue = self.bugs.has(Bug::RequeueOnExpiry);
             let (state, closed_by) = if requeue {
@@ -392,14 +487,13 @@ impl<S: Store> Rules<S> {
             };
             let change = AttemptChange { state, lease_expires_ms: None, closed_by, outcome: None };
             tx.unguarded_update(&attempt.id, &change)?;
-            let Some(mut job) = tx.job(&attempt.job)? else { continue };
-            let mut entry = self.entry(Op::Expire, &job, Some(attempt), now);
+            let mut entry = self.entry(Op::Expire, job, Some(attempt), now);
             entry.recorded_as = Some(if requeue { RecordedAs::Requeued } else { RecordedAs::Uncertain });
             if job.current_attempt.as_deref() == Some(attempt.id.as_str()) && job.state == JobState::Running {
                 job.state = if requeue { JobState::Queued } else { JobState::Uncertain };
-                tx.update_job(&job)?;
+                tx.update_job(job)?;
             }
-            tx.append_ledger(&entry)?;
+            entries.push(entry);
             let current = job.current_attempt.as_deref() == Some(attempt.id.as_str());
             if self.bugs.has(Bug::SelfReconcile) && current && job.state == JobState::Uncertain {
                 let request = ReconcileRequest {
@@ -410,29 +504,31 @@ impl<S: Store> Rules<S> {
                     evidence: Some("lease expired".into()),
                 };
                 let expired = AttemptRow { state: AttemptState::Uncertain, ..attempt.clone() };
-                self.apply_finding(tx, &mut job, &expired, &request, None, now)?;
+                entries.push(self.apply_finding(tx, job, &expired, &request, None, now)?);
             }
         }
-        Ok(ended.len())
+        Ok(entries)
     }
 
     pub fn claim(&self, principal: &Principal, request: &ClaimRequest, now: Now) -> RuleResult<ClaimResponse> {
         let (runner, project) = acting_runner(principal, &request.runner)?;
         self.transact(self.bugs.has(Bug::ClaimWithoutLock), |tx| {
-            let now = self.now_in(tx, now)?;
-            self.expire_unless_swept(tx, now)?;
-            let Some(mut job) = claimable_job(tx, project)? else {
+            // A queued job has no running attempt to expire, and a lapsed lease holds its key
+            // as an uncertain one does: a claim's decision needs no expiry.
+            let Some(mut job) = claim_candidate(tx, project)? else {
                 return Ok(ClaimResponse { grant: None });
             };
             // From a durable counter per job (as many as its attempts): unique even when two
             // claims of one job race, which only a planted bug lets happen.
             let number = tx.next_counter(&format!("attempts:{}", job.id))?;
+            let fence = tx.next_counter("fence")?;
+            let now = self.now_in(tx, now)?;
             let attempt = AttemptRow {
                 id: format!("{}-a{number}", job.id),
                 job: job.id.clone(),
                 project: project.to_string(),
                 runner: runner.to_string(),
-                fence: tx.next_counter("fence")?,
+                fence,
                 state: AttemptState::Running,
                 lease_expires_ms: now.ms + self.policy.lease_ms as i64,
                 claimed_ms: now.ms,
@@ -520,9 +616,11 @@ impl<S: Store> Rules<S> {
         Ok(None)
     }
 
-    /// The job a report names, which must belong to the reporting runner's project.
+    /// The job a report names, which must belong to the reporting runner's project, with
+    /// its lock: the report is decided on the job and its attempts as they stand until it
+    /// commits. A report's first read.
     fn reported_job(&self, tx: &mut dyn Tx, report: &Report) -> RuleResult<JobRow> {
-        match tx.job(&report.claim.job)? {
+        match tx.lock_job(&report.claim.job)? {
             Some(job) if job.project == report.project || self.bugs.has(Bug::UnscopedFence) => Ok(job),
             _ => refuse(
                 404,
@@ -536,9 +634,9 @@ impl<S: Store> Rules<S> {
         let project = reporting_runner(principal, &request.claim)?;
         let report = Report { kind: Op::Heartbeat, claim: &request.claim, project, observed_ms: request.observed_ms };
         self.transact(false, |tx| {
-            let now = self.now_in(tx, now)?;
-            self.expire_unless_swept(tx, now)?;
             let mut job = self.reported_job(tx, &report)?;
+            let now = self.now_in(tx, now)?;
+            let expired = self.expire_unless_swept(tx, &mut job, now)?;
             let lease_expires_ms = now.ms + self.policy.lease_ms as i64;
             let change = AttemptChange {
                 state: AttemptState::Running,
@@ -547,7 +645,7 @@ impl<S: Store> Rules<S> {
                 outcome: None,
             };
             let Some(changed) = self.conditional(tx, &report, &change, now)? else {
-                return self.reject(tx, &report, &job, None, now);
+                return self.reject(tx, &report, &job, None, expired, now);
             };
             if job.current_attempt.as_deref() == Some(changed.as_str()) && job.state == JobState::Uncertain {
                 job.state = JobState::Running;
@@ -555,7 +653,7 @@ impl<S: Store> Rules<S> {
             }
             let mut entry = self.report_entry(&report, &job.deployment_key, Decision::Accepted, None, now);
             entry.lease_expires_ms = Some(lease_expires_ms);
-            let ledger_seq = tx.append_ledger(&entry)?;
+            let ledger_seq = append(tx, expired, &entry)?;
             Ok(Ruling {
                 decision: Decision::Accepted,
                 reason: None,
@@ -573,6 +671,7 @@ impl<S: Store> Rules<S> {
         report: &Report,
         job: &JobRow,
         outcome: Option<Outcome>,
+        expired: Vec<LedgerEntry>,
         now: Now,
     ) -> RuleResult<Ruling> {
         let attempt = tx.attempt(&report.claim.attempt)?;
@@ -587,7 +686,7 @@ impl<S: Store> Rules<S> {
         if report.kind == Op::Result {
             entry.recorded_as = Some(RecordedAs::LateObservation);
         }
-        let ledger_seq = tx.append_ledger(&entry)?;
+        let ledger_seq = append(tx, expired, &entry)?;
         Ok(Ruling {
             decision: Decision::Rejected,
             reason: Some(reason),
@@ -601,9 +700,9 @@ impl<S: Store> Rules<S> {
         let project = reporting_runner(principal, &request.claim)?;
         let report = Report { kind: Op::Capability, claim: &request.claim, project, observed_ms: request.observed_ms };
         self.transact(false, |tx| {
+            let mut job = self.reported_job(tx, &report)?;
             let now = self.now_in(tx, now)?;
-            self.expire_unless_swept(tx, now)?;
-            let job = self.reported_job(tx, &report)?;
+            let expired = self.expire_unless_swept(tx, &mut job, now)?;
             let attempt = tx.attempt(&request.claim.attempt)?;
             let mut claim = request.claim.clone();
             if let Some(holder) = attempt.as_ref().filter(|_| self.bugs.has(Bug::AcceptBorrowedClaim)) {
@@ -612,7 +711,7 @@ impl<S: Store> Rules<S> {
             let judged_ms = if self.bugs.has(Bug::LeaseJudgedBySweeper) { i64::MIN } else { now.ms };
             let live = standing(Some(&job), attempt.as_ref(), &claim, project, judged_ms).ok().and(attempt);
             let Some(attempt) = live else {
-                return self.reject(tx, &report, &job, None, now);
+                return self.reject(tx, &report, &job, None, expired, now);
             };
             // A capability never outlives the lease it is granted under: a runner that lost
             // its authority cannot mutate the target, even where no newer fence has written.
@@ -632,7 +731,7 @@ impl<S: Store> Rules<S> {
             let token = capability::sign(&self.secret, unsigned);
             let mut entry = self.report_entry(&report, &job.deployment_key, Decision::Accepted, None, now);
             entry.lease_expires_ms = Some(attempt.lease_expires_ms);
-            let ledger_seq = tx.append_ledger(&entry)?;
+            let ledger_seq = append(tx, expired, &entry)?;
             Ok(Ruling {
                 decision: Decision::Accepted,
                 reason: None,
@@ -659,9 +758,9 @@ impl<S: Store> Rules<S> {
 
     fn result_in(&self, tx: &mut dyn Tx, project: &str, request: &ResultRequest, now: Now) -> RuleResult<Ruling> {
         let report = Report { kind: Op::Result, claim: &request.claim, project, observed_ms: request.observed_ms };
-        let now = self.now_in(tx, now)?;
-        self.expire_unless_swept(tx, now)?;
         let mut job = self.reported_job(tx, &report)?;
+        let now = self.now_in(tx, now)?;
+        let expired = self.expire_unless_swept(tx, &mut job, now)?;
         let attempt = tx.attempt(&request.claim.attempt)?;
         let committed = attempt.as_ref().filter(|attempt| {
             attempt.closed_by == Some(ClosedBy::Result)
@@ -672,7 +771,9 @@ impl<S: Store> Rules<S> {
         if let Some(committed) = committed {
             let overwrite = self.bugs.has(Bug::OverwriteTerminalResult) && committed.outcome != Some(request.outcome);
             if !overwrite {
-                return self.repeat(tx, &report, &job, committed, request.outcome, now);
+                let (ruling, entry) = self.repeat(&report, &job, committed, request.outcome, now);
+                let ledger_seq = append(tx, expired, &entry)?;
+                return Ok(Ruling { ledger_seq, ..ruling });
             }
         }
         let state = match request.outcome {
@@ -690,28 +791,28 @@ impl<S: Store> Rules<S> {
             None => self.conditional(tx, &report, &change, now)?,
         };
         if changed.is_none() {
-            return self.reject(tx, &report, &job, Some(request.outcome), now);
+            return self.reject(tx, &report, &job, Some(request.outcome), expired, now);
         }
         job.state = if request.outcome == Outcome::Succeeded { JobState::Succeeded } else { JobState::Failed };
         job.outcome = Some(request.outcome);
         tx.update_job(&job)?;
         let mut entry = self.report_entry(&report, &job.deployment_key, Decision::Accepted, None, now);
         entry.outcome = Some(request.outcome.into());
-        let ledger_seq = tx.append_ledger(&entry)?;
+        let ledger_seq = append(tx, expired, &entry)?;
         Ok(Ruling { decision: Decision::Accepted, reason: None, ledger_seq, lease_expires_ms: None, capability: None })
     }
 
     /// A result for an attempt whose terminal result is already committed: an identical one is
-    /// a duplicate (acknowledged, renews nothing), a different one a recorded conflict.
+    /// a duplicate (acknowledged, renews nothing), a different one a recorded conflict. The
+    /// ruling (its `ledger_seq` still to come) and the entry to append.
     fn repeat(
         &self,
-        tx: &mut dyn Tx,
         report: &Report,
         job: &JobRow,
         committed: &AttemptRow,
         outcome: Outcome,
         now: Now,
-    ) -> RuleResult<Ruling> {
+    ) -> (Ruling, LedgerEntry) {
         let identical = committed.outcome == Some(outcome);
         let (decision, reason) = match identical {
             true if self.bugs.has(Bug::RefuseDuplicateResult) => (Decision::Rejected, Some(Reason::NotCurrent)),
@@ -725,8 +826,7 @@ impl<S: Store> Rules<S> {
             Decision::Rejected => Some(RecordedAs::LateObservation),
             _ => None,
         };
-        let ledger_seq = tx.append_ledger(&entry)?;
-        Ok(Ruling { decision, reason, ledger_seq, lease_expires_ms: None, capability: None })
+        (Ruling { decision, reason, ledger_seq: 0, lease_expires_ms: None, capability: None }, entry)
     }
 
     pub fn reconcile(&self, principal: &Principal, request: &ReconcileRequest, now: Now) -> RuleResult<JobView> {
@@ -742,11 +842,11 @@ impl<S: Store> Rules<S> {
             (_, None) => None,
         };
         self.transact(false, |tx| {
-            let now = self.now_in(tx, now)?;
-            self.expire_in(tx, now)?;
-            let Some(mut job) = tx.job(&request.job)? else {
+            let Some(mut job) = tx.lock_job(&request.job)? else {
                 return refuse(404, "unknown_job", format!("job `{}` does not exist", request.job));
             };
+            let now = self.now_in(tx, now)?;
+            let expired = self.expire_job(tx, &mut job, now)?;
             let attempt = tx.attempt(&request.attempt)?.filter(|attempt| attempt.job == job.id);
             let Some(attempt) = attempt else {
                 return refuse(
@@ -763,8 +863,17 @@ impl<S: Store> Rules<S> {
                     format!("attempt `{}` is not the uncertain current attempt of its job", attempt.id),
                 );
             }
-            self.apply_finding(tx, &mut job, &attempt, request, outcome, now)?;
-            self.view_in(tx, &job.id)
+            let entry = self.apply_finding(tx, &mut job, &attempt, request, outcome, now)?;
+            // The view is read before the entries are appended, so that the ledger's counter
+            // is taken last; the appended entries of this job join it.
+            let mut view = self.view_of(tx, job)?;
+            for entry in expired.into_iter().chain([entry]) {
+                let seq = tx.append_ledger(&entry)?;
+                if entry.job == view.id {
+                    view.ledger.push(LedgerEntry { seq, ..entry });
+                }
+            }
+            Ok(view)
         })
     }
 
@@ -776,7 +885,7 @@ impl<S: Store> Rules<S> {
         request: &ReconcileRequest,
         outcome: Option<Outcome>,
         now: Now,
-    ) -> RuleResult<()> {
+    ) -> RuleResult<LedgerEntry> {
         let mut entry = self.entry(Op::Reconcile, job, Some(attempt), now);
         entry.outcome = Some(request.finding.into());
         entry.reason = request.evidence.clone();
@@ -809,21 +918,24 @@ impl<S: Store> Rules<S> {
             tx.unguarded_update(&attempt.id, &change)?;
             tx.update_job(job)?;
         }
-        tx.append_ledger(&entry)?;
-        Ok(())
+        Ok(entry)
     }
 
+    /// One job whole. Under its lock no other transaction changes the job or its attempts, or
+    /// appends an entry about it, so the three reads agree.
     pub fn job_view(&self, principal: &Principal, id: &str) -> RuleResult<JobView> {
         operator_only(principal)?;
-        self.store.transact(|tx| self.view_in(tx, id))
+        self.store.transact(|tx| {
+            let Some(job) = tx.share_job(id)? else {
+                return refuse(404, "unknown_job", format!("job `{id}` does not exist"));
+            };
+            self.view_of(tx, job)
+        })
     }
 
-    fn view_in(&self, tx: &mut dyn Tx, id: &str) -> RuleResult<JobView> {
-        let Some(job) = tx.job(id)? else {
-            return refuse(404, "unknown_job", format!("job `{id}` does not exist"));
-        };
-        let attempts = tx.attempts_of(id)?.into_iter().map(|attempt| attempt_view(&job, attempt)).collect();
-        let ledger = tx.ledger_of(id)?;
+    fn view_of(&self, tx: &mut dyn Tx, job: JobRow) -> RuleResult<JobView> {
+        let attempts = tx.attempts_of(&job.id)?.into_iter().map(|attempt| attempt_view(&job, attempt)).collect();
+        let ledger = tx.ledger_of(&job.id)?;
         Ok(job_view(job, attempts, ledger))
     }
 

@@ -21,6 +21,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   steps INTEGER NOT NULL, step_ms INTEGER NOT NULL, state TEXT NOT NULL,
   current_attempt TEXT, outcome TEXT, created INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, created);
+CREATE INDEX IF NOT EXISTS jobs_by_key ON jobs(deployment_key, state);
 CREATE TABLE IF NOT EXISTS attempts (
   id TEXT PRIMARY KEY, job TEXT NOT NULL REFERENCES jobs(id), project TEXT NOT NULL, runner TEXT NOT NULL,
   fence INTEGER NOT NULL UNIQUE, state TEXT NOT NULL, lease_expires_ms INTEGER NOT NULL,
@@ -275,6 +276,39 @@ impl Tx for SqliteTx<'_> {
         let sql = format!("SELECT {JOB_COLUMNS} FROM jobs ORDER BY created");
         let mut statement = self.tx.prepare_cached(&sql)?;
         let raws = statement.query_map([], raw_job)?.collect::<rusqlite::Result<Vec<_>>>()?;
+        raws.into_iter().map(job_from).collect()
+    }
+
+    /// Every transaction here holds the one writer's lock (`BEGIN IMMEDIATE`): no other
+    /// writer runs, so there is no row of its own to lock.
+    fn lock_key(&mut self, _key: &str) -> StoreResult<()> {
+        Ok(())
+    }
+
+    fn try_lock_key(&mut self, _key: &str) -> StoreResult<bool> {
+        Ok(true)
+    }
+
+    fn lock_job(&mut self, id: &str) -> StoreResult<Option<JobRow>> {
+        self.job(id)
+    }
+
+    fn try_lock_job(&mut self, id: &str) -> StoreResult<Option<JobRow>> {
+        self.job(id)
+    }
+
+    fn share_job(&mut self, id: &str) -> StoreResult<Option<JobRow>> {
+        self.job(id)
+    }
+
+    fn jobs_on_key(&mut self, key: &str, states: &[JobState]) -> StoreResult<Vec<JobRow>> {
+        let states: Vec<String> = states.iter().map(|state| format!("'{}'", enum_text(state))).collect();
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE deployment_key = ?1 AND state IN ({}) ORDER BY created",
+            states.join(", ")
+        );
+        let mut statement = self.tx.prepare_cached(&sql)?;
+        let raws = statement.query_map([key], raw_job)?.collect::<rusqlite::Result<Vec<_>>>()?;
         raws.into_iter().map(job_from).collect()
     }
 

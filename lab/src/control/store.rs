@@ -20,6 +20,10 @@ pub enum StoreError {
     /// committed. Never read as a refusal.
     #[error("the outcome of a commit is unknown: {0}")]
     CommitUnknown(String),
+    /// A transaction asked to wait for a lock out of the one order every transaction takes
+    /// them in (a programmer's error: two such transactions could wait for each other).
+    #[error("lock out of order: {0}")]
+    LockOrder(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -36,8 +40,15 @@ impl StoreError {
                 Some(code) => {
                     let code = code.code();
                     // 08: connection exception; 57: operator intervention (timeouts,
-                    // shutdown); 55P03: lock not available; 53: insufficient resources.
-                    code.starts_with("08") || code.starts_with("57") || code == "55P03" || code.starts_with("53")
+                    // shutdown); 55P03: lock not available; 53: insufficient resources;
+                    // 40001 and 40P01: a serialization failure or deadlock (the rules' lock
+                    // order leaves none; if one comes, it is answered, never retried).
+                    code.starts_with("08")
+                        || code.starts_with("57")
+                        || code == "55P03"
+                        || code.starts_with("53")
+                        || code == "40001"
+                        || code == "40P01"
                 }
             },
             StoreError::Sqlite(rusqlite::Error::SqliteFailure(error, _)) => {
@@ -123,10 +134,10 @@ pub enum Principal {
 
 /// One transaction's view of the store.
 pub trait Tx {
-    /// The store's own clock, read once when the transaction began (Unix ms), with the
-    /// host's monotonic ns at that reading: the one clock every replica's lease decisions
-    /// are made on. `None`: the store has none (SQLite), and the receiving process's clock
-    /// is the authority.
+    /// The store's own clock (Unix ms), read once, when first asked — the rules ask once
+    /// they hold the locks of the rows they decide on — with the host's monotonic ns at that
+    /// reading: the one clock every replica's lease decisions are made on. `None`: the store
+    /// has none (SQLite), and the receiving process's clock is the authority.
     fn clock(&mut self) -> StoreResult<Option<(i64, u64)>> {
         Ok(None)
     }
@@ -139,6 +150,23 @@ pub trait Tx {
     fn insert_job(&mut self, job: &JobRow) -> StoreResult<bool>;
     fn job(&mut self, id: &str) -> StoreResult<Option<JobRow>>;
     fn jobs(&mut self) -> StoreResult<Vec<JobRow>>;
+    /// Takes the lock of a deployment key's row, waiting for it, until the transaction ends:
+    /// the claims of one key take it, so they run one at a time. (A store whose writers run
+    /// one at a time anyway takes nothing.)
+    fn lock_key(&mut self, key: &str) -> StoreResult<()>;
+    /// As [`Tx::lock_key`] only if no other transaction holds it: whether it was taken.
+    fn try_lock_key(&mut self, key: &str) -> StoreResult<bool>;
+    /// The job, its row locked, waiting for it, until the transaction ends. Every transaction
+    /// that changes a job or any of its attempts holds its job's lock, so while it is held
+    /// neither changes. (A store whose writers run one at a time anyway only reads it.)
+    fn lock_job(&mut self, id: &str) -> StoreResult<Option<JobRow>>;
+    /// As [`Tx::lock_job`] only if no other transaction holds it: `None` also when one does.
+    fn try_lock_job(&mut self, id: &str) -> StoreResult<Option<JobRow>>;
+    /// The job, its row locked for a reader until the transaction ends: no transaction
+    /// changes the job or its attempts meanwhile, and readers do not wait for each other.
+    fn share_job(&mut self, id: &str) -> StoreResult<Option<JobRow>>;
+    /// The jobs on deployment key `key` in any of `states`, oldest first (every project).
+    fn jobs_on_key(&mut self, key: &str, states: &[JobState]) -> StoreResult<Vec<JobRow>>;
     fn attempt(&mut self, id: &str) -> StoreResult<Option<AttemptRow>>;
     fn attempts_of(&mut self, job: &str) -> StoreResult<Vec<AttemptRow>>;
     /// The jobs in any of `states`, oldest first (`project` limits them when given).
@@ -161,9 +189,10 @@ pub trait Store: Send + Sync + 'static {
     fn transact<T, E: From<StoreError>>(&self, work: impl FnOnce(&mut dyn Tx) -> Result<T, E>) -> Result<T, E>;
     /// Runs the closure and rolls it back whatever it returns: a decision without effect.
     fn dry_run<T, E: From<StoreError>>(&self, work: impl FnOnce(&mut dyn Tx) -> Result<T, E>) -> Result<T, E>;
-    /// As [`Store::transact`], without the store's serialisation of rule transactions (the
-    /// PostgreSQL rule lock). Only planted bugs call it; a store whose every transaction is
-    /// serialised anyway (SQLite's single writer) runs it as `transact`.
+    /// As [`Store::transact`], but the row locks the rules ask for ([`Tx::lock_key`],
+    /// [`Tx::lock_job`] and their `try_` forms) are not taken: the rows are only read. Only
+    /// planted bugs call it; a store whose every transaction is serialised anyway (SQLite's
+    /// single writer) runs it as `transact`.
     fn transact_unlocked<T, E: From<StoreError>>(
         &self,
         work: impl FnOnce(&mut dyn Tx) -> Result<T, E>,

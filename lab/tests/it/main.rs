@@ -5,6 +5,7 @@
 mod bad_input;
 mod bugs;
 mod contract;
+mod locking;
 mod postgres;
 mod processes;
 mod rules;
