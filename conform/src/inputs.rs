@@ -446,6 +446,31 @@ async fn snapshot(s: &Session) -> Result<Snapshot, String> {
     Ok(Snapshot { reads })
 }
 
+/// Gap between two reads that must agree for the system to count as quiet: longer than
+/// a system's background turn (pg-boss's maintenance runs every second).
+const QUIET_GAP: Duration = Duration::from_millis(1_500);
+/// Longest wait for the system to be quiet before the bad-input table.
+const QUIET_WAIT_MAX: Duration = Duration::from_secs(20);
+
+/// The reads before the bad-input table, once two of them [`QUIET_GAP`] apart agree: a
+/// change the system makes on its own (a lapsed lease recorded by a background turn after
+/// the job's state already showed it) is not blamed on the first bad input. A system that
+/// never goes quiet within [`QUIET_WAIT_MAX`] is read as it is then; the rows say what
+/// changed.
+async fn settled(s: &Session) -> Result<Snapshot, String> {
+    let started = Instant::now();
+    let mut last = snapshot(s).await?;
+    while started.elapsed() < QUIET_WAIT_MAX {
+        tokio::time::sleep(QUIET_GAP).await;
+        let now = snapshot(s).await?;
+        if now == last {
+            return Ok(now);
+        }
+        last = now;
+    }
+    Ok(last)
+}
+
 /// The places where `after` differs from `before`.
 fn changes(before: &Snapshot, after: &Snapshot) -> Vec<String> {
     let mut changed = Vec::new();
@@ -625,7 +650,7 @@ pub async fn run(s: &Session) -> Vec<CaseResult> {
             }];
         }
     };
-    let mut baseline = match snapshot(s).await {
+    let mut baseline = match settled(s).await {
         Ok(snapshot) => snapshot,
         Err(error) => {
             let evidence = format!("the reads before the bad-input table failed: {error}");

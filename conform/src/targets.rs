@@ -31,8 +31,17 @@ struct Pair {
 }
 
 /// Two capabilities on one key from claims of two runners, the lower fence's job done
-/// first: a target must compare fences per key, whoever presents them.
-async fn pair(s: &Session, case: &Case) -> Result<Pair, Finding> {
+/// first (a target must compare fences per key, whoever presents them); then step 0 of
+/// `high`, which must be applied, and step 0 of `low`, which must be `low_reason` (`None`:
+/// applied). A try in which either capability expired on the way to the target (its expiry
+/// has passed on this machine's clock too) is late, and another pair is tried.
+async fn pair(
+    s: &Session,
+    case: &Case,
+    base: &str,
+    low_reason: Option<Reason>,
+    what_low: &str,
+) -> Result<(Pair, StepRecord), Finding> {
     let team = s.team(case, 2).await?;
     let (runner, other) = (&team.runners[0], &team.runners[1]);
     tries(|n| {
@@ -59,7 +68,14 @@ async fn pair(s: &Session, case: &Case) -> Result<Pair, Finding> {
             ensure(high.fence > low.fence, || {
                 format!("the later claim on {key} has fence {}, not above {}", high.fence, low.fence)
             })?;
-            Ok(Try::Done(Pair { key, low, high }))
+            if let Try::Late(why) = posted(s, base, &high, 0, None, "the higher fence first").await? {
+                return Ok(Try::Late(why));
+            }
+            let record = match posted(s, base, &low, 0, low_reason, what_low).await? {
+                Try::Done(record) => record,
+                Try::Late(why) => return Ok(Try::Late(why)),
+            };
+            Ok(Try::Done((Pair { key, low, high }, record)))
         }
     })
     .await
@@ -89,6 +105,40 @@ async fn expect(
     what: &str,
 ) -> Result<StepRecord, Finding> {
     let (status, record) = step(s, base, capability, index, 4).await?;
+    judged(capability, index, status, record, reason, what)
+}
+
+/// As [`expect`], except that an `expired` refusal of a capability whose expiry has passed
+/// on this machine's clock too, where another answer was expected, is late: the step took
+/// longer than the lease, which says nothing of the target.
+async fn posted(
+    s: &Session,
+    base: &str,
+    capability: &Capability,
+    index: u32,
+    reason: Option<Reason>,
+    what: &str,
+) -> Result<Try<StepRecord>, Finding> {
+    let (status, record) = step(s, base, capability, index, 4).await?;
+    let expired = status == 409 && !record.applied && record.reason == Some(Reason::Expired);
+    if expired && reason != Some(Reason::Expired) && now_ms() >= capability.expires_ms {
+        return Ok(Try::Late(format!(
+            "{}'s capability (fence {}) expired before step {index} reached the target",
+            capability.attempt, capability.fence
+        )));
+    }
+    judged(capability, index, status, record, reason, what).map(Try::Done)
+}
+
+/// Whether a step's answer is the one expected: applied (`None`) or refused with `reason`.
+fn judged(
+    capability: &Capability,
+    index: u32,
+    status: u16,
+    record: StepRecord,
+    reason: Option<Reason>,
+    what: &str,
+) -> Result<StepRecord, Finding> {
     let holds = match reason {
         None => status == 200 && record.applied && record.reason.is_none(),
         Some(reason) => status == 409 && !record.applied && record.reason == Some(reason),
@@ -127,9 +177,8 @@ async fn deployment(s: &Session, base: &str, key: &str) -> Result<(u64, u64), Fi
 
 async fn fenced(s: &Session, case: Case) -> CaseOutcome {
     let base = target(s, "fenced")?;
-    let Pair { key, low, high } = pair(s, &case).await?;
-    expect(s, &base, &high, 0, None, "the higher fence first").await?;
-    let stale = expect(s, &base, &low, 0, Some(Reason::StaleFence), "a lower fence after a higher one").await?;
+    let (Pair { key, low, high }, stale) =
+        pair(s, &case, &base, Some(Reason::StaleFence), "a lower fence after a higher one").await?;
     ensure(stale.highest_fence_before == high.fence && stale.revision == 1, || {
         format!(
             "the stale step's record says highest fence {} and revision {}, not {} and 1",
@@ -154,9 +203,8 @@ async fn fenced(s: &Session, case: Case) -> CaseOutcome {
 
 async fn idempotent(s: &Session, case: Case) -> CaseOutcome {
     let base = target(s, "idempotent")?;
-    let Pair { key, low, high } = pair(s, &case).await?;
-    expect(s, &base, &high, 0, None, "the higher fence first").await?;
-    expect(s, &base, &low, 0, None, "a lower fence of another job (fences are not compared)").await?;
+    let (Pair { key, low, high }, _) =
+        pair(s, &case, &base, None, "a lower fence of another job (fences are not compared)").await?;
     expect(s, &base, &high, 0, Some(Reason::Duplicate), "the same job's step again").await?;
     expect(s, &base, &forged(&high), 1, Some(Reason::BadSignature), "a capability whose fence was changed").await?;
     let expiry = expired(s, &base, &high, 2).await?;
@@ -170,9 +218,7 @@ async fn idempotent(s: &Session, case: Case) -> CaseOutcome {
 
 async fn unfenced(s: &Session, case: Case) -> CaseOutcome {
     let base = target(s, "unfenced")?;
-    let Pair { key, low, high } = pair(s, &case).await?;
-    expect(s, &base, &high, 0, None, "the higher fence").await?;
-    expect(s, &base, &low, 0, None, "a lower fence").await?;
+    let (Pair { key, low, high }, _) = pair(s, &case, &base, None, "a lower fence").await?;
     expect(s, &base, &high, 0, None, "a repeated step").await?;
     expect(s, &base, &forged(&high), 1, None, "a forged capability").await?;
     let (revision, _) = deployment(s, &base, &key).await?;
