@@ -388,10 +388,11 @@ struct PgTx<'a> {
     /// The database's clock read when the rules first asked (Unix ms), with the host's
     /// monotonic clock read when that answer came back.
     clock: Option<(i64, u64)>,
-    /// The running attempts, read in the clock's statement: what `running_attempts` answers
-    /// if it is the next statement (reports, reconciles and the sweep expire right after
-    /// reading the clock, so one round trip serves both).
-    running: Option<Vec<AttemptRow>>,
+    /// The running attempts read in the clock's statement — of the one job the transaction
+    /// has locked (`Some(job)`), else every one (`None`) — what `running_attempts_of` or
+    /// `running_attempts` answers if it is the next statement (reports, reconciles and the
+    /// sweep expire right after reading the clock, so one round trip serves both).
+    running: Option<(Option<String>, Vec<AttemptRow>)>,
     /// Whether a statement failed (PostgreSQL then refuses the rest of the transaction).
     failed: bool,
     /// The locks taken so far, to keep the order.
@@ -509,12 +510,18 @@ impl PgTx<'_> {
     fn read_clock(&mut self) -> StoreResult<(i64, u64)> {
         self.begin()?;
         let columns: Vec<String> = ATTEMPT_COLUMNS.split(", ").map(|column| format!("a.{column}")).collect();
+        // Only the locked job's attempts when the transaction decides on one job: the rows
+        // read stay as few as that job's, however many attempts run elsewhere.
+        let job = match self.held.jobs.len() {
+            1 => self.held.jobs.iter().next().cloned(),
+            _ => None,
+        };
         let sql = format!(
             "SELECT now.ms, {} FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT AS ms) now \
-             LEFT JOIN attempts a ON a.state = 'running' ORDER BY a.fence",
+             LEFT JOIN attempts a ON a.state = 'running' AND ($1::TEXT IS NULL OR a.job = $1) ORDER BY a.fence",
             columns.join(", ")
         );
-        let rows = self.query(&sql, &[])?;
+        let rows = self.query(&sql, &[&job])?;
         let mono_ns = protocol::monotonic_ns();
         let ms: i64 = rows.first().ok_or_else(|| corrupt("database clock", "(none)"))?.try_get(0)?;
         let mut running = Vec::with_capacity(rows.len());
@@ -523,7 +530,7 @@ impl PgTx<'_> {
                 running.push(attempt_at(row, 1)?);
             }
         }
-        self.running = Some(running);
+        self.running = Some((job, running));
         Ok((ms, mono_ns))
     }
 
@@ -889,12 +896,48 @@ impl Tx for PgTx<'_> {
     }
 
     fn running_attempts(&mut self) -> StoreResult<Vec<AttemptRow>> {
-        if let Some(running) = self.running.take() {
+        if let Some((None, running)) = self.running.take() {
             return Ok(running);
         }
         self.begin()?;
         let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE state = 'running' ORDER BY fence");
         rows(self.query(&sql, &[])?, attempt_from)
+    }
+
+    fn running_attempts_of(&mut self, job: &str) -> StoreResult<Vec<AttemptRow>> {
+        match self.running.take() {
+            Some((Some(read), running)) if read == job => return Ok(running),
+            Some((None, running)) => return Ok(running.into_iter().filter(|attempt| attempt.job == job).collect()),
+            _ => {}
+        }
+        self.begin()?;
+        let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job = $1 AND state = 'running' ORDER BY fence");
+        rows(self.query(&sql, &[&job])?, attempt_from)
+    }
+
+    fn claimable_job(
+        &mut self,
+        project: &str,
+        holding: &[JobState],
+        busy: &std::collections::HashSet<String>,
+    ) -> StoreResult<Option<JobRow>> {
+        self.begin()?;
+        let busy: Vec<&str> = busy.iter().map(String::as_str).collect();
+        let holds = match holding.is_empty() {
+            true => String::new(),
+            false => format!(
+                " AND NOT EXISTS (SELECT 1 FROM jobs h WHERE h.deployment_key = q.deployment_key AND h.state IN ({}))",
+                state_list(holding)
+            ),
+        };
+        let columns: Vec<String> = JOB_COLUMNS.split(", ").map(|column| format!("q.{column}")).collect();
+        let sql = format!(
+            "SELECT {} FROM jobs q WHERE q.project = $1 AND q.state IN ({}) \
+             AND NOT (q.deployment_key = ANY($2::TEXT[])){holds} ORDER BY q.created LIMIT 1",
+            columns.join(", "),
+            state_list(&[JobState::Queued])
+        );
+        self.query_opt(&sql, &[&project, &busy])?.as_ref().map(job_from).transpose()
     }
 
     fn append_ledger(&mut self, entry: &LedgerEntry) -> StoreResult<u64> {

@@ -172,9 +172,7 @@ const HOLDING_KEY: [JobState; 2] = [JobState::Running, JobState::Uncertain];
 /// The oldest queued job of the project whose deployment key no job holds, passing over
 /// the keys in `busy`.
 fn claimable_job(tx: &mut dyn Tx, project: &str, busy: &HashSet<String>) -> Result<Option<JobRow>, StoreError> {
-    let held: HashSet<String> = tx.jobs_in(None, &HOLDING_KEY)?.into_iter().map(|job| job.deployment_key).collect();
-    let free = |job: &JobRow| !held.contains(&job.deployment_key) && !busy.contains(&job.deployment_key);
-    Ok(tx.jobs_in(Some(project), &[JobState::Queued])?.into_iter().find(free))
+    tx.claimable_job(project, &HOLDING_KEY, busy)
 }
 
 /// Most candidates one claim looks at when other claims take the ones it picked first.
@@ -472,11 +470,8 @@ impl<S: Store> Rules<S> {
     /// decided (see [`append`]).
     fn expire_job(&self, tx: &mut dyn Tx, job: &mut JobRow, now: Now) -> RuleResult<Vec<LedgerEntry>> {
         let early_ms = self.early_ms();
-        let ended: Vec<AttemptRow> = tx
-            .running_attempts()?
-            .into_iter()
-            .filter(|attempt| attempt.job == job.id && lapsed(attempt, now.ms + early_ms))
-            .collect();
+        let ended: Vec<AttemptRow> =
+            tx.running_attempts_of(&job.id)?.into_iter().filter(|attempt| lapsed(attempt, now.ms + early_ms)).collect();
         let mut entries = Vec::new();
         for attempt in &ended {
             let requeue = self.bugs.has(Bug::RequeueOnExpiry);

@@ -399,6 +399,13 @@ impl Tx for SqliteTx<'_> {
         raws.into_iter().map(attempt_from).collect()
     }
 
+    fn running_attempts_of(&mut self, job: &str) -> StoreResult<Vec<AttemptRow>> {
+        let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job = ?1 AND state = 'running' ORDER BY fence");
+        let mut statement = self.tx.prepare_cached(&sql)?;
+        let raws = statement.query_map([job], raw_attempt)?.collect::<rusqlite::Result<Vec<_>>>()?;
+        raws.into_iter().map(attempt_from).collect()
+    }
+
     fn append_ledger(&mut self, entry: &LedgerEntry) -> StoreResult<u64> {
         self.tx.execute(
             "INSERT INTO ledger (kind, project, job, attempt, runner, fence, deployment_key, decision, reason,

@@ -179,6 +179,25 @@ pub trait Tx {
     fn unguarded_update(&mut self, attempt: &str, change: &AttemptChange) -> StoreResult<bool>;
     /// Every running attempt, by fence.
     fn running_attempts(&mut self) -> StoreResult<Vec<AttemptRow>>;
+    /// The job's running attempts, by fence: what a report's expiry reads (a store answers
+    /// it from the job's attempts, not from every running one).
+    fn running_attempts_of(&mut self, job: &str) -> StoreResult<Vec<AttemptRow>> {
+        Ok(self.running_attempts()?.into_iter().filter(|attempt| attempt.job == job).collect())
+    }
+    /// The oldest queued job of `project` whose deployment key no job in a `holding` state
+    /// holds, passing over the keys in `busy`. The default reads the holding jobs and the
+    /// project's queue; a store may answer in one statement that returns one row.
+    fn claimable_job(
+        &mut self,
+        project: &str,
+        holding: &[JobState],
+        busy: &std::collections::HashSet<String>,
+    ) -> StoreResult<Option<JobRow>> {
+        let held: std::collections::HashSet<String> =
+            self.jobs_in(None, holding)?.into_iter().map(|job| job.deployment_key).collect();
+        let free = |job: &JobRow| !held.contains(&job.deployment_key) && !busy.contains(&job.deployment_key);
+        Ok(self.jobs_in(Some(project), &[JobState::Queued])?.into_iter().find(free))
+    }
     fn append_ledger(&mut self, entry: &LedgerEntry) -> StoreResult<u64>;
     fn ledger_after(&mut self, after_seq: u64, limit: u32) -> StoreResult<Vec<LedgerEntry>>;
     fn ledger_of(&mut self, job: &str) -> StoreResult<Vec<LedgerEntry>>;

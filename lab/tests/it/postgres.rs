@@ -323,3 +323,40 @@ fn the_database_clock_is_the_lease_authority() {
         assert_eq!(entry.received_ms + 5_000, grant.lease_expires_ms, "the entry says the instant it was decided at");
     }
 }
+
+/// A report expires its own job's lapsed attempt in its transaction, read on the database's
+/// clock, and only its own: another job's lapsed attempt waits for its own report or the
+/// sweeper.
+#[test]
+fn a_report_expires_only_its_own_jobs_lapsed_attempt() {
+    if !postgres_or_skip() {
+        return;
+    }
+    let mut options = lab::control::PgOptions::new(&crate::world::cluster_url(), &fresh_schema());
+    options.pool_size = 1;
+    let store = lab::control::Postgres::open(&options, "operator").unwrap();
+    let policy = Policy { lease_ms: 200, capability_ttl_ms: 30_000 };
+    let rules = Rules::new(store, policy, lab::bugs::Bugs::none(), b"s");
+    rules.create_project(&OPERATOR, &CreateProject { id: "p".into() }).unwrap();
+    let mut claims = vec![];
+    for (index, key) in ["prod", "staging"].into_iter().enumerate() {
+        let id = format!("r{index}");
+        rules.register_runner(&OPERATOR, &RegisterRunner { project: Some("p".into()), id: id.clone() }).unwrap();
+        submit(&rules, &format!("j{index}"), "p", key);
+        let runner = Principal::Runner { id: id.clone(), project: "p".into() };
+        let request = ClaimRequest { runner: id, observed_ms: 0 };
+        let grant = rules.claim(&runner, &request, Now::read()).unwrap().grant.expect("a grant");
+        claims.push((runner, grant.claim));
+    }
+    // Both leases (200 ms) end well within this wait on the database's clock.
+    std::thread::sleep(Duration::from_millis(1_000));
+    let (runner, claim) = &claims[0];
+    let request = HeartbeatRequest { claim: claim.clone(), observed_ms: 0 };
+    let ruling = rules.heartbeat(runner, &request, Now::read()).unwrap();
+    assert_eq!((ruling.decision, ruling.reason.map(|word| word.as_str())), (Decision::Rejected, Some("expired")));
+    let state = |job: &str| rules.job_view(&OPERATOR, job).unwrap().attempts[0].state;
+    assert_eq!(state("j0"), AttemptState::Uncertain, "the report expired its own job's attempt");
+    assert_eq!(state("j1"), AttemptState::Running, "another job's attempt is left to its report or the sweeper");
+    assert_eq!(rules.expire(Now::read()).unwrap(), 1, "the sweeper expires the other one");
+    assert_eq!(state("j1"), AttemptState::Uncertain);
+}
