@@ -5,7 +5,9 @@
 //! and with three replicas on the same store. Each runner has a project and a deployment
 //! key of its own, so on PostgreSQL the replicas' transactions lock rows no other runner
 //! touches and wait for each other only for the ledger's sequence number (one statement and
-//! COMMIT each): the three-replica column shows how the store scales with replicas.
+//! COMMIT each): the three-replica column shows how the store scales with replicas, and
+//! the last column is PostgreSQL's three replicas as a ratio of SQLite's. Every column is
+//! measured three times, interleaved, and each cell is the median.
 //! Run: `cargo bench -p lab --bench lifecycle`. With `FENCELAB_BENCH_SMOKE=1` (CI: `cargo
 //! test --benches`) each level lasts a tenth of a second: it checks the bench runs, not speed.
 
@@ -86,13 +88,14 @@ async fn measure(lab: &LocalLab, replicas: &[String], concurrency: usize, round:
 const LEVELS: [usize; 3] = [1, 4, 16];
 
 /// Lifecycles per second at each level, on a lab whose control plane uses `database_url`
-/// (SQLite when `None`), with `replicas` control planes on that store.
-async fn rates(database_url: Option<String>, replicas: usize) -> Vec<f64> {
+/// (SQLite when `None`), with `replicas` control planes on that store; `round` names the
+/// PostgreSQL schema, one a measurement.
+async fn rates(database_url: Option<String>, replicas: usize, round: usize) -> Vec<f64> {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut options = LabOptions::new(Path::new(env!("CARGO_BIN_EXE_fencelab-lab")), dir.path());
     options.lease_ms = 30_000;
     // Each measurement on PostgreSQL gets a schema of its own on the one cluster.
-    options.schema = database_url.as_ref().map(|_| format!("bench_{replicas}_replicas"));
+    options.schema = database_url.as_ref().map(|_| format!("bench_{replicas}_replicas_{round}"));
     options.database_url = database_url;
     let lab = LocalLab::start(options).await.expect("lab starts");
     let mut others = Vec::new();
@@ -102,8 +105,8 @@ async fn rates(database_url: Option<String>, replicas: usize) -> Vec<f64> {
     let mut urls = vec![lab.control_url()];
     urls.extend(others.iter().map(|replica| format!("http://{}", replica.addr.expect("a server has an address"))));
     let mut rates = vec![];
-    for (round, concurrency) in LEVELS.into_iter().enumerate() {
-        rates.push(measure(&lab, &urls, concurrency, round).await);
+    for (level, concurrency) in LEVELS.into_iter().enumerate() {
+        rates.push(measure(&lab, &urls, concurrency, round * LEVELS.len() + level).await);
     }
     for mut replica in others {
         replica.stop(Duration::from_secs(2)).await;
@@ -112,10 +115,32 @@ async fn rates(database_url: Option<String>, replicas: usize) -> Vec<f64> {
     rates
 }
 
+/// Rounds of every column, interleaved so that a slow spell of the machine falls on every
+/// column alike; each cell is the median of its rounds (one round in smoke mode).
+fn rounds() -> usize {
+    match std::env::var_os("FENCELAB_BENCH_SMOKE") {
+        Some(_) => 1,
+        None => 3,
+    }
+}
+
+/// The median of `values` (the upper one of an even count); `None` when there are none.
+fn median(values: &mut [f64]) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
+}
+
+/// The medians, level by level, of the rounds' rates.
+fn medians(rounds: &[Vec<f64>]) -> Vec<f64> {
+    (0..LEVELS.len())
+        .filter_map(|level| {
+            median(&mut rounds.iter().filter_map(|rates| rates.get(level).copied()).collect::<Vec<_>>())
+        })
+        .collect()
+}
+
 #[tokio::main]
 async fn main() {
-    let sqlite = rates(None, 1).await;
-    let sqlite_3 = rates(None, 3).await;
     let cluster = match lab::pg::unavailable() {
         None => Some(tokio::task::spawn_blocking(lab::pg::TempCluster::start).await.unwrap().expect("cluster starts")),
         Some(why) => {
@@ -123,23 +148,34 @@ async fn main() {
             None
         }
     };
-    let (postgres, postgres_3) = match &cluster {
-        Some(cluster) => (rates(Some(cluster.url()), 1).await, rates(Some(cluster.url()), 3).await),
-        None => (vec![], vec![]),
-    };
+    let mut columns: [Vec<Vec<f64>>; 4] = Default::default();
+    for round in 0..rounds() {
+        columns[0].push(rates(None, 1, round).await);
+        columns[1].push(rates(None, 3, round).await);
+        if let Some(cluster) = &cluster {
+            columns[2].push(rates(Some(cluster.url()), 1, round).await);
+            columns[3].push(rates(Some(cluster.url()), 3, round).await);
+        }
+    }
+    let [sqlite, sqlite_3, postgres, postgres_3] = columns.map(|column| medians(&column));
     println!(
-        "lifecycles/s (submit, claim, capability, 2 heartbeats, result), {:.1} s a level",
-        level_duration().as_secs_f64()
+        "lifecycles/s (submit, claim, capability, 2 heartbeats, result), {:.1} s a level, median of {} rounds",
+        level_duration().as_secs_f64(),
+        rounds()
     );
     println!(
-        "{:>12} {:>12} {:>14} {:>12} {:>16}",
-        "concurrency", "sqlite", "sqlite 3 rep.", "postgres", "postgres 3 rep."
+        "{:>12} {:>12} {:>14} {:>12} {:>16} {:>22}",
+        "concurrency", "sqlite", "sqlite 3 rep.", "postgres", "postgres 3 rep.", "pg 3 rep./sqlite 3 rep."
     );
     let cell =
         |rates: &[f64], index: usize| rates.get(index).map_or_else(|| "-".to_string(), |rate| format!("{rate:.0}"));
     for (index, concurrency) in LEVELS.into_iter().enumerate() {
+        let ratio = match (postgres_3.get(index), sqlite_3.get(index)) {
+            (Some(postgres), Some(sqlite)) => format!("{:.2}", postgres / sqlite),
+            _ => "-".to_string(),
+        };
         println!(
-            "{concurrency:>12} {:>12} {:>14} {:>12} {:>16}",
+            "{concurrency:>12} {:>12} {:>14} {:>12} {:>16} {ratio:>22}",
             cell(&sqlite, index),
             cell(&sqlite_3, index),
             cell(&postgres, index),

@@ -21,7 +21,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use postgres::types::ToSql;
-use postgres::{Client, NoTls, Row, Statement};
+use postgres::{NoTls, Row, Statement};
 
 use super::store::{AttemptChange, AttemptRow, Guard, JobRow, Principal, Store, StoreError, StoreResult, Tx};
 use protocol::{JobSpec, JobState, LedgerEntry};
@@ -131,7 +131,7 @@ impl Postgres {
                 options.schema
             )));
         }
-        let mut config = postgres::Config::from_str(&options.url)
+        let mut config = tokio_postgres::Config::from_str(&options.url)
             .map_err(|error| StoreError::Unavailable(format!("database URL: {error}")))?;
         config.connect_timeout(options.connect_timeout);
         config.tcp_user_timeout(options.statement_max + options.lock_wait);
@@ -164,7 +164,7 @@ impl Postgres {
             "BEGIN; SELECT pg_advisory_xact_lock(hashtext('fencelab-schema')); \
              CREATE SCHEMA IF NOT EXISTS {schema}; {SCHEMA} COMMIT"
         );
-        match conn.client.batch_execute(&sql) {
+        match conn.batch_execute(&sql) {
             Ok(()) => {
                 lease.clean = true;
                 Ok(())
@@ -190,17 +190,40 @@ impl Postgres {
             principals: &self.principals,
             locks,
             begun: false,
+            pending_begin: false,
             failed: false,
+            commit_with_ledger: commit,
+            ended: false,
+            committed: false,
             database_clock: self.database_clock,
             clock: None,
             running: None,
             held: Held::default(),
         };
         let value = work(&mut tx);
-        let (failed, begun, conn) = (tx.failed, tx.begun, tx.conn);
+        let (failed, begun, ended, committed, conn) = (tx.failed, tx.begun, tx.ended, tx.committed, tx.conn);
+        if committed {
+            // COMMIT went with the ledger append, the rules' last write, and was answered.
+            lease.clean = true;
+            return match value {
+                Ok(value) => Ok(value),
+                Err(_) => Err(StoreError::CommitUnknown(
+                    "a rule failed after its transaction had committed with its ledger entries".into(),
+                )
+                .into()),
+            };
+        }
+        if ended {
+            // COMMIT went with the ledger append and did not commit, or no answer came: the
+            // error the append returned says which.
+            return match value {
+                Ok(_) => Err(StoreError::CommitUnknown("a transaction's COMMIT went unanswered".into()).into()),
+                Err(error) => Err(error),
+            };
+        }
         if !begun {
             // Only lock-free reads ran, each a statement of its own: nothing to end.
-            lease.clean = !conn.client.is_closed();
+            lease.clean = !conn.is_closed();
             return match value {
                 Ok(_) if failed => {
                     Err(StoreError::Unavailable("a statement failed and was not reported".into()).into())
@@ -209,7 +232,7 @@ impl Postgres {
             };
         }
         match value {
-            Ok(value) if commit && !failed => match conn.client.batch_execute("COMMIT") {
+            Ok(value) if commit && !failed => match conn.batch_execute("COMMIT") {
                 Ok(()) => {
                     lease.clean = true;
                     Ok(value)
@@ -220,14 +243,14 @@ impl Postgres {
                 Err(error) => Err(StoreError::from(error).into()),
             },
             Ok(value) => {
-                lease.clean = conn.client.batch_execute("ROLLBACK").is_ok();
+                lease.clean = conn.batch_execute("ROLLBACK").is_ok();
                 if failed {
                     return Err(StoreError::Unavailable("a statement failed inside the transaction".into()).into());
                 }
                 Ok(value)
             }
             Err(error) => {
-                lease.clean = conn.client.batch_execute("ROLLBACK").is_ok();
+                lease.clean = conn.batch_execute("ROLLBACK").is_ok();
                 Err(error)
             }
         }
@@ -254,9 +277,78 @@ impl Store for Postgres {
 /// Most statements a connection keeps prepared (guards come in a few shapes only).
 const STATEMENTS_MAX: usize = 256;
 
+/// One connection: a `tokio_postgres` client and the small runtime that drives it, used
+/// from the blocking thread a request runs on (as the synchronous `postgres` client does).
+/// Requests sent together go in one round trip: BEGIN with a transaction's first statement,
+/// COMMIT with its last ledger append.
 struct Conn {
-    client: Client,
+    runtime: tokio::runtime::Runtime,
+    client: tokio_postgres::Client,
     statements: HashMap<String, Statement>,
+}
+
+/// What one round trip of [`Conn::pipelined`] answered: BEGIN's answer when it went first,
+/// the statement's, and COMMIT's when it went last.
+struct Pipelined<T> {
+    begin: Option<Result<(), postgres::Error>>,
+    answer: Result<T, postgres::Error>,
+    commit: Option<Result<(), postgres::Error>>,
+}
+
+impl Conn {
+    fn connect(config: &tokio_postgres::Config) -> Result<Conn, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| format!("a runtime for the connection: {error}"))?;
+        let (client, connection) =
+            runtime.block_on(config.connect(NoTls)).map_err(|error| super::store::describe_postgres(&error))?;
+        // Driven whenever the runtime runs: during each request's `block_on`.
+        runtime.spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(Conn { runtime, client, statements: HashMap::new() })
+    }
+
+    fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    fn batch_execute(&self, sql: &str) -> Result<(), postgres::Error> {
+        self.runtime.block_on(self.client.batch_execute(sql))
+    }
+
+    fn prepare(&self, sql: &str) -> Result<Statement, postgres::Error> {
+        self.runtime.block_on(self.client.prepare(sql))
+    }
+
+    /// Runs `work` (one statement's request), with `begin` sent before it and COMMIT after
+    /// it when `commit`, in one round trip: each request goes out, in order, before any
+    /// answer is awaited.
+    fn pipelined<T>(
+        &self,
+        begin: Option<&str>,
+        work: impl std::future::Future<Output = Result<T, postgres::Error>>,
+        commit: bool,
+    ) -> Pipelined<T> {
+        let client = &self.client;
+        let (begin, answer, commit) = self.runtime.block_on(async {
+            let begin = async {
+                match begin {
+                    Some(sql) => Some(client.batch_execute(sql).await),
+                    None => None,
+                }
+            };
+            let commit = async {
+                match commit {
+                    true => Some(client.batch_execute("COMMIT").await),
+                    false => None,
+                }
+            };
+            tokio::join!(begin, work, commit)
+        });
+        Pipelined { begin, answer, commit }
+    }
 }
 
 struct PoolState {
@@ -266,7 +358,7 @@ struct PoolState {
 
 /// A bounded pool: at most `size` connections, a bounded wait for one, broken ones dropped.
 struct Pool {
-    config: postgres::Config,
+    config: tokio_postgres::Config,
     setup: String,
     size: usize,
     wait: Duration,
@@ -275,7 +367,7 @@ struct Pool {
 }
 
 impl Pool {
-    fn new(config: postgres::Config, setup: String, size: usize, wait: Duration) -> Pool {
+    fn new(config: tokio_postgres::Config, setup: String, size: usize, wait: Duration) -> Pool {
         Pool {
             config,
             setup,
@@ -321,17 +413,15 @@ impl Pool {
     }
 
     fn connect(&self) -> StoreResult<Conn> {
-        let mut client = self.config.connect(NoTls).map_err(|error| {
-            let why = super::store::describe_postgres(&error);
-            StoreError::Unavailable(format!("cannot connect to the database: {why}"))
-        })?;
-        client.batch_execute(&self.setup)?;
-        Ok(Conn { client, statements: HashMap::new() })
+        let conn = Conn::connect(&self.config)
+            .map_err(|why| StoreError::Unavailable(format!("cannot connect to the database: {why}")))?;
+        conn.batch_execute(&self.setup)?;
+        Ok(conn)
     }
 
     fn put(&self, conn: Conn, clean: bool) {
         let mut state = self.lock();
-        if clean && !conn.client.is_closed() {
+        if clean && !conn.is_closed() {
             state.idle.push(conn);
         } else {
             state.open -= 1;
@@ -343,7 +433,7 @@ impl Pool {
 }
 
 impl Drop for Pool {
-    /// Each `postgres::Client` owns a small runtime, which may not be dropped on an async
+    /// Each connection owns a small runtime, which may not be dropped on an async
     /// thread: the idle connections are closed on a thread of their own.
     fn drop(&mut self) {
         let idle = std::mem::take(&mut self.lock().idle);
@@ -381,9 +471,11 @@ struct PgTx<'a> {
     /// Whether `lock_key` and `lock_job` take their row locks (only planted bugs run
     /// without them).
     locks: bool,
-    /// Whether the transaction has begun. Token lookups and ledger pages that come before
-    /// run as statements of their own.
+    /// Whether the transaction has begun (BEGIN was sent). Token lookups and ledger pages
+    /// that come before run as statements of their own.
     begun: bool,
+    /// Whether BEGIN is to go with the next statement.
+    pending_begin: bool,
     database_clock: bool,
     /// The database's clock read when the rules first asked (Unix ms), with the host's
     /// monotonic clock read when that answer came back.
@@ -395,6 +487,12 @@ struct PgTx<'a> {
     running: Option<(Option<String>, Vec<AttemptRow>)>,
     /// Whether a statement failed (PostgreSQL then refuses the rest of the transaction).
     failed: bool,
+    /// Whether the last ledger append carries COMMIT (a transaction to commit, not a dry run).
+    commit_with_ledger: bool,
+    /// Whether COMMIT was sent with the ledger append: no statement may follow.
+    ended: bool,
+    /// Whether the append's COMMIT was answered: the transaction committed.
+    committed: bool,
     /// The locks taken so far, to keep the order.
     held: Held,
 }
@@ -460,12 +558,14 @@ impl Held {
 type Params<'p> = [&'p (dyn ToSql + Sync)];
 
 impl PgTx<'_> {
-    fn statement(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
+    fn statement(&mut self, sql: &str) -> StoreResult<Statement> {
+        self.open()?;
         self.running = None;
         if let Some(statement) = self.conn.statements.get(sql) {
             return Ok(statement.clone());
         }
-        let statement = self.conn.client.prepare(sql)?;
+        let statement = self.conn.prepare(sql);
+        let statement = self.noted(statement)?;
         if self.conn.statements.len() >= STATEMENTS_MAX {
             self.conn.statements.clear();
         }
@@ -480,28 +580,85 @@ impl PgTx<'_> {
         Ok(result?)
     }
 
+    /// Refuses a statement once COMMIT has gone with the ledger append: it would run
+    /// outside the transaction.
+    fn open(&self) -> StoreResult<()> {
+        match self.ended {
+            true => Err(StoreError::LockOrder("a statement after the transaction's ledger append".into())),
+            false => Ok(()),
+        }
+    }
+
+    /// BEGIN, when the transaction is to begin with the next statement (sent with it).
+    fn take_begin(&mut self) -> Option<&'static str> {
+        if !self.pending_begin {
+            return None;
+        }
+        // Marked first: if BEGIN's answer is lost, what began is rolled back.
+        self.pending_begin = false;
+        self.begun = true;
+        Some("BEGIN ISOLATION LEVEL READ COMMITTED")
+    }
+
+    /// The answer of a statement sent with BEGIN or not (COMMIT's is the caller's).
+    fn answered<T>(&mut self, pipelined: Pipelined<T>) -> StoreResult<T> {
+        if let Some(Err(error)) = pipelined.begin {
+            self.failed = true;
+            return Err(error.into());
+        }
+        self.noted(pipelined.answer)
+    }
+
     fn query(&mut self, sql: &str, params: &Params) -> StoreResult<Vec<Row>> {
-        let result = self.statement(sql).and_then(|statement| self.conn.client.query(&statement, params));
-        self.noted(result)
+        let statement = self.statement(sql)?;
+        let begin = self.take_begin();
+        let answer = self.conn.pipelined(begin, self.conn.client.query(&statement, params), false);
+        self.answered(answer)
     }
 
     fn query_opt(&mut self, sql: &str, params: &Params) -> StoreResult<Option<Row>> {
-        let result = self.statement(sql).and_then(|statement| self.conn.client.query_opt(&statement, params));
-        self.noted(result)
+        let statement = self.statement(sql)?;
+        let begin = self.take_begin();
+        let answer = self.conn.pipelined(begin, self.conn.client.query_opt(&statement, params), false);
+        self.answered(answer)
     }
 
     fn execute(&mut self, sql: &str, params: &Params) -> StoreResult<u64> {
-        let result = self.statement(sql).and_then(|statement| self.conn.client.execute(&statement, params));
-        self.noted(result)
+        let statement = self.statement(sql)?;
+        let begin = self.take_begin();
+        let answer = self.conn.pipelined(begin, self.conn.client.execute(&statement, params), false);
+        self.answered(answer)
     }
 
-    /// Begins the transaction before its first statement that reads or writes rules' rows.
+    /// Runs the transaction's last statement, a ledger append, with COMMIT in the same round
+    /// trip; from here on the connection is outside the transaction.
+    fn query_opt_and_commit(&mut self, sql: &str, params: &Params) -> StoreResult<Option<Row>> {
+        let statement = self.statement(sql)?;
+        let begin = self.take_begin();
+        self.ended = true;
+        let answer = self.conn.pipelined(begin, self.conn.client.query_opt(&statement, params), true);
+        let unknown = |error: &postgres::Error| error.is_closed() || error.code().is_none();
+        let begin = answer.begin.as_ref().and_then(|result| result.as_ref().err());
+        let commit = answer.commit.as_ref().and_then(|result| result.as_ref().err());
+        if let Some(error) = begin.or(answer.answer.as_ref().err()).or(commit) {
+            self.failed = true;
+            if unknown(error) {
+                return Err(StoreError::CommitUnknown(error.to_string()));
+            }
+            // A statement refused: PostgreSQL aborted the transaction, and the COMMIT that
+            // followed rolled it back (or COMMIT itself failed and rolled back).
+            return Err(StoreError::from(failed_error(answer)));
+        }
+        self.committed = true;
+        answer.answer.map_err(StoreError::from)
+    }
+
+    /// Begins the transaction before its first statement that reads or writes rules' rows
+    /// (BEGIN goes with that statement).
     fn begin(&mut self) -> StoreResult<()> {
+        self.open()?;
         if !self.begun {
-            // Marked first: if BEGIN's answer is lost, what began is rolled back.
-            self.begun = true;
-            let result = self.conn.client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED");
-            self.noted(result)?;
+            self.pending_begin = true;
         }
         Ok(())
     }
@@ -566,6 +723,15 @@ impl PgTx<'_> {
             true => self.held.writes(job),
             false => Ok(()),
         }
+    }
+}
+
+/// The first error of a pipelined round trip that answered one.
+fn failed_error(answer: Pipelined<Option<Row>>) -> postgres::Error {
+    let Pipelined { begin, answer, commit } = answer;
+    match (begin, answer, commit) {
+        (Some(Err(error)), _, _) | (_, Err(error), _) | (_, _, Some(Err(error))) => error,
+        _ => unreachable!("called only when a request of the round trip failed"),
     }
 }
 
@@ -940,28 +1106,35 @@ impl Tx for PgTx<'_> {
         self.query_opt(&sql, &[&project, &busy])?.as_ref().map(job_from).transpose()
     }
 
-    fn append_ledger(&mut self, entry: &LedgerEntry) -> StoreResult<u64> {
+    fn append_ledger(&mut self, entries: &[LedgerEntry]) -> StoreResult<Vec<u64>> {
+        if self.held.ledger {
+            return Err(StoreError::LockOrder("a second ledger append in one transaction".into()));
+        }
+        if entries.is_empty() {
+            return Ok(vec![]);
+        }
         self.begin()?;
         self.held.ledger = true;
-        let fence = entry.fence.map(|fence| signed("fence", fence)).transpose()?;
-        let decision = entry.decision.map(|decision| enum_text(&decision));
-        let recorded_as = entry.recorded_as.map(|word| word.as_str());
-        let outcome = entry.outcome.map(|word| word.as_str());
-        let mono_ns = signed("mono_ns", entry.mono_ns)?;
         // The next value of a durable counter row, taken in the same statement and rolled
         // back with the transaction. The row stays locked until COMMIT, so the next
         // transaction to take it waits for this one to commit or roll back: one past the
-        // largest committed, gapless and in commit order. The rules append last, so the
-        // row is held only for the statements between this one and COMMIT.
+        // largest committed, gapless and in commit order. The append is the transaction's
+        // last write and COMMIT goes with its last entry, in one round trip: the row is held
+        // while the server inserts and commits, never while an answer travels.
         let sql = "WITH next AS (INSERT INTO counters (name, value) VALUES ('ledger-seq', 1)
                      ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value)
                    INSERT INTO ledger (seq, kind, project, job, attempt, runner, fence, deployment_key, decision, reason,
                    recorded_as, outcome, received_ms, observed_ms, mono_ns, lease_expires_ms)
                    SELECT next.value, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15
                    FROM next RETURNING seq";
-        let row = self.query_opt(
-            sql,
-            &[
+        let mut seqs = Vec::with_capacity(entries.len());
+        for (index, entry) in entries.iter().enumerate() {
+            let fence = entry.fence.map(|fence| signed("fence", fence)).transpose()?;
+            let decision = entry.decision.map(|decision| enum_text(&decision));
+            let recorded_as = entry.recorded_as.map(|word| word.as_str());
+            let outcome = entry.outcome.map(|word| word.as_str());
+            let mono_ns = signed("mono_ns", entry.mono_ns)?;
+            let params: [&(dyn ToSql + Sync); 15] = [
                 &entry.kind.as_str(),
                 &entry.project,
                 &entry.job,
@@ -977,10 +1150,15 @@ impl Tx for PgTx<'_> {
                 &entry.observed_ms,
                 &mono_ns,
                 &entry.lease_expires_ms,
-            ],
-        )?;
-        let row = row.ok_or_else(|| corrupt("ledger append", "no row"))?;
-        unsigned("seq", row.try_get(0)?)
+            ];
+            let row = match self.commit_with_ledger && index + 1 == entries.len() {
+                true => self.query_opt_and_commit(sql, &params)?,
+                false => self.query_opt(sql, &params)?,
+            };
+            let row = row.ok_or_else(|| corrupt("ledger append", "no row"))?;
+            seqs.push(unsigned("seq", row.try_get(0)?)?);
+        }
+        Ok(seqs)
     }
 
     /// A page of the ledger needs no lock: a sequence number is taken only once every smaller

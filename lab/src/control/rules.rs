@@ -210,16 +210,10 @@ fn claim_candidate(tx: &mut dyn Tx, project: &str) -> Result<Option<JobRow>, Sto
 
 /// Appends the entries of the expiries a transaction ran, then its own entry, and answers
 /// the seq of its own. Appending takes the ledger's counter, held to COMMIT: it comes last.
-fn append(tx: &mut dyn Tx, expired: Vec<LedgerEntry>, entry: &LedgerEntry) -> RuleResult<u64> {
-    append_all(tx, expired)?;
-    Ok(tx.append_ledger(entry)?)
-}
-
-fn append_all(tx: &mut dyn Tx, entries: Vec<LedgerEntry>) -> RuleResult<()> {
-    for entry in &entries {
-        tx.append_ledger(entry)?;
-    }
-    Ok(())
+fn append(tx: &mut dyn Tx, mut expired: Vec<LedgerEntry>, entry: &LedgerEntry) -> RuleResult<u64> {
+    expired.push(entry.clone());
+    let seqs = tx.append_ledger(&expired)?;
+    seqs.last().copied().ok_or_else(|| RuleError::Store(StoreError::Corrupt("a ledger append answered no seq".into())))
 }
 
 struct Report<'a> {
@@ -356,7 +350,7 @@ impl<S: Store> Rules<S> {
             }
             // Read after every lock the submit waits for (its counters'): see `Rules::now_in`.
             let now = self.now_in(tx, now)?;
-            tx.append_ledger(&self.entry(Op::Submit, &job, None, now))?;
+            tx.append_ledger(&[self.entry(Op::Submit, &job, None, now)])?;
             Ok(JobSubmitted { id })
         })
     }
@@ -439,7 +433,7 @@ impl<S: Store> Rules<S> {
                 let now = self.now_in(tx, now)?;
                 let entries = self.expire_job(tx, &mut job, now)?;
                 let count = entries.iter().filter(|entry| entry.kind == Op::Expire).count();
-                append_all(tx, entries)?;
+                tx.append_ledger(&entries)?;
                 Ok(count)
             })?;
         }
@@ -537,7 +531,7 @@ impl<S: Store> Rules<S> {
             let mut entry = self.entry(Op::Claim, &job, Some(&attempt), now);
             entry.decision = Some(Decision::Accepted);
             entry.observed_ms = Some(request.observed_ms);
-            tx.append_ledger(&entry)?;
+            tx.append_ledger(std::slice::from_ref(&entry))?;
             let claim =
                 ClaimRef { job: job.id.clone(), attempt: attempt.id, runner: runner.to_string(), fence: attempt.fence };
             let grant = Grant {
@@ -862,8 +856,9 @@ impl<S: Store> Rules<S> {
             // The view is read before the entries are appended, so that the ledger's counter
             // is taken last; the appended entries of this job join it.
             let mut view = self.view_of(tx, job)?;
-            for entry in expired.into_iter().chain([entry]) {
-                let seq = tx.append_ledger(&entry)?;
+            let entries: Vec<LedgerEntry> = expired.into_iter().chain([entry]).collect();
+            let seqs = tx.append_ledger(&entries)?;
+            for (entry, seq) in entries.into_iter().zip(seqs) {
                 if entry.job == view.id {
                     view.ledger.push(LedgerEntry { seq, ..entry });
                 }

@@ -406,30 +406,34 @@ impl Tx for SqliteTx<'_> {
         raws.into_iter().map(attempt_from).collect()
     }
 
-    fn append_ledger(&mut self, entry: &LedgerEntry) -> StoreResult<u64> {
-        self.tx.execute(
-            "INSERT INTO ledger (kind, project, job, attempt, runner, fence, deployment_key, decision, reason,
+    fn append_ledger(&mut self, entries: &[LedgerEntry]) -> StoreResult<Vec<u64>> {
+        let mut seqs = Vec::with_capacity(entries.len());
+        for entry in entries {
+            self.tx.execute(
+                "INSERT INTO ledger (kind, project, job, attempt, runner, fence, deployment_key, decision, reason,
              recorded_as, outcome, received_ms, observed_ms, mono_ns, lease_expires_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-            params![
-                entry.kind.as_str(),
-                entry.project,
-                entry.job,
-                entry.attempt,
-                entry.runner,
-                entry.fence,
-                entry.deployment_key,
-                entry.decision.map(|decision| enum_text(&decision)),
-                entry.reason,
-                entry.recorded_as.map(|word| word.as_str()),
-                entry.outcome.map(|word| word.as_str()),
-                entry.received_ms,
-                entry.observed_ms,
-                entry.mono_ns,
-                entry.lease_expires_ms
-            ],
-        )?;
-        Ok(self.tx.last_insert_rowid() as u64)
+                params![
+                    entry.kind.as_str(),
+                    entry.project,
+                    entry.job,
+                    entry.attempt,
+                    entry.runner,
+                    entry.fence,
+                    entry.deployment_key,
+                    entry.decision.map(|decision| enum_text(&decision)),
+                    entry.reason,
+                    entry.recorded_as.map(|word| word.as_str()),
+                    entry.outcome.map(|word| word.as_str()),
+                    entry.received_ms,
+                    entry.observed_ms,
+                    entry.mono_ns,
+                    entry.lease_expires_ms
+                ],
+            )?;
+            seqs.push(self.tx.last_insert_rowid() as u64);
+        }
+        Ok(seqs)
     }
 
     fn ledger_after(&mut self, after_seq: u64, limit: u32) -> StoreResult<Vec<LedgerEntry>> {

@@ -198,7 +198,11 @@ pub trait Tx {
         let free = |job: &JobRow| !held.contains(&job.deployment_key) && !busy.contains(&job.deployment_key);
         Ok(self.jobs_in(Some(project), &[JobState::Queued])?.into_iter().find(free))
     }
-    fn append_ledger(&mut self, entry: &LedgerEntry) -> StoreResult<u64>;
+    /// Appends `entries` to the ledger, in order, and answers their seqs: a transaction's
+    /// last write, made once, after every decision (only building the answer follows). A
+    /// store may commit the transaction with it: PostgreSQL sends COMMIT in the same round
+    /// trip as the last entry, so the ledger's counter is held only inside the server.
+    fn append_ledger(&mut self, entries: &[LedgerEntry]) -> StoreResult<Vec<u64>>;
     fn ledger_after(&mut self, after_seq: u64, limit: u32) -> StoreResult<Vec<LedgerEntry>>;
     fn ledger_of(&mut self, job: &str) -> StoreResult<Vec<LedgerEntry>>;
 }
