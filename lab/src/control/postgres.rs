@@ -1,5 +1,7 @@
 //! The PostgreSQL store: the same tables as the SQLite store, in a schema of their own,
-//! reached through a small bounded pool of synchronous `postgres` connections.
+//! reached through a small bounded pool of `tokio_postgres` connections, each driven from
+//! the blocking thread a rule runs on; BEGIN goes with a transaction's first statement and
+//! COMMIT with its ledger append, each in one round trip.
 //!
 //! Concurrency (see "The PostgreSQL store" in `docs/protocol.md`): every transaction runs
 //! READ COMMITTED, begun with its first read other than a token lookup or a ledger page
