@@ -364,6 +364,10 @@ pub(crate) struct Writes {
     /// [`NAMED_WRITES_MAX`]): a client that caches its statements sends a write's text
     /// once per connection, and afterwards only binds its name.
     named: std::collections::HashSet<Vec<u8>>,
+    /// The names of the prepared statements seen parsed that only read (as many at most).
+    /// A name in neither set was prepared before the toxic was watching (a pool's long-lived
+    /// connection): binding it may write, so it makes the transaction count as writing.
+    reads: std::collections::HashSet<Vec<u8>>,
 }
 
 /// At most this many prepared statement names are remembered per connection.
@@ -398,8 +402,9 @@ fn cut_after_commit(pieces: &mut Vec<Piece>, writes: &mut Writes) -> bool {
 
 impl Writes {
     /// Reads a stretch of the client's stream: a simple query or an unnamed Parse naming a
-    /// write marks the transaction as writing; a named Parse of a write is remembered; a
-    /// Bind of a remembered name marks it as writing.
+    /// write marks the transaction as writing; a named Parse is remembered as a write or a
+    /// read; a Bind of a name remembered as a write, or never seen parsed, marks it as
+    /// writing.
     fn read(&mut self, data: &[u8]) {
         self.wrote |= names_a_write(data);
         for at in 0..data.len() {
@@ -408,19 +413,37 @@ impl Writes {
                 b'P' => {
                     let Some((name, rest)) = c_string(message.get(5..).unwrap_or_default()) else { continue };
                     let query = rest.split(|&byte| byte == 0).next().unwrap_or_default();
-                    if !name.is_empty() && names_a_write(query) && self.named.len() < NAMED_WRITES_MAX {
-                        self.named.insert(name.to_vec());
+                    if name.is_empty() {
+                        continue;
+                    }
+                    let set = if names_a_write(query) { &mut self.named } else { &mut self.reads };
+                    if set.len() < NAMED_WRITES_MAX {
+                        set.insert(name.to_vec());
                     }
                 }
-                b'B' if !self.named.is_empty() => {
-                    let Some((_portal, rest)) = c_string(message.get(5..).unwrap_or_default()) else { continue };
-                    if c_string(rest).is_some_and(|(name, _)| self.named.contains(name)) {
+                b'B' => {
+                    // Framed: a length that fits the stretch (a `B` inside a query's text or a
+                    // value is followed by bytes that make no such length).
+                    let Some(body) = framed_body(message) else { continue };
+                    let Some((_portal, rest)) = c_string(body) else { continue };
+                    let Some((name, _)) = c_string(rest) else { continue };
+                    if !name.is_empty() && (self.named.contains(name) || !self.reads.contains(name)) {
                         self.wrote = true;
                     }
                 }
                 _ => {}
             }
         }
+    }
+}
+
+/// The body of the message at the start of `data` if its length (4 bytes after its type,
+/// counting themselves) fits within `data`.
+fn framed_body(data: &[u8]) -> Option<&[u8]> {
+    let length = u32::from_be_bytes(data.get(1..5)?.try_into().ok()?) as usize;
+    match length >= 4 && length < data.len() {
+        true => data.get(5..1 + length),
+        false => None,
     }
 }
 
@@ -843,6 +866,14 @@ mod tests {
         assert!(!cut_after_commit(&mut pieces, &mut writes), "a bound read passes");
         let mut pieces = vec![data(&bind(b"s7"))];
         assert!(cut_after_commit(&mut pieces, &mut writes), "a bound write's COMMIT is cut");
+        // A statement prepared before the toxic was watching may write: its COMMIT is cut.
+        let mut pieces = vec![data(&bind(b"s3"))];
+        assert!(cut_after_commit(&mut pieces, &mut writes), "a bound statement never seen parsed is cut");
+        // A `B` in a query's text is not a Bind: a read-only transaction's COMMIT passes.
+        let mut read_only = message(b'Q', b"BEGIN ISOLATION LEVEL READ COMMITTED\0");
+        read_only.extend(bind(b"s8"));
+        let mut pieces = vec![data(&read_only)];
+        assert!(!cut_after_commit(&mut pieces, &mut writes), "BEGIN and a bound read pass");
     }
 
     #[test]
