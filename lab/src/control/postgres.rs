@@ -56,6 +56,22 @@ CREATE INDEX IF NOT EXISTS ledger_by_job ON ledger(job, seq);
 INSERT INTO deployment_keys (key) SELECT DISTINCT deployment_key FROM jobs ON CONFLICT DO NOTHING;
 ";
 
+/// Every table and index [`SCHEMA`] creates: a schema holding them all is complete.
+const SCHEMA_RELATIONS: [&str; 12] = [
+    "deployment_keys",
+    "counters",
+    "projects",
+    "runners",
+    "jobs",
+    "jobs_by_state",
+    "jobs_by_key",
+    "attempts",
+    "attempts_by_job",
+    "attempts_by_state",
+    "ledger",
+    "ledger_by_job",
+];
+
 /// The schema a control plane uses when none is named.
 pub const DEFAULT_SCHEMA: &str = "fencelab";
 
@@ -158,10 +174,22 @@ impl Postgres {
     }
 
     /// Creates the schema and tables; an advisory lock keeps replicas starting together
-    /// from racing on the catalog.
+    /// from racing on the catalog. A schema that holds every table and index already is
+    /// left alone: `CREATE INDEX IF NOT EXISTS` takes its table's lock before it looks, so
+    /// a replica restarting among running ones would hold up their writes, table by table,
+    /// and could deadlock with a transaction that writes two of them.
     fn create_schema(&self, schema: &str) -> StoreResult<()> {
         let mut lease = self.pool.get()?;
         let conn = lease.conn();
+        let present = conn.runtime.block_on(conn.client.query_one(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = ANY($2::TEXT[])",
+            &[&schema, &SCHEMA_RELATIONS.as_slice()],
+        ));
+        if present.is_ok_and(|row| row.try_get::<_, i64>(0).ok() == Some(SCHEMA_RELATIONS.len() as i64)) {
+            lease.clean = true;
+            return Ok(());
+        }
         let sql = format!(
             "BEGIN; SELECT pg_advisory_xact_lock(hashtext('fencelab-schema')); \
              CREATE SCHEMA IF NOT EXISTS {schema}; {SCHEMA} COMMIT"
@@ -1263,6 +1291,17 @@ impl GuardSql {
 mod tests {
     use super::*;
     use protocol::AttemptState;
+
+    #[test]
+    fn the_schemas_relations_are_every_table_and_index_it_creates() {
+        let created: Vec<&str> =
+            SCHEMA.split("IF NOT EXISTS ").skip(1).filter_map(|rest| rest.split([' ', '(', ';']).next()).collect();
+        let mut listed = SCHEMA_RELATIONS.to_vec();
+        let mut created_sorted = created.clone();
+        listed.sort_unstable();
+        created_sorted.sort_unstable();
+        assert_eq!(created_sorted, listed, "SCHEMA_RELATIONS names what SCHEMA creates");
+    }
 
     #[test]
     fn guard_placeholders_follow_the_change() {

@@ -360,3 +360,25 @@ fn a_report_expires_only_its_own_jobs_lapsed_attempt() {
     assert_eq!(rules.expire(Now::read()).unwrap(), 1, "the sweeper expires the other one");
     assert_eq!(state("j1"), AttemptState::Uncertain);
 }
+
+/// A replica opening a schema that is complete takes no table lock: a transaction that
+/// writes the jobs table (as every running replica's rules do) does not hold it up, and it
+/// does not hold that transaction up (a restart among running replicas once deadlocked one).
+#[test]
+fn opening_a_complete_schema_waits_for_no_writer() {
+    if !postgres_or_skip() {
+        return;
+    }
+    let schema = fresh_schema();
+    let mut options = lab::control::PgOptions::new(&crate::world::cluster_url(), &schema);
+    options.pool_size = 1;
+    drop(lab::control::Postgres::open(&options, "operator").unwrap());
+    let mut writer = postgres::Client::connect(&crate::world::cluster_url(), postgres::NoTls).unwrap();
+    let mut held = writer.transaction().unwrap();
+    held.batch_execute(&format!("LOCK TABLE {schema}.jobs IN ROW EXCLUSIVE MODE")).unwrap();
+    // A lock wait would end in a lock timeout at once: opening succeeds only without one.
+    options.lock_wait = Duration::from_millis(1);
+    let reopened = lab::control::Postgres::open(&options, "operator");
+    assert!(reopened.is_ok(), "{:?}", reopened.err());
+    held.rollback().unwrap();
+}
