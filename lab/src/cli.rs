@@ -209,7 +209,7 @@ async fn control_plane(args: ControlPlaneArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--operator-token and --secret must not be empty");
     }
     let store: Backend = match &args.database_url {
-        None => Sqlite::open(&args.db, &args.operator_token)?.into(),
+        None => Sqlite::open(&args.db, &args.operator_token)?.with_process_clock().into(),
         Some(url) => {
             let mut options = PgOptions::new(url, &args.schema);
             options.pool_size = args.pool_size.max(1);

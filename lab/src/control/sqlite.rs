@@ -39,6 +39,9 @@ CREATE INDEX IF NOT EXISTS ledger_by_job ON ledger(job, seq);
 pub struct Sqlite {
     connection: Mutex<Connection>,
     operator_token: String,
+    /// Whether a transaction's instant is this process's clock read once the transaction
+    /// holds the store (after any wait for it), rather than the request's receipt.
+    process_clock: bool,
 }
 
 impl Sqlite {
@@ -49,7 +52,20 @@ impl Sqlite {
         connection.pragma_update(None, "foreign_keys", "ON")?;
         connection.busy_timeout(std::time::Duration::from_secs(5))?;
         connection.execute_batch(SCHEMA)?;
-        Ok(Sqlite { connection: Mutex::new(connection), operator_token: operator_token.to_string() })
+        Ok(Sqlite {
+            connection: Mutex::new(connection),
+            operator_token: operator_token.to_string(),
+            process_clock: false,
+        })
+    }
+
+    /// Decides every lease on this process's clock read once a transaction holds the store,
+    /// so that a wait for the store (every request queues for its one connection) never ages
+    /// the instant a decision is taken at. Without it (tests that set the clock), the
+    /// instant is the request's receipt.
+    pub fn with_process_clock(mut self) -> Sqlite {
+        self.process_clock = true;
+        self
     }
 
     fn run<T, E: From<StoreError>>(
@@ -60,7 +76,12 @@ impl Sqlite {
         let mut connection = self.connection.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let transaction =
             connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(StoreError::from)?;
-        let mut tx = SqliteTx { tx: &transaction, operator_token: &self.operator_token };
+        let mut tx = SqliteTx {
+            tx: &transaction,
+            operator_token: &self.operator_token,
+            process_clock: self.process_clock,
+            clock: None,
+        };
         let value = work(&mut tx)?;
         if commit {
             transaction.commit().map_err(StoreError::from)?;
@@ -82,6 +103,9 @@ impl Store for Sqlite {
 struct SqliteTx<'a> {
     tx: &'a rusqlite::Transaction<'a>,
     operator_token: &'a str,
+    process_clock: bool,
+    /// The process's clock, read when the rules first asked (Unix ms, monotonic ns).
+    clock: Option<(i64, u64)>,
 }
 
 fn corrupt(what: &str, value: &str) -> StoreError {
@@ -205,6 +229,17 @@ fn inserted(result: rusqlite::Result<usize>) -> StoreResult<bool> {
 }
 
 impl Tx for SqliteTx<'_> {
+    fn clock(&mut self) -> StoreResult<Option<(i64, u64)>> {
+        if !self.process_clock {
+            return Ok(None);
+        }
+        if self.clock.is_none() {
+            let now = super::rules::Now::read();
+            self.clock = Some((now.ms, now.mono_ns));
+        }
+        Ok(self.clock)
+    }
+
     fn principal(&mut self, token: &str) -> StoreResult<Option<Principal>> {
         if !token.is_empty() && token == self.operator_token {
             return Ok(Some(Principal::Operator));
@@ -322,6 +357,37 @@ impl Tx for SqliteTx<'_> {
         let mut statement = self.tx.prepare_cached(&sql)?;
         let raws = statement.query_map([job], raw_attempt)?.collect::<rusqlite::Result<Vec<_>>>()?;
         raws.into_iter().map(attempt_from).collect()
+    }
+
+    fn claimable_job(
+        &mut self,
+        project: &str,
+        holding: &[JobState],
+        busy: &std::collections::HashSet<String>,
+    ) -> StoreResult<Option<JobRow>> {
+        let words = |states: &[JobState]| -> String {
+            let words: Vec<String> = states.iter().map(|state| format!("'{}'", enum_text(state))).collect();
+            words.join(", ")
+        };
+        let holds = match holding.is_empty() {
+            true => String::new(),
+            false => format!(
+                " AND NOT EXISTS (SELECT 1 FROM jobs h WHERE h.deployment_key = q.deployment_key AND h.state IN ({}))",
+                words(holding)
+            ),
+        };
+        let columns: Vec<String> = JOB_COLUMNS.split(", ").map(|column| format!("q.{column}")).collect();
+        let sql = format!(
+            "SELECT {} FROM jobs q WHERE q.project = ?1 AND q.state IN ({}) \
+             AND q.deployment_key NOT IN (SELECT value FROM json_each(?2)){holds} ORDER BY q.created LIMIT 1",
+            columns.join(", "),
+            words(&[JobState::Queued])
+        );
+        let busy = serde_json::to_string(&busy.iter().collect::<Vec<_>>())
+            .map_err(|error| corrupt("busy keys", &error.to_string()))?;
+        let mut statement = self.tx.prepare_cached(&sql)?;
+        let raw = statement.query_map(params![project, busy], raw_job)?.next().transpose()?;
+        raw.map(job_from).transpose()
     }
 
     fn jobs_in(&mut self, project: Option<&str>, states: &[JobState]) -> StoreResult<Vec<JobRow>> {

@@ -136,8 +136,9 @@ pub enum Principal {
 pub trait Tx {
     /// The store's own clock (Unix ms), read once, when first asked — the rules ask once
     /// they hold the locks of the rows they decide on — with the host's monotonic ns at that
-    /// reading: the one clock every replica's lease decisions are made on. `None`: the store
-    /// has none (SQLite), and the receiving process's clock is the authority.
+    /// reading: the one clock every replica's lease decisions are made on. SQLite answers
+    /// its process's clock, read the same way (after the wait for the store), when opened
+    /// `with_process_clock`. `None`: the receipt time read by the handler is the instant.
     fn clock(&mut self) -> StoreResult<Option<(i64, u64)>> {
         Ok(None)
     }

@@ -209,3 +209,26 @@ fn the_store_survives_reopening() {
         refused_code(open().create_project(&crate::world::OPERATOR, &CreateProject { id: "p".into() }).unwrap_err());
     assert_eq!(code, "exists");
 }
+
+/// With the process's clock (as the control plane opens SQLite), a decision's instant is
+/// read once the transaction holds the store, not taken from the request's receipt: a
+/// request that waited for the store is judged when it is decided.
+#[test]
+fn sqlite_with_the_process_clock_decides_at_the_transactions_own_instant() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = lab::control::Sqlite::open(&dir.path().join("control.sqlite"), "operator").unwrap();
+    let rules = lab::control::Rules::new(store.with_process_clock(), Default::default(), Default::default(), b"s");
+    rules.create_project(&crate::world::OPERATOR, &CreateProject { id: "p".into() }).unwrap();
+    let submit = SubmitJob {
+        project: "p".into(),
+        id: Some("j1".into()),
+        deployment_key: "prod".into(),
+        spec: JobSpec { steps: 1, step_ms: 1 },
+    };
+    // Received a minute before it is decided (a request queued behind others).
+    let before = lab::control::Now::read();
+    let received = lab::control::Now { ms: before.ms - 60_000, mono_ns: before.mono_ns };
+    rules.submit(&crate::world::OPERATOR, &submit, received).unwrap();
+    let entry = rules.ledger(&crate::world::OPERATOR, 0, 10).unwrap().pop().expect("the submit's entry");
+    assert!(entry.received_ms >= before.ms, "decided at {} ms, not at receipt ({} ms)", entry.received_ms, received.ms);
+}
