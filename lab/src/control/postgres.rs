@@ -1119,20 +1119,8 @@ impl Tx for PgTx<'_> {
     ) -> StoreResult<Option<JobRow>> {
         self.begin()?;
         let busy: Vec<&str> = busy.iter().map(String::as_str).collect();
-        let holds = match holding.is_empty() {
-            true => String::new(),
-            false => format!(
-                " AND NOT EXISTS (SELECT 1 FROM jobs h WHERE h.deployment_key = q.deployment_key AND h.state IN ({}))",
-                state_list(holding)
-            ),
-        };
-        let columns: Vec<String> = JOB_COLUMNS.split(", ").map(|column| format!("q.{column}")).collect();
-        let sql = format!(
-            "SELECT {} FROM jobs q WHERE q.project = $1 AND q.state IN ({}) \
-             AND NOT (q.deployment_key = ANY($2::TEXT[])){holds} ORDER BY q.created LIMIT 1",
-            columns.join(", "),
-            state_list(&[JobState::Queued])
-        );
+        let not_busy = "NOT (q.deployment_key = ANY($2::TEXT[]))";
+        let sql = super::store::claimable_sql(JOB_COLUMNS, holding, "$1", not_busy);
         self.query_opt(&sql, &[&project, &busy])?.as_ref().map(job_from).transpose()
     }
 

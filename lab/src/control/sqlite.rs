@@ -365,24 +365,8 @@ impl Tx for SqliteTx<'_> {
         holding: &[JobState],
         busy: &std::collections::HashSet<String>,
     ) -> StoreResult<Option<JobRow>> {
-        let words = |states: &[JobState]| -> String {
-            let words: Vec<String> = states.iter().map(|state| format!("'{}'", enum_text(state))).collect();
-            words.join(", ")
-        };
-        let holds = match holding.is_empty() {
-            true => String::new(),
-            false => format!(
-                " AND NOT EXISTS (SELECT 1 FROM jobs h WHERE h.deployment_key = q.deployment_key AND h.state IN ({}))",
-                words(holding)
-            ),
-        };
-        let columns: Vec<String> = JOB_COLUMNS.split(", ").map(|column| format!("q.{column}")).collect();
-        let sql = format!(
-            "SELECT {} FROM jobs q WHERE q.project = ?1 AND q.state IN ({}) \
-             AND q.deployment_key NOT IN (SELECT value FROM json_each(?2)){holds} ORDER BY q.created LIMIT 1",
-            columns.join(", "),
-            words(&[JobState::Queued])
-        );
+        let not_busy = "q.deployment_key NOT IN (SELECT value FROM json_each(?2))";
+        let sql = super::store::claimable_sql(JOB_COLUMNS, holding, "?1", not_busy);
         let busy = serde_json::to_string(&busy.iter().collect::<Vec<_>>())
             .map_err(|error| corrupt("busy keys", &error.to_string()))?;
         let mut statement = self.tx.prepare_cached(&sql)?;

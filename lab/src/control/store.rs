@@ -224,3 +224,34 @@ pub trait Store: Send + Sync + 'static {
         self.transact(work)
     }
 }
+
+/// The statement of [`Tx::claimable_job`] in the SQL both stores speak: the oldest queued
+/// job of the project (bound at `project`) on a key no job in a `holding` state holds and
+/// that `not_busy` (a predicate on `q.deployment_key`) lets through, as `columns` (the
+/// job's, each prefixed `q.`).
+pub(super) fn claimable_sql(columns: &str, holding: &[JobState], project: &str, not_busy: &str) -> String {
+    let words = |states: &[JobState]| -> String {
+        let words: Vec<String> = states
+            .iter()
+            .map(|state| match serde_json::to_value(state) {
+                Ok(serde_json::Value::String(word)) => format!("'{word}'"),
+                _ => unreachable!("job states serialise as strings"),
+            })
+            .collect();
+        words.join(", ")
+    };
+    let holds = match holding.is_empty() {
+        true => String::new(),
+        false => format!(
+            " AND NOT EXISTS (SELECT 1 FROM jobs h WHERE h.deployment_key = q.deployment_key AND h.state IN ({}))",
+            words(holding)
+        ),
+    };
+    let columns: Vec<String> = columns.split(", ").map(|column| format!("q.{column}")).collect();
+    format!(
+        "SELECT {} FROM jobs q WHERE q.project = {project} AND q.state IN ({}) AND {not_busy}{holds} \
+         ORDER BY q.created LIMIT 1",
+        columns.join(", "),
+        words(&[JobState::Queued])
+    )
+}
