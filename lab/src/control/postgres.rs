@@ -667,20 +667,22 @@ impl PgTx<'_> {
         let begin = self.take_begin();
         self.ended = true;
         let answer = self.conn.pipelined(begin, self.conn.client.query_opt(&statement, params), true);
-        let unknown = |error: &postgres::Error| error.is_closed() || error.code().is_none();
-        let begin = answer.begin.as_ref().and_then(|result| result.as_ref().err());
-        let commit = answer.commit.as_ref().and_then(|result| result.as_ref().err());
-        if let Some(error) = begin.or(answer.answer.as_ref().err()).or(commit) {
-            self.failed = true;
-            if unknown(error) {
-                return Err(StoreError::CommitUnknown(error.to_string()));
+        let error = match answer {
+            Pipelined { begin: Some(Err(error)), .. }
+            | Pipelined { answer: Err(error), .. }
+            | Pipelined { commit: Some(Err(error)), .. } => error,
+            Pipelined { answer: Ok(row), .. } => {
+                self.committed = true;
+                return Ok(row);
             }
-            // A statement refused: PostgreSQL aborted the transaction, and the COMMIT that
-            // followed rolled it back (or COMMIT itself failed and rolled back).
-            return Err(StoreError::from(failed_error(answer)));
+        };
+        self.failed = true;
+        if error.is_closed() || error.code().is_none() {
+            return Err(StoreError::CommitUnknown(error.to_string()));
         }
-        self.committed = true;
-        answer.answer.map_err(StoreError::from)
+        // A statement refused: PostgreSQL aborted the transaction, and the COMMIT that
+        // followed rolled it back (or COMMIT itself failed and rolled back).
+        Err(StoreError::from(error))
     }
 
     /// Begins the transaction before its first statement that reads or writes rules' rows
@@ -753,15 +755,6 @@ impl PgTx<'_> {
             true => self.held.writes(job),
             false => Ok(()),
         }
-    }
-}
-
-/// The first error of a pipelined round trip that answered one.
-fn failed_error(answer: Pipelined<Option<Row>>) -> postgres::Error {
-    let Pipelined { begin, answer, commit } = answer;
-    match (begin, answer, commit) {
-        (Some(Err(error)), _, _) | (_, Err(error), _) | (_, _, Some(Err(error))) => error,
-        _ => unreachable!("called only when a request of the round trip failed"),
     }
 }
 
