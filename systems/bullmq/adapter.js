@@ -37,10 +37,12 @@ function parseArgs(argv) {
   const names = {
     '--listen': 'listen', '--lease-ms': 'leaseMs', '--operator-token': 'operatorToken', '--secret': 'secret',
     '--data-dir': 'dataDir', '--redis-server': 'redisServer', '--capability': 'capability',
+    '--appendfsync': 'appendfsync',
   };
-  const defaults = { listen: '127.0.0.1:7400', leaseMs: 2000, redisServer: 'redis-server', capability: 'grant' };
+  const defaults = { listen: '127.0.0.1:7400', leaseMs: 2000, redisServer: 'redis-server', capability: 'grant', appendfsync: 'always' };
   const options = contract.parseArgs('adapter.js', argv, names, defaults, ['operatorToken', 'secret', 'dataDir']);
   if (!['grant', 'lock'].includes(options.capability)) contract.usage('adapter.js', '--capability must be grant or lock');
+  if (!['always', 'everysec'].includes(options.appendfsync)) contract.usage('adapter.js', '--appendfsync must be always or everysec');
   options.leaseMs = Number(options.leaseMs);
   if (!Number.isInteger(options.leaseMs) || options.leaseMs < 1) contract.usage('adapter.js', '--lease-ms must be a positive integer');
   return options;
@@ -456,7 +458,7 @@ async function main() {
   const options = parseArgs(process.argv.slice(2));
   let started;
   try {
-    started = await redisServer.start(options.redisServer, options.dataDir);
+    started = await redisServer.start(options.redisServer, options.dataDir, options.appendfsync);
   } catch (error) {
     process.stderr.write(`${error.message}\n`);
     process.exit(255);

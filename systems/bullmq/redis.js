@@ -1,8 +1,11 @@
 'use strict';
 // The adapter's Redis: a `redis-server` of its own, started in the adapter's process group
 // (the system contract has no database role), its data and log under the control plane's
-// `{data_dir}`, with the persistence BullMQ's production guide asks for — AOF on, and
-// `maxmemory-policy noeviction` so that Redis never drops a job's keys under memory pressure.
+// `{data_dir}`, with AOF on and `maxmemory-policy noeviction` (so that Redis never drops a
+// job's keys under memory pressure), as BullMQ's production guide asks. The AOF is fsynced
+// before every answer (`appendfsync always`) unless `everysec` (the guide's setting) is
+// asked for: under `everysec` Redis may answer a write whose AOF write it postponed behind a
+// slow fsync, and a SIGKILL then loses it (docs/analyses/bullmq.md, "Redis persistence").
 // Killing the control plane's group (the `restart-control-plane` fault) kills this Redis
 // too: the restart is a restart of Redis from its append-only file.
 
@@ -43,9 +46,10 @@ async function answers(port, ms) {
 /**
  * Starts `program` (redis-server) on the port kept in `dataDir/redis.port` (a new free one
  * the first time), or adopts the one already answering there (a Redis whose adapter alone
- * was killed). Resolves to `{port, child}` once it answers; rejects after `READY_MS_MAX`.
+ * was killed), its AOF fsynced per `appendfsync` (`always` or `everysec`). Resolves to
+ * `{port, child}` once it answers; rejects after `READY_MS_MAX`.
  */
-async function start(program, dataDir) {
+async function start(program, dataDir, appendfsync) {
   const folder = path.join(dataDir, 'redis');
   fs.mkdirSync(folder, { recursive: true });
   const portFile = path.join(dataDir, 'redis.port');
@@ -57,7 +61,7 @@ async function start(program, dataDir) {
   }
   const args = [
     '--bind', '127.0.0.1', '--port', String(port), '--dir', folder, '--daemonize', 'no',
-    '--appendonly', 'yes', '--appendfsync', 'everysec', '--save', '',
+    '--appendonly', 'yes', '--appendfsync', appendfsync, '--save', '',
     '--maxmemory-policy', 'noeviction', '--logfile', path.join(dataDir, 'redis.log'),
   ];
   const child = spawn(program, args, { stdio: ['ignore', 'ignore', 'inherit'] });
