@@ -440,6 +440,57 @@ class Adapter {
       const job = await this.record('job', id);
       if (job && job.attempts === 0) await this.enqueue(job);
     }
+    await this.serial(() => this.recover());
+  }
+
+  /**
+   * Records what BullMQ decided and the ledger lacks, before the adapter answers anything.
+   * A BullMQ call and its ledger entry are two Redis calls, so a SIGKILL between them (a
+   * `restart-control-plane` in the middle of a report) leaves BullMQ's decision without its
+   * entry. For each attempt the records hold as running: a lock BullMQ extended past the
+   * recorded lease is a heartbeat BullMQ accepted, recorded with the lease it set; a job
+   * BullMQ finished is a result it accepted, recorded with its outcome at BullMQ's
+   * `finishedOn`. Nothing else is inferred: a stall is recorded when BullMQ serves the job
+   * again (`catchUp`).
+   */
+  async recover() {
+    for (const id of await this.redis.lrange('fl:jobs', 0, -1)) {
+      const job = await this.record('job', id);
+      if (!job || job.current_attempt === undefined) continue;
+      const attempt = await this.record('attempt', job.current_attempt);
+      if (!attempt || attempt.state !== 'running') continue;
+      const { queue } = await this.lane(job.deployment_key);
+      const state = await bounded(queue.getJobState(hex(job.id)), false);
+      const who = { project: job.project };
+      const req = { attempt: attempt.id, runner: attempt.runner, fence: attempt.fence };
+      if (state === 'active') {
+        const lease = await this.extendedPast(job, attempt);
+        if (lease === null) continue;
+        attempt.lease_expires_ms = lease;
+        const entry = contract.reportEntry('heartbeat', who, job, req, lease - this.options.leaseMs, { decision: 'accepted', lease_expires_ms: lease });
+        await this.append(entry, { [`fl:attempt:${attempt.id}`]: attempt });
+      } else if (state === 'completed' || state === 'failed') {
+        const bull = await bounded(queue.getJob(hex(job.id)), false);
+        const outcome = state === 'completed' ? 'succeeded' : 'failed';
+        attempt.state = outcome;
+        attempt.closed_by = 'result';
+        const entry = contract.reportEntry('result', who, job, req, bull.finishedOn, { decision: 'accepted', outcome });
+        await this.append(entry, { [`fl:attempt:${attempt.id}`]: attempt });
+      }
+    }
+  }
+
+  /** The end of `attempt`'s lock when BullMQ extended it past the lease the records hold
+   *  (judged on the lock's earliest possible end, so a lock read late is not taken for an
+   *  extension), else null. */
+  async extendedPast(job, attempt) {
+    const { name } = await this.lane(job.deployment_key);
+    const key = `bull:${name}:${hex(job.id)}:lock`;
+    const sent = Date.now();
+    const [[, held], [, left]] = await bounded(this.redis.multi().get(key).pttl(key).exec(), false);
+    const token = tokenOf(attempt.runner, attempt.id, attempt.fence);
+    if (held !== token || left <= 0 || sent + left <= attempt.lease_expires_ms) return null;
+    return Date.now() + left + 1;
   }
 
   async enqueue(job) {

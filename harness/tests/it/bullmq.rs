@@ -230,3 +230,22 @@ async fn shrinking_a_bullmq_run_replays_it_on_bullmq() {
     let tried = std::fs::read_to_string(work.join("shrink.json")).unwrap();
     assert!(tried.contains("\"reproduced\": true"), "{tried}");
 }
+
+/// The adapter's own tests (`systems/bullmq/test/`, `node --test`): a BullMQ decision whose
+/// ledger entry a SIGKILL of the adapter lost is recorded when the adapter starts again.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_adapters_node_tests_pass() {
+    if bullmq_missing() {
+        return;
+    }
+    let folder = bullmq_system().with_file_name("test");
+    let mut command = tokio::process::Command::new("node");
+    command.arg("--test").arg(&folder).kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(180), command.output())
+        .await
+        .expect("node --test ends within 180 s")
+        .expect("node runs");
+    let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "node --test {}:\n{said}", folder.display());
+    assert!(said.contains("# pass 1") && said.contains("# fail 0"), "{said}");
+}
