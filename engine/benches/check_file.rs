@@ -53,6 +53,9 @@ fn generate(folder: &Path, size: usize, plant: bool) -> (u64, u64) {
     }
     out.write(generator.finals());
     out.out.flush().expect("flush");
+    // Written through to the disk before anything is measured: the kernel's writeback of a
+    // file just generated (gigabytes at 10^7) would otherwise run beside the measurements.
+    out.out.get_ref().sync_all().expect("sync");
     (out.events, out.planted)
 }
 
