@@ -56,8 +56,8 @@ pub(crate) struct LedgerCompleteness {
     /// Answers whose entry had not been seen yet, by seq: what they say, event.
     waiting: FxMap<u64, Vec<(Says, u64)>>,
     answers: u64,
-    /// Per (report kind, attempt).
-    applied: FxMap<(Op, u32), Applied>,
+    /// Per attempt (its id is its place), per report kind ([`REPORTS`]).
+    applied: Vec<[Applied; 3]>,
     sent: u64,
     /// Per runner: its claims.
     claims: FxMap<u32, Claims>,
@@ -77,6 +77,12 @@ struct Claims {
     granted: Vec<(u32, u64)>,
 }
 
+/// The report kinds, in the order of an attempt's [`Applied`] slots.
+const REPORTS: [Op; 3] = [Op::Heartbeat, Op::Capability, Op::Result];
+
+/// Times kept in place up to a few (most attempts send and record a handful of each kind).
+type Times = smallvec::SmallVec<[u64; 3]>;
+
 /// For one attempt and kind: the reports its runner sent, its ledger entries, those
 /// entries' history indexes (the first two, then the latest), and the reports sent with
 /// another runner's token with their history indexes.
@@ -84,14 +90,14 @@ struct Claims {
 struct Applied {
     sent: u64,
     ledgered: u64,
-    entries: Vec<u64>,
+    entries: smallvec::SmallVec<[u64; 3]>,
     foreign: Vec<u64>,
     /// Reports a scenario played, counted when their answer is seen (after their entry).
     played: u64,
     /// When each report the runner sent was logged (before it was sent).
-    sent_ns: Vec<u64>,
+    sent_ns: Times,
     /// When each entry was received.
-    entry_ns: Vec<u64>,
+    entry_ns: Times,
 }
 
 impl Applied {
@@ -115,9 +121,9 @@ impl Applied {
     }
 }
 
-/// An attempt's report kind with more entries than were sent: the key, its counts, and
-/// `(entries, sent)` where they first disagreed.
-type Over<'a> = (&'a (Op, u32), &'a Applied, (u64, u64));
+/// An attempt's report kind with more entries than were sent: the kind and attempt, its
+/// counts, and `(entries, sent)` where they first disagreed.
+type Over<'a> = ((Op, u32), &'a Applied, (u64, u64));
 
 /// The report kind a sent event stands for: a runner's request's own; a report the
 /// nemesis sent names its kind (`value.report`: a borrowed claim's heartbeat, capability
@@ -179,7 +185,7 @@ impl Check for LedgerCompleteness {
             && ev.raw.value.as_ref().is_some_and(|value| value.get("played") == Some(&serde_json::Value::Bool(true)));
         if let (true, Some(attempt)) = (ev.src == Source::ReportSent || played, ev.attempt) {
             self.sent += 1;
-            let counts = self.applied.entry((sent_kind(ev), attempt)).or_default();
+            let counts = self.applied_mut(sent_kind(ev), attempt);
             if played {
                 counts.played += 1;
             } else {
@@ -189,10 +195,10 @@ impl Check for LedgerCompleteness {
         }
         if let (Source::ForeignReport, Some(attempt)) = (ev.src, ev.attempt) {
             self.sent += 1;
-            self.applied.entry((sent_kind(ev), attempt)).or_default().foreign.push(ev.index);
+            self.applied_mut(sent_kind(ev), attempt).foreign.push(ev.index);
         }
         if let (Source::Ledger, Some(attempt), true) = (ev.src, ev.attempt, ev.op.is_report()) {
-            let counts = self.applied.entry((ev.op, attempt)).or_default();
+            let counts = self.applied_mut(ev.op, attempt);
             counts.ledgered += 1;
             counts.entry_ns.push(ev.raw.time_ns);
             if counts.entries.len() >= 3 {
@@ -234,35 +240,39 @@ impl Check for LedgerCompleteness {
     fn finish(&mut self, ctx: &Index, out: &mut Findings) {
         self.claims_applied_twice(ctx, out);
         if self.sent > 0 {
-            // Judged in place, then read in the same order (the map is not changed between).
+            // Judged in place, then read in the same order.
             let counts: Vec<(u64, u64)> =
-                self.applied.values_mut().map(|applied| applied.over().unwrap_or((0, 0))).collect();
+                self.applied.iter_mut().flatten().map(|applied| applied.over().unwrap_or((0, 0))).collect();
             let mut over: Vec<Over> = self
                 .applied
                 .iter()
+                .enumerate()
+                .flat_map(|(attempt, kinds)| {
+                    REPORTS.iter().zip(kinds).map(move |(&op, applied)| ((op, attempt as u32), applied))
+                })
                 .zip(counts)
                 .filter(|(_, counts)| counts.0 > 0)
                 .map(|((key, applied), counts)| (key, applied, counts))
-                .filter(|(&(_, attempt), _, _)| {
-                    ctx.attempt(attempt).claim.is_none_or(|claim| self.logged.contains(&claim.runner))
+                .filter(|((_, attempt), _, _)| {
+                    ctx.attempt(*attempt).claim.is_none_or(|claim| self.logged.contains(&claim.runner))
                 })
                 .collect();
             over.sort_unstable_by_key(|(_, applied, _)| applied.entries.first().copied());
-            for (&(op, attempt), applied, (ledgered, sent)) in over {
+            for ((op, attempt), applied, (ledgered, sent)) in over {
                 let what = describe(ctx, Says { op, attempt: Some(attempt), decision: None });
                 let what = what.trim_start_matches("`undecided` to ");
                 let (kind, message, mut events) = if applied.foreign.is_empty() {
                     let why = "a request was applied more than once";
                     let message =
                         format!("the ledger held {ledgered} entries for {what} when {sent} had been sent: {why}");
-                    ("applied-more-than-sent", message, applied.entries.clone())
+                    ("applied-more-than-sent", message, applied.entries.to_vec())
                 } else {
                     let foreign = applied.foreign.len();
                     let message = format!(
                         "the ledger held {ledgered} entries for {what} when its runner had sent {sent}: \
                          {foreign} sent with another runner's token should have been refused, and one was applied"
                     );
-                    ("foreign-report-applied", message, [applied.foreign.clone(), applied.entries.clone()].concat())
+                    ("foreign-report-applied", message, [&applied.foreign[..], &applied.entries[..]].concat())
                 };
                 events.sort_unstable();
                 let found = Found::new(NAME, kind)
@@ -285,6 +295,16 @@ impl Check for LedgerCompleteness {
 }
 
 impl LedgerCompleteness {
+    /// The counts of `attempt`'s reports of kind `op` (one of [`REPORTS`]).
+    fn applied_mut(&mut self, op: Op, attempt: u32) -> &mut Applied {
+        let at = attempt as usize;
+        if self.applied.len() <= at {
+            self.applied.resize_with(at + 1, Default::default);
+        }
+        let kind = REPORTS.iter().position(|&report| report == op).expect("a report kind");
+        &mut self.applied[at][kind]
+    }
+
     fn observe_claim(&mut self, ev: &Observed) {
         match (ev.src, ev.runner, ev.attempt) {
             (Source::RunnerRequest, Some(runner), _) => self.claims.entry(runner).or_default().requests += 1,

@@ -50,32 +50,61 @@ impl FxHasher {
 
 pub type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
-/// Names of one kind mapped to dense ids `0..n`.
+/// Names of one kind mapped to dense ids `0..n`. Each name is kept once, in one text
+/// (`text[ends[id - 1]..ends[id]]`), and the table holds only ids. The name looked up
+/// last is tried first: a history names one attempt in runs of events (its request, the
+/// ledger's entry, the answer, the target's step).
 #[derive(Default)]
 pub struct Interner {
-    ids: FxMap<String, u32>,
-    names: Vec<String>,
+    ids: hashbrown::HashTable<u32>,
+    text: String,
+    ends: Vec<usize>,
+    /// The id looked up last, if any.
+    last: Option<u32>,
+}
+
+fn hash_name(name: &str) -> u64 {
+    let mut hasher = FxHasher::default();
+    hasher.write(name.as_bytes());
+    hasher.finish()
 }
 
 impl Interner {
     pub fn id(&mut self, name: &str) -> u32 {
-        if let Some(&id) = self.ids.get(name) {
-            return id;
+        if let Some(last) = self.last.filter(|&last| self.name(last) == name) {
+            return last;
         }
-        let id = self.names.len() as u32;
-        self.ids.insert(name.to_string(), id);
-        self.names.push(name.to_string());
+        let hash = hash_name(name);
+        let Interner { ids, text, ends, last } = self;
+        let name_of = |id: u32| -> &str {
+            let end = ends[id as usize];
+            let start = if id == 0 { 0 } else { ends[id as usize - 1] };
+            &text[start..end]
+        };
+        let id = match ids.find(hash, |&id| name_of(id) == name) {
+            Some(&id) => id,
+            None => {
+                let id = ends.len() as u32;
+                ids.insert_unique(hash, id, |&id| hash_name(name_of(id)));
+                text.push_str(name);
+                ends.push(text.len());
+                id
+            }
+        };
+        *last = Some(id);
         id
     }
     /// The id of a name already seen.
     pub fn get(&self, name: &str) -> Option<u32> {
-        self.ids.get(name).copied()
+        self.ids.find(hash_name(name), |&id| self.name(id) == name).copied()
     }
     pub fn name(&self, id: u32) -> &str {
-        self.names.get(id as usize).map_or("?", String::as_str)
+        let Some(&end) = self.ends.get(id as usize) else { return "?" };
+        let start = if id == 0 { 0 } else { self.ends[id as usize - 1] };
+        &self.text[start..end]
     }
     pub fn len(&self) -> usize {
-        self.names.len()
+        self.ends.len()
     }
 }
 

@@ -8,7 +8,8 @@
 //! history: seconds of the typed parse (`history::Reader`, nothing kept), of the streamed
 //! check alone (`engine::check::check_history`, no report) and of the whole check
 //! (`engine::check::check_folder`), the whole check's ratio to the parse and events/s, the check's peak memory in
-//! bytes per event, and the size of `report.html`.
+//! bytes per event, and the size of `report.html`. Each figure is the median of three
+//! interleaved rounds (parse, stream, check, then again).
 //!
 //! Run: `cargo bench -p engine --bench check_file` (add a size, e.g. `-- 1000000`, to run
 //! one; `FENCELAB_BENCH_DIR=DIR` keeps the generated run folders there). With
@@ -31,6 +32,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const CHUNK: usize = 100_000;
 /// One late result in this many is accepted in the invalid history.
 const PLANT_EVERY: u64 = 200;
+/// Rounds of measurements per history (one in smoke mode).
+const ROUNDS: usize = 3;
 
 /// Peak resident memory of this process so far (VmHWM), in KiB.
 fn peak_kib() -> u64 {
@@ -130,6 +133,13 @@ struct Measured {
     verdict: String,
 }
 
+/// The measurement of median time among `measured` (its memory that run's).
+fn median(mut measured: Vec<Measured>) -> Measured {
+    measured.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    let middle = measured.len() / 2;
+    measured.swap_remove(middle)
+}
+
 fn measure(mode: &str, path: &Path) -> Measured {
     let output = Command::new(std::env::current_exe().expect("bench binary"))
         .env("FENCELAB_BENCH_CHILD", mode)
@@ -154,12 +164,14 @@ fn main() {
         child(&mode.to_string_lossy(), &PathBuf::from(path));
         return;
     }
+    let smoke = std::env::var_os("FENCELAB_BENCH_SMOKE").is_some();
     let only: Option<usize> = std::env::args().skip(1).find_map(|arg| arg.parse().ok());
     let sizes: Vec<usize> = match only {
         Some(size) => vec![size],
-        None if std::env::var_os("FENCELAB_BENCH_SMOKE").is_some() => vec![10_000],
+        None if smoke => vec![10_000],
         None => vec![100_000, 1_000_000, 10_000_000],
     };
+    let rounds_n = if smoke { 1 } else { ROUNDS };
     let temp = tempfile::tempdir().expect("temp dir");
     let kept = std::env::var_os("FENCELAB_BENCH_DIR").map(PathBuf::from);
     let dir = kept.as_deref().unwrap_or(temp.path());
@@ -182,9 +194,16 @@ fn main() {
         for plant in [false, true] {
             let folder = dir.join(format!("{size}-{plant}"));
             let (written, planted) = generate(&folder, size, plant);
-            let parse = measure("parse", &folder.join("history.jsonl"));
-            let stream = measure("stream", &folder);
-            let check = measure("check", &folder);
+            // Interleaved rounds, each figure the median of its rounds: a virtual machine's
+            // speed drifts over seconds (its host backs fresh memory lazily), and a figure
+            // taken once is that moment's.
+            let mut rounds: [Vec<Measured>; 3] = Default::default();
+            for _ in 0..rounds_n {
+                rounds[0].push(measure("parse", &folder.join("history.jsonl")));
+                rounds[1].push(measure("stream", &folder));
+                rounds[2].push(measure("check", &folder));
+            }
+            let [parse, stream, check] = rounds.map(median);
             assert_eq!((parse.events, check.events), (written, written), "every event read and counted");
             let expected = if planted > 0 { "invalid" } else { "valid" };
             assert_eq!(stream.verdict, expected, "{written} events, {planted} planted anomalies (stream)");

@@ -173,6 +173,8 @@ struct Parsed {
     offset: u64,
     events: Vec<(usize, u64, history::Event)>,
     error: Option<(usize, String)>,
+    /// Parsed by the helper thread, which frees it too (see [`check_history`]).
+    by_helper: bool,
 }
 
 impl Chunk {
@@ -190,11 +192,11 @@ impl Chunk {
                 Ok(event) => events.push((self.first_line + number, at, event)),
                 Err(why) => {
                     let error = Some((self.first_line + number, why));
-                    return Parsed { seq: self.seq, offset: self.offset, events, error };
+                    return Parsed { seq: self.seq, offset: self.offset, events, error, by_helper: false };
                 }
             }
         }
-        Parsed { seq: self.seq, offset: self.offset, events, error: None }
+        Parsed { seq: self.seq, offset: self.offset, events, error: None, by_helper: false }
     }
 }
 /// At most this many anomalies' jobs are read again whole for their stories.
@@ -236,6 +238,9 @@ pub fn check_history(path: &Path, kept_max: usize) -> Result<Checked, String> {
     let mut digest = results::Digest::new();
     let mut sampler = results::Sampler::new(kept_max);
     let (send, receive) = std::sync::mpsc::sync_channel::<Parsed>(BATCHES_AHEAD);
+    // The helper's chunks, checked, go back to it to be freed: an allocator frees a block
+    // fastest on the thread that allocated it, and each event holds several.
+    let (give_back, given_back) = std::sync::mpsc::sync_channel::<Vec<(usize, u64, history::Event)>>(BATCHES_AHEAD);
     // The first event index and byte offset of each chunk, for reading parts again.
     let mut chunks: Vec<(u64, u64)> = Vec::new();
     std::thread::scope(|scope| {
@@ -244,7 +249,9 @@ pub fn check_history(path: &Path, kept_max: usize) -> Result<Checked, String> {
         // itself whenever the next in order is not ready, so that neither waits for the other.
         scope.spawn(move || {
             while let Some(chunk) = take(lines) {
-                if send.send(chunk.parse()).is_err() {
+                given_back.try_iter().for_each(drop);
+                let parsed = Parsed { by_helper: true, ..chunk.parse() };
+                if send.send(parsed).is_err() {
                     return;
                 }
             }
@@ -266,6 +273,10 @@ pub fn check_history(path: &Path, kept_max: usize) -> Result<Checked, String> {
                 }
                 if let Some((line, why)) = parsed.error {
                     return Err(named(format!("history line {line}: {why}")));
+                }
+                if parsed.by_helper {
+                    // A helper that has stopped, or is behind on freeing, leaves it here.
+                    let _ = give_back.try_send(parsed.events);
                 }
                 continue;
             }
