@@ -283,7 +283,9 @@ class Adapter {
     }, { [`fl:attempt:${attempt.id}`]: attempt });
   }
 
-  /** The checks before a report's verdict: token kind, runner, fence bound, the job's project. */
+  /** The checks before a report's verdict: token kind, runner, fence bound, the job's project.
+   *  Called in `serial`, so the job is read as the requests decided before left it (one read
+   *  outside would judge a report on a job a claim queued ahead of it has since changed). */
   async report(who, body, extra = {}) {
     const req = contract.readReport(who, body, extra);
     const job = await this.record('job', req.job);
@@ -292,8 +294,8 @@ class Adapter {
   }
 
   async heartbeat(who, body) {
-    const { req, job } = await this.report(who, body);
     return this.serial(async () => {
+      const { req, job } = await this.report(who, body);
       let now = Date.now();
       const { queue } = await this.lane(job.deployment_key);
       const bull = await bounded(queue.getJob(hex(job.id)), false);
@@ -320,8 +322,8 @@ class Adapter {
    * claim's token, and living no longer than the lock; BullMQ's lock is read, not renewed.
    */
   async capability(who, body) {
-    const { req, job } = await this.report(who, body);
     return this.serial(async () => {
+      const { req, job } = await this.report(who, body);
       const now = Date.now();
       let expires = now + contract.CAPABILITY_TTL_MS;
       if (this.options.capability === 'lock') {
@@ -348,8 +350,8 @@ class Adapter {
 
   async result(who, body) {
     const extra = { outcome: [['succeeded', 'failed'], true], detail: ['string', false] };
-    const { req, job } = await this.report(who, body, extra);
     return this.serial(async () => {
+      const { req, job } = await this.report(who, body, extra);
       const now = Date.now();
       const { queue } = await this.lane(job.deployment_key);
       const bull = await bounded(queue.getJob(hex(job.id)), false);

@@ -6,6 +6,9 @@
 // adapter's ledger holds an accepted heartbeat with BullMQ's lease and an accepted result
 // with BullMQ's outcome, and nothing for an attempt BullMQ did nothing more with.
 //
+// And a report decided after another request changed its job is judged on the job as that
+// request left it.
+//
 // Run: node --test systems/bullmq/test/ (harness/tests/it/bullmq.rs runs it).
 
 const test = require('node:test');
@@ -25,8 +28,8 @@ const hex = (text) => Buffer.from(text, 'utf8').toString('hex');
 
 /** Starts the adapter on a free port with `dir` as its data dir; resolves to the child and
  *  its base URL once it prints its address, rejects after `READY_MS_MAX`. */
-function start(dir) {
-  const child = spawn(process.execPath, [ADAPTER, '--listen=127.0.0.1:0', '--lease-ms=3000', `--operator-token=${OPERATOR}`,
+function start(dir, leaseMs = 3000) {
+  const child = spawn(process.execPath, [ADAPTER, '--listen=127.0.0.1:0', `--lease-ms=${leaseMs}`, `--operator-token=${OPERATOR}`,
     '--secret=test-secret', `--data-dir=${dir}`], { stdio: ['ignore', 'pipe', 'inherit'] });
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('the adapter did not print its address in time')), READY_MS_MAX);
@@ -39,7 +42,7 @@ function start(dir) {
   });
 }
 
-async function call(url, method, route, token, body) {
+async function call(url, method, route, token, body, statusOk = (status) => status < 300) {
   const response = await fetch(`${url}${route}`, {
     method,
     headers: { authorization: `Bearer ${token}`, ...(body ? { 'content-type': 'application/json' } : {}) },
@@ -47,7 +50,7 @@ async function call(url, method, route, token, body) {
     signal: AbortSignal.timeout(10000),
   });
   const value = await response.json();
-  assert.ok(response.status < 300, `${method} ${route}: ${response.status} ${JSON.stringify(value)}`);
+  assert.ok(statusOk(response.status), `${method} ${route}: ${response.status} ${JSON.stringify(value)}`);
   return value;
 }
 
@@ -110,6 +113,47 @@ test('a BullMQ decision whose entry was lost with the adapter is recorded when i
   } finally {
     await killed(adapter.child);
     for (const queue of queues) await queue.close();
+    await redis.shutdown('NOSAVE').catch(() => {});
+    redis.disconnect();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a result queued behind the claim that superseded its attempt is refused as superseded', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fencelab-bullmq-superseded-'));
+  const adapter = await start(dir, 500);
+  const port = Number(fs.readFileSync(path.join(dir, 'redis.port'), 'utf8'));
+  try {
+    const { url } = adapter;
+    await call(url, 'POST', '/v1/projects', OPERATOR, { id: 'p' });
+    const tokens = {};
+    for (const runner of ['r1', 'r2']) tokens[runner] = (await call(url, 'POST', '/v1/runners', OPERATOR, { id: runner, project: 'p' })).token;
+    await call(url, 'POST', '/v1/jobs', OPERATOR, { project: 'p', id: 'j1', deployment_key: 'k1', spec: { steps: 1, step_ms: 0 } });
+    const first = (await call(url, 'POST', '/v1/claim', tokens.r1, { runner: 'r1', observed_ms: Date.now() })).grant.claim;
+    // BullMQ's stalled-job check moves j1 back to its queue once its lock lapses.
+    const until = Date.now() + 20000;
+    for (;;) {
+      const ledger = await call(url, 'GET', '/v1/ledger', OPERATOR);
+      if (ledger.some((entry) => entry.kind === 'expire')) break;
+      assert.ok(Date.now() < until, 'the stall was recorded within 20 s');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    // r2's claim and r1's late result, sent together: the claim is decided first.
+    const claim = call(url, 'POST', '/v1/claim', tokens.r2, { runner: 'r2', observed_ms: Date.now() });
+    const late = call(url, 'POST', '/v1/result', tokens.r1, { ...first, outcome: 'succeeded', observed_ms: Date.now() }, (status) => status === 409);
+    const [{ grant }, refused] = await Promise.all([claim, late]);
+    assert.ok(grant, 'r2 is granted j1');
+    const ledger = await call(url, 'GET', '/v1/ledger', OPERATOR);
+    const order = ledger.filter((entry) => entry.kind === 'claim' || entry.kind === 'result').map((entry) => entry.kind);
+    if (order.join() === 'claim,claim,result') {
+      assert.strictEqual(refused.reason, 'superseded', `j1's attempt was superseded when the result was decided: ${JSON.stringify(ledger)}`);
+    } else {
+      assert.strictEqual(refused.reason, 'not_current', JSON.stringify(ledger));
+    }
+  } finally {
+    await killed(adapter.child);
+    const redis = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 1 });
+    redis.on('error', () => {});
     await redis.shutdown('NOSAVE').catch(() => {});
     redis.disconnect();
     fs.rmSync(dir, { recursive: true, force: true });
