@@ -88,7 +88,14 @@ async fn pgboss_starts_and_conform_finds_what_its_analysis_says() {
     let bad_input: Vec<&String> = failed.iter().filter(|case| case.starts_with("input/")).collect();
     assert!(bad_input.is_empty(), "the adapter answers every bad input as documented: {bad_input:?}\n{said}");
     for (case, words) in ACCEPTED_BY_JOB_ID {
-        assert!(line(&said, case).contains(words), "pg-boss accepts it by job id: {}", line(&said, case));
+        let said = line(&said, case);
+        // A result sent just after its lease ended meets pg-boss's maintenance (every second)
+        // first when the machine is slow: it is then refused as `not_current`, the expiry
+        // recorded as a requeue, and the case fails for that instead (seen on a loaded CI).
+        let swept = case == "window/result-at-lease-end"
+            && said.contains("was rejected (not_current)")
+            && said.contains("recorded as `requeued`");
+        assert!(said.contains(words) || swept, "pg-boss accepts it by job id: {said}");
     }
 }
 
