@@ -27,7 +27,7 @@ pub fn check(events: &[history::Event]) -> crate::CheckerResult {
 #[derive(Default)]
 pub(crate) struct ClockAuthority {
     /// Every ledger entry with a receipt time: (seq, received_ms, history index, op).
-    entries: Vec<(u64, i64, u64, &'static str)>,
+    entries: Vec<(u64, i64, u64, history::Op)>,
     /// The shortest lease a claim granted (its lease end less its receipt).
     lease_ms: Option<i64>,
 }
@@ -46,7 +46,7 @@ impl Check for ClockAuthority {
     fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
         if ev.src == Source::Ledger {
             if let (Some(seq), Some(received)) = (ev.seq, ev.received_ms) {
-                self.entries.push((seq, received, ev.index, ev.raw.f.as_str()));
+                self.entries.push((seq, received, ev.index, ev.raw.f));
                 if let (Op::Claim, Some(end)) = (ev.op, ev.lease_ms) {
                     let lease = end - received;
                     if lease > 0 {
@@ -88,7 +88,7 @@ impl Check for ClockAuthority {
     fn finish(&mut self, _ctx: &Index, out: &mut Findings) {
         let lease = self.lease_ms.unwrap_or(DEFAULT_LEASE_MS);
         self.entries.sort_unstable_by_key(|entry| entry.0);
-        let mut latest: Option<(u64, i64, u64, &str)> = None;
+        let mut latest: Option<(u64, i64, u64, history::Op)> = None;
         let (mut reported, mut in_stretch) = (0, false);
         for &(seq, received, index, op) in &self.entries {
             let Some(before) = latest else {
