@@ -163,6 +163,11 @@ const WATCHED: [(&str, &[&str]); 10] = [
     ),
     ("runner-contract", &["acted-past-deadline", "acted-after-refusal", "result-unbacked"]),
 ];
+/// Kinds of the checkers in [`WATCHED`] that stand on a record of the harness's own missing
+/// before a later-read one: an operator's reconcile decision made after the watch took the
+/// harness's events, whose reconcile the ledger read next already holds, would read as a
+/// reconcile no operator decided (`reconcile-unauthorised`), and the run would stop on it.
+const UNWATCHED: [(&str, &str); 1] = [("rules-model", "reconcile-unauthorised")];
 /// How often `--stop-at-first` reads the live records.
 const WATCH_EVERY: Duration = Duration::from_millis(1_000);
 /// Ledger entries asked for per page by the watch.
@@ -210,18 +215,25 @@ async fn first_anomaly(shared: &Shared) -> String {
             continue;
         }
         let events = shared.recorder.partial(own, runners, &ledger, &steps);
-        for result in checkers::check_named(&wanted, &events) {
-            let checkers::Verdict::Invalid { anomalies } = &result.verdict else { continue };
-            let kinds =
-                WATCHED.iter().find(|(checker, _)| *checker == result.checker).map_or(&[][..], |(_, kinds)| *kinds);
-            let watched = anomalies.iter().find(|anomaly| kinds.is_empty() || kinds.contains(&anomaly.kind.as_str()));
-            if let Some(anomaly) = watched {
-                let at = shared.recorder.now_ms();
-                return format!("{}/{} at {at} ms: {}", anomaly.checker, anomaly.kind, anomaly.message);
-            }
+        if let Some(anomaly) = first_watched(&checkers::check_named(&wanted, &events)) {
+            let at = shared.recorder.now_ms();
+            return format!("{}/{} at {at} ms: {}", anomaly.checker, anomaly.kind, anomaly.message);
         }
     }
     std::future::pending().await
+}
+
+/// The first anomaly of `results` that `--stop-at-first` stops on ([`WATCHED`], less
+/// [`UNWATCHED`]).
+fn first_watched(results: &[checkers::CheckerResult]) -> Option<&checkers::Anomaly> {
+    results.iter().find_map(|result| {
+        let checkers::Verdict::Invalid { anomalies } = &result.verdict else { return None };
+        let kinds = WATCHED.iter().find(|(checker, _)| *checker == result.checker)?.1;
+        anomalies.iter().find(|anomaly| {
+            let named = kinds.is_empty() || kinds.contains(&anomaly.kind.as_str());
+            named && !UNWATCHED.contains(&(anomaly.checker.as_str(), anomaly.kind.as_str()))
+        })
+    })
 }
 
 /// Most submits the client has in flight at once: a slow control plane delays the
@@ -366,5 +378,49 @@ async fn progress(shared: Shared) {
             "[{phase}] {elapsed_s}s/{limit_s}s  jobs done {done}/{submitted}  faults: {}",
             if active.is_empty() { "-" } else { &active }
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn anomaly(checker: &str, kind: &str) -> checkers::Anomaly {
+        checkers::Anomaly {
+            checker: checker.into(),
+            kind: kind.into(),
+            job: None,
+            attempts: vec![],
+            runners: vec![],
+            fences: vec![],
+            key: None,
+            events: vec![],
+            message: format!("{checker}/{kind}"),
+        }
+    }
+
+    fn invalid(checker: &str, kinds: &[&str]) -> checkers::CheckerResult {
+        let anomalies = kinds.iter().map(|kind| anomaly(checker, kind)).collect();
+        checkers::CheckerResult {
+            checker: checker.into(),
+            description: String::new(),
+            verdict: checkers::Verdict::Invalid { anomalies },
+        }
+    }
+
+    /// The watch passes over a reconcile it cannot yet tie to the operator's decision, and
+    /// over kinds its checker does not stand on, and stops on the next one it does.
+    #[test]
+    fn the_watch_stops_on_watched_kinds_only() {
+        let results = [
+            invalid("rules-model", &["reconcile-unauthorised"]),
+            invalid("lost-work", &["lost"]),
+            invalid("ledger-completeness", &["applied-more-than-sent", "answer-missing-from-ledger"]),
+        ];
+        let found = first_watched(&results).map(|anomaly| anomaly.message.as_str());
+        assert_eq!(found, Some("ledger-completeness/answer-missing-from-ledger"));
+        assert_eq!(first_watched(&results[..2]), None);
+        let both = [invalid("rules-model", &["reconcile-unauthorised", "result-accepted-wrongly"])];
+        assert_eq!(first_watched(&both).map(|anomaly| anomaly.kind.as_str()), Some("result-accepted-wrongly"));
     }
 }
