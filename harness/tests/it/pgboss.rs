@@ -46,7 +46,8 @@ const CONFORM_FAILS: [&str; 11] = [
 ];
 
 /// The cases the adapter itself answers for (bodies, tokens, routes, reads, the ledger's
-/// paging): pg-boss decides none of them, so each must pass.
+/// paging): pg-boss decides none of them, so each must pass, unless a slow machine let one of
+/// pg-boss's own findings into it ([`only_slow_machine_findings`]).
 const CONFORM_PASSES: [&str; 5] =
     ["endpoint/health", "endpoint/projects", "endpoint/runners", "endpoint/jobs-submit", "endpoint/ledger"];
 
@@ -83,7 +84,8 @@ async fn pgboss_starts_and_conform_finds_what_its_analysis_says() {
         assert!(failed.contains(case), "{case} fails on pg-boss:\n{said}");
     }
     for case in CONFORM_PASSES {
-        assert!(passed.contains(case), "{case} passes on pg-boss:\n{said}");
+        let slow = failed.contains(case) && only_slow_machine_findings(line(&said, case));
+        assert!(passed.contains(case) || slow, "{case} passes on pg-boss:\n{said}");
     }
     let bad_input: Vec<&String> = failed.iter().filter(|case| case.starts_with("input/")).collect();
     assert!(bad_input.is_empty(), "the adapter answers every bad input as documented: {bad_input:?}\n{said}");
@@ -103,6 +105,23 @@ async fn pgboss_starts_and_conform_finds_what_its_analysis_says() {
 /// their line that say so.
 const ACCEPTED_BY_JOB_ID: [(&str, &str); 2] =
     [("rule/fence-across-jobs", "answered 200 accepted"), ("window/result-at-lease-end", "was accepted")];
+
+/// Whether every finding of a conform line is one of pg-boss's that a slow machine brings
+/// into a case about something else: a report that arrived after its lease ended (more than
+/// the 3 s lease late) accepted because pg-boss's maintenance had not run yet, or that
+/// maintenance's requeue. Any other finding, or none, is not.
+fn only_slow_machine_findings(line: &str) -> bool {
+    // The verdict, the case, then the findings.
+    let case_on = line.trim_start().split_once(char::is_whitespace).map(|(_, rest)| rest.trim_start());
+    let Some((_, findings)) = case_on.and_then(|rest| rest.split_once(char::is_whitespace)) else {
+        return false;
+    };
+    let Some(findings) = findings.trim().strip_prefix("rules model: ") else { return false };
+    findings.split("; rules model: ").all(|finding| {
+        finding.ends_with("'s result was accepted; the rules decide rejected (expired)")
+            || (finding.contains("'s expiry was recorded as `requeued`") && !finding.contains("; "))
+    })
+}
 
 /// The line conform printed for `case`.
 fn line<'a>(said: &'a str, case: &str) -> &'a str {
@@ -194,4 +213,18 @@ async fn a_short_pgboss_run_finds_only_what_its_analysis_explains() {
     );
     let required = (REQUIRED.0.to_string(), REQUIRED.1.to_string());
     assert!(found.contains(&required), "pg-boss ran a job again: {found:?} ({repeat})\n{}", finished.stdout);
+}
+
+/// The slow-machine findings are told from every other: the line CI printed for
+/// `endpoint/ledger` under load is one, a finding of the adapter's own is not.
+#[test]
+fn slow_machine_findings_are_only_pgboss_own() {
+    let ci = "FAIL  endpoint/ledger                          rules model: c10.j1-a1 (fence 6)'s result was accepted; the rules decide rejected (expired)";
+    assert!(only_slow_machine_findings(ci));
+    assert!(only_slow_machine_findings(&format!("    {ci}")));
+    let requeue = "FAIL  endpoint/claim   rules model: c05.j1-a1 (fence 26)'s expiry was recorded as `requeued`: a lapsed lease is not a stopped process, the job is uncertain";
+    assert!(only_slow_machine_findings(requeue));
+    let paging = "FAIL  endpoint/ledger   the second page repeated entry 3; rules model: c10.j1-a1 (fence 6)'s result was accepted; the rules decide rejected (expired)";
+    assert!(!only_slow_machine_findings(paging));
+    assert!(!only_slow_machine_findings("FAIL  endpoint/ledger"));
 }
