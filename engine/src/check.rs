@@ -117,20 +117,19 @@ impl Lines {
     }
 }
 
-/// The next chunk of lines, `None` at the end (or after a read error, kept in `failed`).
-fn take(lines: &std::sync::Mutex<Lines>) -> Option<Chunk> {
+/// Fills `chunk` with the next lines, reusing its buffers; false at the end (or after a
+/// read error, kept in `failed`).
+fn take(lines: &std::sync::Mutex<Lines>, chunk: &mut Chunk) -> bool {
     use std::io::BufRead;
+    chunk.bytes.clear();
+    chunk.ends.clear();
     let mut lines = lines.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if lines.done {
-        return None;
+        return false;
     }
-    let mut chunk = Chunk {
-        seq: lines.taken,
-        first_line: lines.line + 1,
-        offset: lines.offset,
-        bytes: Vec::new(),
-        ends: Vec::new(),
-    };
+    chunk.seq = lines.taken;
+    chunk.first_line = lines.line + 1;
+    chunk.offset = lines.offset;
     while chunk.ends.len() < CHUNK_LINES {
         let Lines { input, .. } = &mut *lines;
         match input.read_until(b'\n', &mut chunk.bytes) {
@@ -149,14 +148,16 @@ fn take(lines: &std::sync::Mutex<Lines>) -> Option<Chunk> {
     lines.line += chunk.ends.len();
     lines.offset += chunk.bytes.len() as u64;
     if chunk.ends.is_empty() {
-        return None;
+        return false;
     }
     lines.taken += 1;
-    Some(chunk)
+    true
 }
 
 /// Consecutive lines of the history, the `seq`-th chunk, from line `first_line` at byte
-/// `offset`.
+/// `offset`. Each parsing thread keeps one and refills it: memory the allocator has just
+/// been handed is paid for again in page faults, a large share of the time at 10^7 events.
+#[derive(Default)]
 struct Chunk {
     seq: u64,
     first_line: usize,
@@ -166,20 +167,25 @@ struct Chunk {
     ends: Vec<usize>,
 }
 
+/// A chunk's parsed events, with their line numbers and byte offsets.
+type Events = Vec<(usize, u64, history::Event)>;
+
 /// A chunk's events with their line numbers and byte offsets, up to the first line that is
 /// not an event (`error`, with its number).
 struct Parsed {
     seq: u64,
     offset: u64,
-    events: Vec<(usize, u64, history::Event)>,
+    events: Events,
     error: Option<(usize, String)>,
     /// Parsed by the helper thread, which frees it too (see [`check_history`]).
     by_helper: bool,
 }
 
 impl Chunk {
-    fn parse(self) -> Parsed {
-        let mut events = Vec::with_capacity(self.ends.len());
+    /// Parses the chunk into `events` (emptied first, its room reused).
+    fn parse(&self, mut events: Events) -> Parsed {
+        events.clear();
+        events.reserve(self.ends.len());
         let mut start = 0;
         for (number, &end) in self.ends.iter().enumerate() {
             let (begin, line) = (start, &self.bytes[start..end]);
@@ -238,9 +244,10 @@ pub fn check_history(path: &Path, kept_max: usize) -> Result<Checked, String> {
     let mut digest = results::Digest::new();
     let mut sampler = results::Sampler::new(kept_max);
     let (send, receive) = std::sync::mpsc::sync_channel::<Parsed>(BATCHES_AHEAD);
-    // The helper's chunks, checked, go back to it to be freed: an allocator frees a block
-    // fastest on the thread that allocated it, and each event holds several.
-    let (give_back, given_back) = std::sync::mpsc::sync_channel::<Vec<(usize, u64, history::Event)>>(BATCHES_AHEAD);
+    // The helper's event vectors, checked, go back to it to be emptied and filled again: an
+    // allocator frees a block fastest on the thread that allocated it, and each event holds
+    // several.
+    let (give_back, given_back) = std::sync::mpsc::sync_channel::<Events>(2 * BATCHES_AHEAD);
     // The first event index and byte offset of each chunk, for reading parts again.
     let mut chunks: Vec<(u64, u64)> = Vec::new();
     std::thread::scope(|scope| {
@@ -248,9 +255,10 @@ pub fn check_history(path: &Path, kept_max: usize) -> Result<Checked, String> {
         // The helper parses chunks as long as there are any; the checking thread parses one
         // itself whenever the next in order is not ready, so that neither waits for the other.
         scope.spawn(move || {
-            while let Some(chunk) = take(lines) {
-                given_back.try_iter().for_each(drop);
-                let parsed = Parsed { by_helper: true, ..chunk.parse() };
+            let mut chunk = Chunk::default();
+            while take(lines, &mut chunk) {
+                let events = given_back.try_recv().unwrap_or_default();
+                let parsed = Parsed { by_helper: true, ..chunk.parse(events) };
                 if send.send(parsed).is_err() {
                     return;
                 }
@@ -259,6 +267,9 @@ pub fn check_history(path: &Path, kept_max: usize) -> Result<Checked, String> {
         let mut order = history::Order::new();
         let mut ready: std::collections::BTreeMap<u64, Parsed> = std::collections::BTreeMap::new();
         let mut next = 0u64;
+        let mut chunk = Chunk::default();
+        // This thread's own event vectors, checked, for its next chunks.
+        let mut spare: Vec<Events> = Vec::new();
         loop {
             if let Some(parsed) = ready.remove(&next) {
                 next += 1;
@@ -275,8 +286,10 @@ pub fn check_history(path: &Path, kept_max: usize) -> Result<Checked, String> {
                     return Err(named(format!("history line {line}: {why}")));
                 }
                 if parsed.by_helper {
-                    // A helper that has stopped, or is behind on freeing, leaves it here.
+                    // A helper that has stopped, or is behind on taking them, leaves it here.
                     let _ = give_back.try_send(parsed.events);
+                } else if spare.len() < BATCHES_AHEAD {
+                    spare.push(parsed.events);
                 }
                 continue;
             }
@@ -285,23 +298,21 @@ pub fn check_history(path: &Path, kept_max: usize) -> Result<Checked, String> {
                 continue;
             }
             // Parsed ahead enough: wait for the helper's chunk rather than read further.
-            let chunk = if ready.len() < BATCHES_AHEAD { take(lines) } else { None };
-            match chunk {
-                Some(chunk) => {
-                    let parsed = chunk.parse();
-                    ready.insert(parsed.seq, parsed);
-                }
-                None if ready.is_empty()
-                    && lines.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).taken == next =>
-                {
-                    break
-                }
-                None => match receive.recv() {
+            let taken = ready.len() < BATCHES_AHEAD && take(lines, &mut chunk);
+            if taken {
+                let parsed = chunk.parse(spare.pop().unwrap_or_default());
+                ready.insert(parsed.seq, parsed);
+            } else if ready.is_empty()
+                && lines.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).taken == next
+            {
+                break;
+            } else {
+                match receive.recv() {
                     Ok(parsed) => {
                         ready.insert(parsed.seq, parsed);
                     }
                     Err(_) => return Err(named("the parsing thread stopped".to_string())),
-                },
+                }
             }
         }
         lines
