@@ -57,7 +57,7 @@ pub(crate) struct LedgerCompleteness {
     waiting: FxMap<u64, Vec<(Says, u64)>>,
     answers: u64,
     /// Per attempt (its id is its place), per report kind ([`REPORTS`]).
-    applied: Vec<[Applied; 3]>,
+    applied: crate::model::Slots<[Applied; 3]>,
     sent: u64,
     /// Per runner: its claims.
     claims: FxMap<u32, Claims>,
@@ -297,12 +297,8 @@ impl Check for LedgerCompleteness {
 impl LedgerCompleteness {
     /// The counts of `attempt`'s reports of kind `op` (one of [`REPORTS`]).
     fn applied_mut(&mut self, op: Op, attempt: u32) -> &mut Applied {
-        let at = attempt as usize;
-        if self.applied.len() <= at {
-            self.applied.resize_with(at + 1, Default::default);
-        }
         let kind = REPORTS.iter().position(|&report| report == op).expect("a report kind");
-        &mut self.applied[at][kind]
+        &mut self.applied.slot(attempt as usize)[kind]
     }
 
     fn observe_claim(&mut self, ev: &Observed) {

@@ -50,6 +50,84 @@ impl FxHasher {
 
 pub type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
+/// Ids per block of a [`Slots`] table.
+const SLOTS_BLOCK_BITS: u32 = 12;
+
+/// A table indexed by dense ids (`0..len`), kept in blocks of 4,096 that never move once
+/// made. A vector grown by doubling copies all it holds into memory the kernel must zero
+/// first; at 10^7 events those page faults cost more than the checking (`perf record` of
+/// `fencelab check`). Here each slot's memory is touched once, when its id first appears.
+pub struct Slots<T> {
+    blocks: Vec<Vec<T>>,
+    len: usize,
+}
+
+impl<T> Default for Slots<T> {
+    fn default() -> Slots<T> {
+        Slots { blocks: Vec::new(), len: 0 }
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Slots<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<T> Slots<T> {
+    /// How many ids the table holds (one more than the largest slot made).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn get(&self, id: usize) -> Option<&T> {
+        self.blocks.get(id >> SLOTS_BLOCK_BITS)?.get(id & ((1 << SLOTS_BLOCK_BITS) - 1))
+    }
+
+    pub fn get_mut(&mut self, id: usize) -> Option<&mut T> {
+        self.blocks.get_mut(id >> SLOTS_BLOCK_BITS)?.get_mut(id & ((1 << SLOTS_BLOCK_BITS) - 1))
+    }
+
+    /// The slots in id order.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.blocks.iter().flatten()
+    }
+
+    /// The slots in id order.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.blocks.iter_mut().flatten()
+    }
+}
+
+impl<T: Default> Slots<T> {
+    /// The slot of `id`, the table grown with defaults up to it.
+    pub fn slot(&mut self, id: usize) -> &mut T {
+        while self.len <= id {
+            if self.len >> SLOTS_BLOCK_BITS == self.blocks.len() {
+                self.blocks.push(Vec::with_capacity(1 << SLOTS_BLOCK_BITS));
+            }
+            self.blocks.last_mut().expect("a block").push(T::default());
+            self.len += 1;
+        }
+        self.get_mut(id).expect("a slot just made")
+    }
+}
+
+impl<T> std::ops::Index<usize> for Slots<T> {
+    type Output = T;
+    fn index(&self, id: usize) -> &T {
+        let len = self.len;
+        self.get(id).unwrap_or_else(|| panic!("slot {id} of {len}"))
+    }
+}
+
+impl<T> std::ops::IndexMut<usize> for Slots<T> {
+    fn index_mut(&mut self, id: usize) -> &mut T {
+        let len = self.len;
+        self.get_mut(id).unwrap_or_else(|| panic!("slot {id} of {len}"))
+    }
+}
+
 /// Names of one kind mapped to dense ids `0..n`. Each name is kept once, in one text
 /// (`text[ends[id - 1]..ends[id]]`), and the table holds only ids. The name looked up
 /// last is tried first: a history names one attempt in runs of events (its request, the
@@ -234,8 +312,8 @@ pub struct Index {
     pub runner_names: Interner,
     pub key_names: Interner,
     pub outcome_names: Interner,
-    pub attempts: Vec<Attempt>,
-    pub jobs: Vec<Job>,
+    pub attempts: Slots<Attempt>,
+    pub jobs: Slots<Job>,
     pub seen: Seen,
     /// The target's mode from the harness's `config` event (`fenced` when absent).
     pub target_mode: Option<String>,
@@ -405,14 +483,10 @@ impl Index {
 
     fn grow(&mut self, ev: &Observed) {
         if let Some(job) = ev.job {
-            if self.jobs.len() <= job as usize {
-                self.jobs.resize(job as usize + 1, Job::default());
-            }
+            self.jobs.slot(job as usize);
         }
         if let Some(attempt) = ev.attempt {
-            if self.attempts.len() <= attempt as usize {
-                self.attempts.resize(attempt as usize + 1, Attempt::default());
-            }
+            self.attempts.slot(attempt as usize);
         }
     }
 

@@ -99,8 +99,8 @@ struct Attempt {
 #[derive(Default)]
 pub(crate) struct RulesModel {
     lease_ms: Option<i64>,
-    jobs: Vec<Job>,
-    attempts: Vec<Attempt>,
+    jobs: crate::model::Slots<Job>,
+    attempts: crate::model::Slots<Attempt>,
     /// Deployment key → the job holding it.
     holders: FxMap<u32, u32>,
     fence_max: u64,
@@ -188,17 +188,11 @@ impl RulesModel {
     }
 
     fn job_mut(&mut self, job: u32) -> &mut Job {
-        if self.jobs.len() <= job as usize {
-            self.jobs.resize(job as usize + 1, Job::default());
-        }
-        &mut self.jobs[job as usize]
+        self.jobs.slot(job as usize)
     }
 
     fn attempt_mut(&mut self, attempt: u32) -> &mut Attempt {
-        if self.attempts.len() <= attempt as usize {
-            self.attempts.resize(attempt as usize + 1, Attempt::default());
-        }
-        &mut self.attempts[attempt as usize]
+        self.attempts.slot(attempt as usize)
     }
 
     fn job(&self, job: u32) -> Job {
