@@ -97,6 +97,8 @@ impl Written {
 
 /// The child's side: one measurement, printed as `seconds peak_kib events verdict`.
 fn child(mode: &str, path: &Path) {
+    // As `fencelab check` runs (see `without_huge_pages`), every mode alike.
+    engine::check::without_huge_pages().expect("prctl");
     let started = Instant::now();
     let (events, verdict) = match mode {
         "parse" => {

@@ -276,11 +276,13 @@ fn execute(command: Command) -> Result<Exit, CommandError> {
             Ok(Exit::Valid)
         }
         Command::Check { folder, draw_events } => {
+            engine::check::without_huge_pages().map_err(internal)?;
             let (_, run) = engine::check::check_folder_drawing(&folder, draw_events as usize)?;
             Ok(print_verdict(&folder, &run, &run.command))
         }
         Command::Audit(args) => audit_command(&args),
         Command::Evidence { ledger, jobs, steps, runner_logs, lease_ms, out } => {
+            engine::check::without_huge_pages().map_err(internal)?;
             let inputs = engine::evidence::Inputs { ledger, jobs, steps, runner_logs, lease_ms, out };
             let assembled = engine::evidence::assemble(&inputs)?;
             let words: Vec<&str> = assembled.sources.iter().map(|source| source.as_str()).collect();
@@ -380,6 +382,7 @@ fn run_command(args: crate::args::RunArgs) -> Result<Exit, CommandError> {
 
 fn audit_command(args: &crate::args::AuditArgs) -> Result<Exit, CommandError> {
     let options = args.options().map_err(bad)?;
+    engine::check::without_huge_pages().map_err(internal)?;
     let audited = runtime()?.block_on(engine::audit::audit(&options, lab::web::termination()))?;
     let cursor = &audited.cursor;
     println!("audit folder {}", options.out.display());
