@@ -80,7 +80,10 @@ pub fn read(input: impl std::io::Read) -> Result<Vec<Event>, Error> {
 /// the lines in order can tell (contiguous indices, time never going backwards) is
 /// [`Order`]'s.
 pub fn parse_line(line: &[u8]) -> Result<Event, String> {
-    let event: Event = serde_json::from_slice(line).map_err(|error| error.to_string())?;
+    let event: Event = match crate::quick::event(line) {
+        Some(event) => event,
+        None => serde_json::from_slice(line).map_err(|error| error.to_string())?,
+    };
     event.check_vocabulary()?;
     Ok(event)
 }

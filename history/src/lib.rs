@@ -24,6 +24,7 @@
 mod event;
 mod exit;
 mod io;
+mod quick;
 mod vocab;
 
 pub use event::{Decision, Event, EventType};
