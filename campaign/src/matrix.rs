@@ -41,7 +41,9 @@ pub fn exposing_faults(bug: Bug) -> String {
 pub fn store_args(bug: Bug) -> Vec<String> {
     let lab = system::SystemFile::lab();
     match lab.variants.get(bug.name()).and_then(|variant| variant.db) {
-        Some(db) => vec!["--db".into(), db.name().into(), "--control-planes".into(), "3".into()],
+        Some(db) => {
+            vec!["--db".into(), db.name().into(), "--control-planes".into(), DB_BUG_CONTROL_PLANES.to_string()]
+        }
         None => vec![],
     }
 }
@@ -116,6 +118,26 @@ async fn run_line(
     run_child(program, store, &spec).await
 }
 
+/// Replicas of the control plane the planted bugs that need a database server are set to
+/// be caught with (their races run across replicas): `store_args`'s, README's.
+const DB_BUG_CONTROL_PLANES: u32 = 3;
+
+/// What the table says of the lab's rows that run with fewer replicas than their bugs are
+/// set for, if any (the setting is the user's; a row short of its target then says why).
+fn replicas_note(args: &Options, lines: &[Line]) -> Option<String> {
+    let lab = system::SystemFile::lab();
+    let needs_db = |line: &&Line| line.bug.is_some_and(|bug| lab.variants.get(bug.name()).and_then(|v| v.db).is_some());
+    let bugs: Vec<&str> = lines.iter().filter(needs_db).filter_map(|line| line.name.as_deref()).collect();
+    if bugs.is_empty() || args.control_planes >= DB_BUG_CONTROL_PLANES {
+        return None;
+    }
+    Some(format!(
+        "{}: these bugs race across replicas, and their targets are set for --control-planes {DB_BUG_CONTROL_PLANES}; this matrix ran {}",
+        bugs.join(", "),
+        args.control_planes
+    ))
+}
+
 /// The matrix's rows: every planted bug (or the system file's variants) and the correct
 /// system; and the variants left out because they need another store than `--db`.
 fn lines(args: &Options) -> anyhow::Result<(Vec<Line>, Vec<String>)> {
@@ -168,6 +190,8 @@ pub struct Matrix {
     pub control_planes: u32,
     /// Variants left out, each with why (`name: needs --db postgres`).
     pub skipped: Vec<String>,
+    /// What the rows should be read with (bugs run with fewer replicas than they are set for).
+    pub notes: Vec<String>,
     pub cells: Vec<Cell>,
     pub rows: Vec<Row>,
 }
@@ -250,6 +274,7 @@ fn row(bug: Option<String>, nemesis: &str, exposing: &str, cells: &[&Cell]) -> R
 pub async fn run(args: &Options, program: &Path) -> anyhow::Result<Matrix> {
     std::fs::create_dir_all(&args.store)?;
     let (lines, skipped) = lines(args)?;
+    let notes: Vec<String> = replicas_note(args, &lines).into_iter().collect();
     let mut extra = vec!["--db".to_string(), args.db.name().to_string()];
     if args.control_planes > 1 {
         extra.extend(["--control-planes".to_string(), args.control_planes.to_string()]);
@@ -293,6 +318,7 @@ pub async fn run(args: &Options, program: &Path) -> anyhow::Result<Matrix> {
         db: args.db,
         control_planes: args.control_planes,
         skipped,
+        notes,
         cells,
         rows,
     };
@@ -325,6 +351,9 @@ pub fn table(matrix: &Matrix) -> String {
     for skipped in &matrix.skipped {
         out.push_str(&format!("not run: {skipped}\n"));
     }
+    for note in &matrix.notes {
+        out.push_str(&format!("note: {note}\n"));
+    }
     for cell in matrix.cells.iter().filter(|cell| cell.verdict.is_error()) {
         out.push_str(&format!("error in `{}`: {}\n", cell.command, cell.verdict));
     }
@@ -334,6 +363,54 @@ pub fn table(matrix: &Matrix) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn options(db: system::Db, control_planes: u32, bugs: Vec<Bug>) -> Options {
+        Options {
+            seeds: 1,
+            correct_seeds: 0,
+            time_limit: 1,
+            first_seed: 1,
+            parallel: 1,
+            nemesis: None,
+            bugs,
+            system: None,
+            variants: vec![],
+            db,
+            control_planes,
+            store: PathBuf::from("unused"),
+            stop_at_first: false,
+        }
+    }
+
+    #[test]
+    fn database_bugs_run_with_fewer_replicas_than_they_are_set_for_say_so() {
+        let bugs = vec![Bug::ClaimWithoutLock, Bug::AcceptStaleResult, Bug::SweeperWithoutLock];
+        let one = options(system::Db::Postgres, 1, bugs.clone());
+        let (rows, _) = lines(&one).unwrap();
+        let note = replicas_note(&one, &rows).expect("a note");
+        assert!(
+            note.starts_with("claim-without-lock, sweeper-without-lock: these bugs race across replicas"),
+            "{note}"
+        );
+        assert!(note.ends_with("--control-planes 3; this matrix ran 1"), "{note}");
+        let three = options(system::Db::Postgres, 3, bugs.clone());
+        assert_eq!(replicas_note(&three, &lines(&three).unwrap().0), None);
+        // On SQLite they are not run at all (`not run: ... needs --db postgres`), so no note.
+        let sqlite = options(system::Db::Sqlite, 1, bugs);
+        let (rows, skipped) = lines(&sqlite).unwrap();
+        assert_eq!(replicas_note(&sqlite, &rows), None);
+        assert_eq!(skipped.len(), 2, "{skipped:?}");
+        let matrix = Matrix {
+            time_limit_s: 1,
+            db: system::Db::Postgres,
+            control_planes: 1,
+            skipped: vec![],
+            notes: vec![note.clone()],
+            cells: vec![],
+            rows: vec![],
+        };
+        assert!(table(&matrix).contains(&format!("note: {note}\n")), "{}", table(&matrix));
+    }
 
     #[test]
     fn the_time_after_the_exposing_fault_is_counted_from_the_last_one_before_the_evidence() {
