@@ -122,8 +122,6 @@ async fn scheduled(faults: Vec<serde_json::Value>, rate_per_s: &str, extra: &[&s
         "2",
         "--rate",
         rate_per_s,
-        "--lease-ms",
-        "600",
         "--steps-min",
         "4",
         "--steps-max",
@@ -137,7 +135,9 @@ async fn scheduled(faults: Vec<serde_json::Value>, rate_per_s: &str, extra: &[&s
         "--schedule",
         &schedule,
     ];
-    run(&[&args[..], extra].concat()).await
+    // A lease of 600 ms unless `extra` gives one.
+    let lease: &[&str] = if extra.contains(&"--lease-ms") { &[] } else { &["--lease-ms", "600"] };
+    run(&[&args[..], lease, extra].concat()).await
 }
 
 pub fn fault(
@@ -426,7 +426,11 @@ async fn a_killed_runner_loses_its_lease_and_claims_again_after_restart() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_control_plane_restart_keeps_every_acknowledged_job() {
-    let finished = one_fault(fault("restart-control-plane", None, 3_000, 300, json!({"how": "restart-control"}))).await;
+    // A lease that outlasts the restart even on a loaded machine: a restart longer than the
+    // lease makes the runners self-fence and fail their jobs, as they must.
+    let restart = fault("restart-control-plane", None, 3_000, 300, json!({"how": "restart-control"}));
+    let finished = scheduled(vec![restart], "4", &["--lease-ms", "3000"]).await;
+    assert_eq!(finished.code, Some(0), "{}\n{}", finished.stdout, finished.stderr);
     let events = finished.history();
     let acknowledged: Vec<&String> = events
         .iter()
