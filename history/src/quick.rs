@@ -332,45 +332,34 @@ mod tests {
             serde_json::json!([[], {}, [{ "a": "]" }]]),
             serde_json::json!(-0.0),
         ];
-        if maybe(rng) {
-            event.project = text(rng)
+        let texts = [
+            &mut event.project,
+            &mut event.job,
+            &mut event.attempt,
+            &mut event.runner,
+            &mut event.key,
+            &mut event.reason,
+            &mut event.outcome,
+        ];
+        for field in texts {
+            if maybe(rng) {
+                *field = text(rng);
+            }
+        }
+        for field in [&mut event.received_ms, &mut event.observed_ms, &mut event.lease_expires_ms] {
+            if maybe(rng) {
+                *field = signed(rng);
+            }
         }
         if maybe(rng) {
-            event.job = text(rng)
-        }
-        if maybe(rng) {
-            event.attempt = text(rng)
-        }
-        if maybe(rng) {
-            event.runner = text(rng)
-        }
-        if maybe(rng) {
-            event.fence = Some(rng.gen())
-        }
-        if maybe(rng) {
-            event.key = text(rng)
-        }
-        if maybe(rng) {
-            event.received_ms = signed(rng)
-        }
-        if maybe(rng) {
-            event.observed_ms = signed(rng)
-        }
-        if maybe(rng) {
-            event.lease_expires_ms = signed(rng)
+            event.fence = Some(rng.gen());
         }
         if maybe(rng) {
             event.decision =
-                [Decision::Accepted, Decision::Rejected, Decision::Duplicate, Decision::Conflict].choose(rng).copied()
+                [Decision::Accepted, Decision::Rejected, Decision::Duplicate, Decision::Conflict].choose(rng).copied();
         }
         if maybe(rng) {
-            event.reason = text(rng)
-        }
-        if maybe(rng) {
-            event.outcome = text(rng)
-        }
-        if maybe(rng) {
-            event.value = values.choose(rng).cloned()
+            event.value = values.choose(rng).cloned();
         }
         event
     }
