@@ -29,6 +29,13 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },
+    /// Send one attempt's steps to the deployment target, as an observed system's job does
+    /// (`fencelab step --help`; the same as `fencelab lab step`).
+    #[command(disable_help_flag = true)]
+    Step {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Serve a Toxiproxy-compatible API (the same server every run embeds).
     Toxiproxy {
         /// Where the REST API listens.
@@ -226,6 +233,7 @@ fn name(command: &Command) -> &'static str {
     match command {
         Command::Run(_) => "run",
         Command::Lab { .. } => "lab",
+        Command::Step { .. } => "step",
         Command::Toxiproxy { .. } => "toxiproxy",
         Command::Check { .. } => "check",
         Command::Audit(_) => "audit",
@@ -252,9 +260,16 @@ pub fn main() -> ExitCode {
             return if error.use_stderr() { crate::exit::code(Exit::BadArguments) } else { ExitCode::SUCCESS };
         }
     };
-    if let Command::Lab { args } = cli.command {
-        let program = std::ffi::OsString::from("fencelab lab");
-        return lab::cli::main_from(std::iter::once(program).chain(args));
+    match cli.command {
+        Command::Lab { args } => {
+            let program = std::ffi::OsString::from("fencelab lab");
+            return lab::cli::main_from(std::iter::once(program).chain(args));
+        }
+        Command::Step { args } => {
+            let words = ["fencelab", "step"].map(std::ffi::OsString::from);
+            return lab::cli::main_from(words.into_iter().chain(args));
+        }
+        _ => {}
     }
     let command = name(&cli.command);
     match execute(cli.command) {
@@ -269,7 +284,7 @@ pub fn main() -> ExitCode {
 fn execute(command: Command) -> Result<Exit, CommandError> {
     match command {
         Command::Run(args) => run_command(*args),
-        Command::Lab { .. } => unreachable!("the lab's command line is answered before"),
+        Command::Lab { .. } | Command::Step { .. } => unreachable!("the lab's command line is answered before"),
         Command::Toxiproxy { listen, host, port, seed } => {
             let listen = SocketAddr::new(host.unwrap_or(listen.ip()), port.unwrap_or(listen.port()));
             runtime()?.block_on(proxy::serve_forever(listen, seed)).map_err(|error| internal(error.to_string()))?;

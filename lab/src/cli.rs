@@ -35,6 +35,41 @@ enum Command {
     Bugs,
     /// Start a control plane, a target and runners, push jobs through them, print the outcome.
     Demo(crate::demo::DemoArgs),
+    /// Send one attempt's steps to the target: an observed system's job runs this as its
+    /// work, with the generation the system gives the job as the fence. Prints each step's
+    /// record; exits 0 when every step was applied, 1 when one was refused, 2 when one got
+    /// no answer.
+    Step(StepArgs),
+}
+
+#[derive(Args)]
+struct StepArgs {
+    /// The target (through this runner's own proxy).
+    #[arg(long, env = "FENCELAB_TARGET_URL")]
+    target_url: String,
+    /// The secret the target verifies capabilities with.
+    #[arg(long, env = "FENCELAB_CAPABILITY_SECRET")]
+    secret: String,
+    #[arg(long)]
+    deployment_key: String,
+    #[arg(long)]
+    job: String,
+    /// The attempt's id (for Buildbot, `<job>-b<build id>`).
+    #[arg(long)]
+    attempt: String,
+    /// The runner executing it (the system's own name for it).
+    #[arg(long)]
+    runner: String,
+    /// The generation the system gave this attempt (a build id, a try number).
+    #[arg(long)]
+    fence: u64,
+    #[arg(long)]
+    steps: u32,
+    #[arg(long, default_value_t = 0)]
+    step_ms: u64,
+    /// How long the signed capability lives: the system grants no lease to bound it.
+    #[arg(long, default_value_t = 86_400_000)]
+    capability_ttl_ms: u64,
 }
 
 #[derive(Args)]
@@ -184,7 +219,39 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo(args) => crate::demo::run(args).await,
+        Command::Step(args) => step(args).await,
     }
+}
+
+async fn step(args: StepArgs) -> anyhow::Result<ExitCode> {
+    let deployment = crate::stepper::Deployment {
+        target_url: args.target_url,
+        secret: args.secret,
+        deployment_key: args.deployment_key,
+        job: args.job,
+        attempt: args.attempt,
+        runner: args.runner,
+        fence: args.fence,
+        steps: args.steps,
+        step_ms: args.step_ms,
+        capability_ttl_ms: args.capability_ttl_ms,
+    };
+    if let Some(why) = deployment.invalid() {
+        eprintln!("fencelab-lab step: {why}");
+        return Ok(code(Exit::BadArguments));
+    }
+    let ended = deployment
+        .send(|record| println!("{}", serde_json::to_string(record).expect("a step record serialises")))
+        .await;
+    match &ended {
+        crate::stepper::Ended::Applied(records) => eprintln!("fencelab-lab step: {} steps applied", records.len()),
+        crate::stepper::Ended::Refused(records) => {
+            let reason = records.last().and_then(|record| record.reason).map_or("refused", |reason| reason.as_str());
+            eprintln!("fencelab-lab step: the target refused step {} ({reason})", records.len() - 1);
+        }
+        crate::stepper::Ended::NoAnswer(_, why) => eprintln!("fencelab-lab step: no answer: {why}"),
+    }
+    Ok(code(ended.exit()))
 }
 
 fn bugs_for(home: Home, bugs: Vec<Bug>) -> anyhow::Result<Bugs> {

@@ -19,5 +19,6 @@ pub mod launch;
 pub mod pg;
 
 pub mod runner;
+pub mod stepper;
 pub mod target;
 pub mod web;
