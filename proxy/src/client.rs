@@ -261,6 +261,14 @@ impl Client {
         body[crate::link::CUTS_FIELD].as_u64().ok_or_else(|| ClientError::Decode(body.to_string()))
     }
 
+    /// How many connections the one-sided reset `name` (`reset_upstream`,
+    /// `reset_downstream`) on `proxy` has reset so far (fencelab's `fencelab_resets` field;
+    /// a real Toxiproxy has no such toxic, and answers 404 or a decode error).
+    pub async fn resets(&self, proxy: &str, name: &str) -> Result<u64, ClientError> {
+        let body = self.call(Method::GET, &toxic_path(proxy, name), None).await?;
+        body[crate::link::RESETS_FIELD].as_u64().ok_or_else(|| ClientError::Decode(body.to_string()))
+    }
+
     /// The bytes proxy `name` has read from either side since it was created (fencelab's
     /// `GET /proxies/{name}/fencelab_traffic`; a real Toxiproxy answers 404).
     pub async fn traffic_bytes(&self, name: &str) -> Result<u64, ClientError> {

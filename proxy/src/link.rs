@@ -15,6 +15,13 @@
 //! ends in turn: the whole connection closes. A proxy with the fencelab
 //! half-close option forwards a plain EOF as a FIN and keeps the other
 //! direction open instead. A `reset_peer` toxic resets both sockets.
+//!
+//! One-sided resets (fencelab's `reset_upstream` and `reset_downstream`) act on the whole
+//! connection, beside the pumps: a connection watches for one added while it is open (or,
+//! when it was accepted after one that has hit nothing yet, for its client's first bytes),
+//! then stops both pumps, resets one socket and keeps the other open and silent — read and
+//! discarded, never written — until the toxic is removed. That is a half-open connection:
+//! one peer sees a reset, the other a connection that says nothing.
 
 use crate::toxic::{Stream, Toxic, ToxicKind};
 use rand::{Rng, SeedableRng};
@@ -52,8 +59,8 @@ pub(crate) struct Installed {
     pub id: u64,
     pub version: u64,
     pub toxic: Toxic,
-    /// The connections a `commit_cut` toxic has cut (after a COMMIT), over every connection;
-    /// kept across updates of the toxic.
+    /// The connections a `commit_cut` toxic has cut (after a COMMIT), or a one-sided reset
+    /// has reset, over every connection; kept across updates of the toxic.
     pub cuts: Arc<AtomicU64>,
 }
 
@@ -65,12 +72,17 @@ impl Installed {
         if self.toxic.kind == ToxicKind::CommitCut {
             body[CUTS_FIELD] = Value::from(self.cuts.load(Ordering::Relaxed));
         }
+        if self.toxic.kind.is_one_sided() {
+            body[RESETS_FIELD] = Value::from(self.cuts.load(Ordering::Relaxed));
+        }
         body
     }
 }
 
 /// The JSON field of a `commit_cut` toxic's count of cut connections (fencelab's own).
 pub const CUTS_FIELD: &str = "fencelab_cuts";
+/// The JSON field of a one-sided reset's count of the connections it reset (fencelab's own).
+pub const RESETS_FIELD: &str = "fencelab_resets";
 
 /// The toxics of one proxy, split by stream, in insertion order.
 #[derive(Debug, Default)]
@@ -85,6 +97,11 @@ impl ToxicSet {
             Stream::Upstream => &self.upstream,
             Stream::Downstream => &self.downstream,
         }
+    }
+
+    /// The one-sided resets, on either stream (they act on whole connections).
+    fn one_sided(&self) -> impl Iterator<Item = &Arc<Installed>> {
+        self.upstream.iter().chain(&self.downstream).filter(|t| t.toxic.kind.is_one_sided())
     }
 }
 
@@ -101,6 +118,18 @@ pub(crate) struct ConnCtx {
     /// fencelab's option: forward a plain EOF as a FIN and keep the other
     /// direction open, instead of closing the whole connection.
     pub half_close: bool,
+    /// Told once the client's first bytes were read (set on the upstream pump's copy only).
+    pub first_read: Option<Arc<watch::Sender<bool>>>,
+}
+
+impl ConnCtx {
+    /// Counts `bytes` read from a side; tells whoever waits for the client's first bytes.
+    fn count(&self, bytes: usize) {
+        self.traffic.fetch_add(bytes as u64, Ordering::Relaxed);
+        if let Some(first) = &self.first_read {
+            first.send_if_modified(|seen| !std::mem::replace(seen, true));
+        }
+    }
 }
 
 /// How a pump ended.
@@ -114,8 +143,13 @@ enum End {
     Reset,
 }
 
-/// Serves one accepted client connection until both directions end.
+/// Serves one accepted client connection until both directions end, or until a one-sided
+/// reset hits it (then until that toxic is removed).
 pub(crate) async fn run_connection(client: TcpStream, ctx: ConnCtx) {
+    // The one-sided resets already there when the connection was accepted: one added later
+    // finds it open.
+    let mut watcher = ctx.toxics.clone();
+    let present: Vec<u64> = watcher.borrow_and_update().one_sided().map(|t| t.id).collect();
     let connect = TcpStream::connect(&*ctx.upstream);
     let server = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
         Ok(Ok(s)) => s,
@@ -128,18 +162,109 @@ pub(crate) async fn run_connection(client: TcpStream, ctx: ConnCtx) {
     // Each pump tells the other when the socket they share is closed.
     let (client_closed, client_closed_rx) = watch::channel(false);
     let (server_closed, server_closed_rx) = watch::channel(false);
+    let (first_read, first_read_rx) = watch::channel(false);
+    let up_ctx = ConnCtx { first_read: Some(Arc::new(first_read)), ..ctx.clone() };
     let outcome = {
         let up_ends = Ends { source_closed: client_closed_rx, dest_closed: server_closed };
         let down_ends = Ends { source_closed: server_closed_rx, dest_closed: client_closed };
-        let up = pump(&mut client_rd, &mut server_wr, Stream::Upstream, &ctx, up_ends);
+        let up = pump(&mut client_rd, &mut server_wr, Stream::Upstream, &up_ctx, up_ends);
         let down = pump(&mut server_rd, &mut client_wr, Stream::Downstream, &ctx, down_ends);
-        both_directions(up, down).await
+        tokio::select! {
+            outcome = both_directions(up, down) => outcome,
+            toxic = one_sided_hit(&mut watcher, &present, first_read_rx, &ctx) => {
+                // The pumps are dropped: nothing more is forwarded either way.
+                let sockets = (client_rd.reunite(client_wr), server_rd.reunite(server_wr));
+                if let (Ok(client), Ok(server)) = sockets {
+                    half_open(client, server, &toxic, &mut watcher).await;
+                }
+                return;
+            }
+        }
     };
     if outcome == Some(End::Reset) {
         // Reunited streams close without the write half's FIN; linger 0 makes it an RST.
         for (rd, wr) in [(client_rd, client_wr), (server_rd, server_wr)] {
             if let Ok(sock) = rd.reunite(wr) {
                 let _ = sock.set_zero_linger();
+            }
+        }
+    }
+}
+
+/// Waits until a one-sided reset applies to this connection, and answers it (counted):
+/// one added while the connection is open (`present` holds those there before), once its
+/// toxicity roll applies; or one that was there before and has hit no connection yet, once
+/// the client's first bytes were read (`first_read`: a client that opens a connection per
+/// request is hit in its next request). Never resolves otherwise.
+async fn one_sided_hit(
+    watcher: &mut watch::Receiver<Arc<ToxicSet>>,
+    present: &[u64],
+    mut first_read: watch::Receiver<bool>,
+    ctx: &ConnCtx,
+) -> Arc<Installed> {
+    let mut judged: Vec<u64> = Vec::new();
+    // Whether the client's first bytes were read; whether the pumps are gone (no more to read).
+    let (mut read, mut ended) = (false, false);
+    loop {
+        let set = watcher.borrow_and_update().clone();
+        for t in set.one_sided() {
+            if judged.contains(&t.id) {
+                continue;
+            }
+            if !present.contains(&t.id) {
+                judged.push(t.id);
+                let seed = derive_seed(ctx.seed, &ctx.proxy, ctx.conn_index, t.toxic.stream, &t.toxic.name);
+                if roll(&mut ChaCha8Rng::seed_from_u64(seed), t.toxic.toxicity) {
+                    t.cuts.fetch_add(1, Ordering::Relaxed);
+                    return t.clone();
+                }
+            } else if read {
+                judged.push(t.id);
+                if t.cuts.compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+                    return t.clone();
+                }
+            }
+        }
+        tokio::select! {
+            _ = toxics_changed(watcher) => {}
+            seen = first_read.wait_for(|seen| *seen), if !read && !ended => {
+                let seen = seen.is_ok();
+                (read, ended) = (seen, !seen);
+            }
+        }
+    }
+}
+
+/// Longest read of the silent side of a half-open connection.
+const SILENT_BUF_BYTES: usize = 16 * 1024;
+
+/// A half-open connection: the side `toxic` names is reset (linger 0, then closed: an RST),
+/// the other kept open and silent — what it sends is read and dropped, nothing is written
+/// to it — until the toxic is removed (or its peer closes), then closed.
+async fn half_open(
+    client: TcpStream,
+    server: TcpStream,
+    toxic: &Installed,
+    watcher: &mut watch::Receiver<Arc<ToxicSet>>,
+) {
+    let (reset, mut silent) = match toxic.toxic.kind {
+        ToxicKind::ResetUpstream => (server, client),
+        _ => (client, server),
+    };
+    let _ = reset.set_zero_linger();
+    drop(reset);
+    let mut buf = vec![0u8; SILENT_BUF_BYTES];
+    loop {
+        tokio::select! {
+            read = silent.read(&mut buf) => {
+                if !matches!(read, Ok(n) if n > 0) {
+                    return;
+                }
+            }
+            _ = toxics_changed(watcher) => {
+                if !watcher.borrow_and_update().one_sided().any(|t| t.id == toxic.id) {
+                    return;
+                }
             }
         }
     }
@@ -206,9 +331,7 @@ async fn pump(
         let set = toxics.borrow_and_update().clone();
         let step = match state.refresh(set.for_stream(stream)) {
             Err(end) => Step::Done(end),
-            Ok(chain) if chain.is_empty() => {
-                clean_copy(rd, wr, &mut buf, &mut toxics, source_closed, &ctx.traffic).await?
-            }
+            Ok(chain) if chain.is_empty() => clean_copy(rd, wr, &mut buf, &mut toxics, source_closed, ctx).await?,
             Ok(_) => toxic_copy(rd, wr, &mut toxics, &mut state, source_closed).await?,
         };
         match step {
@@ -242,7 +365,7 @@ async fn clean_copy(
     buf: &mut [u8],
     toxics: &mut watch::Receiver<Arc<ToxicSet>>,
     source_closed: &mut watch::Receiver<bool>,
-    traffic: &AtomicU64,
+    ctx: &ConnCtx,
 ) -> io::Result<Step> {
     loop {
         let n = tokio::select! {
@@ -254,7 +377,7 @@ async fn clean_copy(
         if n == 0 {
             return Ok(Step::Done(End::Eof));
         }
-        traffic.fetch_add(n as u64, Ordering::Relaxed);
+        ctx.count(n);
         wr.write_all(&buf[..n]).await?;
     }
 }
@@ -274,7 +397,7 @@ async fn toxic_copy(
     source_closed: &mut watch::Receiver<bool>,
 ) -> io::Result<Step> {
     let (tx, mut rx) = mpsc::channel::<Chunk>(CHUNK_QUEUE);
-    let reader = read_chunks(rd, tx, source_closed, state.traffic.clone());
+    let reader = read_chunks(rd, tx, source_closed, state.ctx.clone());
     let writer = write_chunks(wr, &mut rx, toxics, state);
     tokio::pin!(reader, writer);
     let mut reader_done = false;
@@ -293,7 +416,7 @@ async fn read_chunks(
     rd: &mut OwnedReadHalf,
     tx: mpsc::Sender<Chunk>,
     source_closed: &mut watch::Receiver<bool>,
-    traffic: Arc<AtomicU64>,
+    ctx: ConnCtx,
 ) -> io::Result<()> {
     let mut buf = vec![0u8; CHUNK_BYTES];
     loop {
@@ -308,7 +431,7 @@ async fn read_chunks(
         if n == 0 {
             return Ok(()); // dropping `tx` tells the writer about EOF
         }
-        traffic.fetch_add(n as u64, Ordering::Relaxed);
+        ctx.count(n);
         permit.send(Chunk { data: buf[..n].to_vec(), arrived: Instant::now() });
     }
 }
@@ -493,7 +616,8 @@ struct DirState {
     conn_index: u64,
     toxics: HashMap<u64, ToxicState>,
     paced_until: Instant,
-    traffic: Arc<AtomicU64>,
+    /// The connection's context, for counting what is read.
+    ctx: ConnCtx,
 }
 
 /// A piece of a chunk and the pause to take before writing it.
@@ -511,7 +635,7 @@ impl DirState {
             conn_index: ctx.conn_index,
             toxics: HashMap::new(),
             paced_until: Instant::now(),
-            traffic: ctx.traffic.clone(),
+            ctx: ctx.clone(),
         }
     }
 
@@ -551,7 +675,8 @@ impl DirState {
                 st.active = roll(&mut st.rng, toxicity);
                 st.timer_from = Instant::now();
             }
-            if st.active {
+            // A one-sided reset acts on the whole connection, beside the pumps.
+            if st.active && !t.toxic.kind.is_one_sided() {
                 out.push(t.clone());
             }
         }
@@ -599,7 +724,10 @@ impl DirState {
                 continue;
             };
             match t.toxic.kind {
-                ToxicKind::Noop | ToxicKind::SlowClose { .. } => {}
+                ToxicKind::Noop
+                | ToxicKind::SlowClose { .. }
+                | ToxicKind::ResetUpstream
+                | ToxicKind::ResetDownstream => {}
                 ToxicKind::Latency { latency_ms, jitter_ms } => {
                     let delay_ms = jittered_ms(&mut st.rng, latency_ms, jitter_ms);
                     released += Duration::from_millis(delay_ms);

@@ -153,6 +153,7 @@ impl ProxyEntry {
             upstream: Arc::from(self.upstream.as_str()),
             toxics: self.toxics_tx.subscribe(),
             half_close: false,
+            first_read: None,
         };
         let counter = self.conn_counter.clone();
         let task = tokio::spawn(accept_loop(listener, stop_rx, ctx, counter, self.half_close.clone()));

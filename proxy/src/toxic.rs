@@ -72,6 +72,17 @@ pub enum ToxicKind {
     /// then closes the connection. The server commits; its answer never reaches the
     /// client, who cannot tell whether the transaction committed.
     CommitCut,
+    /// fencelab's own: a one-sided reset. The connections open when the toxic is added (or,
+    /// when none is, the first one accepted after, once it has carried the client's first
+    /// bytes) have their upstream side, the proxy's socket to the server, reset (RST),
+    /// while their downstream side, the client's, stays open and silent: the proxy reads
+    /// and discards what the client sends and sends it nothing until the toxic is removed,
+    /// then closes it. Connections accepted later pass normally. Acts on whole connections
+    /// whatever its stream.
+    ResetUpstream,
+    /// fencelab's own: as [`ToxicKind::ResetUpstream`] with the sides swapped: the client's
+    /// side reset, the server's kept open and silent.
+    ResetDownstream,
 }
 
 /// Why a toxic or its attributes were rejected. The messages of the first two
@@ -100,6 +111,7 @@ fn attribute_names(type_name: &str) -> Option<&'static [&'static str]> {
         "slicer" => &["average_size", "size_variation", "delay"],
         "limit_data" => &["bytes"],
         "commit_cut" => &[],
+        "reset_upstream" | "reset_downstream" => &[],
         _ => return None,
     })
 }
@@ -117,6 +129,8 @@ impl ToxicKind {
             ToxicKind::Slicer { .. } => "slicer",
             ToxicKind::LimitData { .. } => "limit_data",
             ToxicKind::CommitCut => "commit_cut",
+            ToxicKind::ResetUpstream => "reset_upstream",
+            ToxicKind::ResetDownstream => "reset_downstream",
         }
     }
 
@@ -135,8 +149,15 @@ impl ToxicKind {
                 ("delay", delay_us),
             ],
             ToxicKind::LimitData { bytes } => vec![("bytes", bytes)],
-            ToxicKind::CommitCut => vec![],
+            ToxicKind::CommitCut | ToxicKind::ResetUpstream | ToxicKind::ResetDownstream => vec![],
         }
+    }
+
+    /// Whether the toxic acts on whole connections, one side reset and the other kept
+    /// silent ([`ToxicKind::ResetUpstream`], [`ToxicKind::ResetDownstream`]), rather than
+    /// on a stream's data.
+    pub fn is_one_sided(&self) -> bool {
+        matches!(self, ToxicKind::ResetUpstream | ToxicKind::ResetDownstream)
     }
 
     /// Attributes as a JSON object.
@@ -162,6 +183,8 @@ impl ToxicKind {
             },
             "limit_data" => ToxicKind::LimitData { bytes: get("bytes") },
             "commit_cut" => ToxicKind::CommitCut,
+            "reset_upstream" => ToxicKind::ResetUpstream,
+            "reset_downstream" => ToxicKind::ResetDownstream,
             other => return Err(ToxicInputError::UnknownType(other.to_string())),
         };
         Ok(kind)
@@ -330,8 +353,19 @@ impl CreateHead {
 }
 
 /// Every toxic type this server knows.
-const KNOWN_TYPES: [&str; 9] =
-    ["noop", "latency", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer", "limit_data", "commit_cut"];
+const KNOWN_TYPES: [&str; 11] = [
+    "noop",
+    "latency",
+    "bandwidth",
+    "slow_close",
+    "timeout",
+    "reset_peer",
+    "slicer",
+    "limit_data",
+    "commit_cut",
+    "reset_upstream",
+    "reset_downstream",
+];
 
 /// A toxicity as JSON, printed as its shortest decimal (0.2, not 0.20000000298…),
 /// as Toxiproxy's float32 encoding prints it.

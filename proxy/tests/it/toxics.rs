@@ -401,3 +401,102 @@ async fn a_proxy_counts_the_bytes_it_passes_both_ways() {
     })
     .await;
 }
+
+/// Waits (bounded) until `sock` reads an error of kind `ConnectionReset`: its peer sent an RST.
+async fn reset_seen(sock: &mut TcpStream, what: &str) {
+    let (_, error) = step(what, read_to_end(sock)).await;
+    let kind = error.as_ref().map(std::io::Error::kind);
+    assert_eq!(kind, Some(std::io::ErrorKind::ConnectionReset), "{what}: {error:?}");
+}
+
+/// Waits (bounded) until `sock` reads a plain end (FIN), with nothing before it.
+async fn closed_quietly(sock: &mut TcpStream, what: &str) {
+    let (got, error) = step(what, read_to_end(sock)).await;
+    assert!(got.is_empty() && error.is_none(), "{what}: {got:?} {error:?}");
+}
+
+/// The side a one-sided reset keeps: open, what it sends swallowed, nothing sent to it.
+async fn kept_silent(sock: &mut TcpStream) {
+    sock.write_all(b"are you there?").await.unwrap();
+    silent_for(sock, Duration::from_millis(300)).await;
+}
+
+/// `reset_upstream` (fencelab's own): an open connection's server side gets an RST at once,
+/// its client side stays open and silent until the toxic is removed, then closes; a
+/// connection made meanwhile passes normally.
+#[tokio::test]
+async fn reset_upstream_resets_the_server_side_and_keeps_the_client_silent_until_removed() {
+    bounded(async {
+        let s = server().await;
+        let (up, mut accepted) = accepting_upstream().await;
+        let listen = make_proxy(&s.url(), "p", up).await;
+        let api = proxy::Client::new(&s.url()).unwrap();
+        let (mut client, mut server) = established(listen, &mut accepted).await;
+        client.write_all(b"hello").await.unwrap();
+        assert_eq!(read_n(&mut server, 5).await, b"hello");
+        let toxic = add_toxic(&s.url(), "p", r#"{"type":"reset_upstream","name":"half"}"#).await;
+        assert_eq!(toxic["type"], "reset_upstream");
+        reset_seen(&mut server, "the server's side is reset").await;
+        kept_silent(&mut client).await;
+        assert_eq!(api.resets("p", "half").await.unwrap(), 1, "one connection reset");
+        let (mut fresh, mut fresh_server) = established(listen, &mut accepted).await;
+        fresh.write_all(b"new").await.unwrap();
+        assert_eq!(read_n(&mut fresh_server, 3).await, b"new", "a new connection passes");
+        fresh_server.write_all(b"ok").await.unwrap();
+        assert_eq!(read_n(&mut fresh, 2).await, b"ok");
+        assert_eq!(api.resets("p", "half").await.unwrap(), 1, "the new connection was not reset");
+        api.remove_toxic("p", "half").await.unwrap();
+        closed_quietly(&mut client, "the silent side is closed when the toxic goes").await;
+        s.shutdown().await;
+    })
+    .await;
+}
+
+/// `reset_downstream`: the client's side reset, the server's kept open and silent until the
+/// toxic is removed.
+#[tokio::test]
+async fn reset_downstream_resets_the_client_side_and_keeps_the_server_silent_until_removed() {
+    bounded(async {
+        let s = server().await;
+        let (up, mut accepted) = accepting_upstream().await;
+        let listen = make_proxy(&s.url(), "p", up).await;
+        let api = proxy::Client::new(&s.url()).unwrap();
+        let (mut client, mut server) = established(listen, &mut accepted).await;
+        add_toxic(&s.url(), "p", r#"{"type":"reset_downstream","stream":"upstream"}"#).await;
+        reset_seen(&mut client, "the client's side is reset").await;
+        kept_silent(&mut server).await;
+        assert_eq!(api.resets("p", "reset_downstream_upstream").await.unwrap(), 1);
+        api.remove_toxic("p", "reset_downstream_upstream").await.unwrap();
+        closed_quietly(&mut server, "the silent side is closed when the toxic goes").await;
+        s.shutdown().await;
+    })
+    .await;
+}
+
+/// With no connection open when it is added, a one-sided reset takes the first connection
+/// accepted after it, once the client's first bytes reached the server (a client that opens
+/// a connection per request is caught mid-request), and no other.
+#[tokio::test]
+async fn a_one_sided_reset_with_nothing_open_takes_the_next_connection_after_its_first_bytes() {
+    bounded(async {
+        let s = server().await;
+        let (up, mut accepted) = accepting_upstream().await;
+        let listen = make_proxy(&s.url(), "p", up).await;
+        let api = proxy::Client::new(&s.url()).unwrap();
+        add_toxic(&s.url(), "p", r#"{"type":"reset_upstream","name":"half"}"#).await;
+        let (mut client, mut server) = established(listen, &mut accepted).await;
+        assert_eq!(api.resets("p", "half").await.unwrap(), 0, "nothing read from it yet");
+        client.write_all(b"request").await.unwrap();
+        assert_eq!(read_n(&mut server, 7).await, b"request", "the request reaches the server");
+        reset_seen(&mut server, "then the server's side is reset").await;
+        kept_silent(&mut client).await;
+        let (mut next, mut next_server) = established(listen, &mut accepted).await;
+        next.write_all(b"again").await.unwrap();
+        assert_eq!(read_n(&mut next_server, 5).await, b"again");
+        next_server.write_all(b"ok").await.unwrap();
+        assert_eq!(read_n(&mut next, 2).await, b"ok", "the connection after it passes");
+        assert_eq!(api.resets("p", "half").await.unwrap(), 1);
+        s.shutdown().await;
+    })
+    .await;
+}
