@@ -12,13 +12,17 @@ pub fn code(exit: Exit) -> ExitCode {
 }
 
 /// Makes any panic print its message and location, remove this process's containers (by
-/// label, bounded), and exit 255.
+/// label, bounded) and packet rules (by comment), and exit 255.
 pub fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
         eprintln!("fencelab: internal error: {info}");
         let removed = system::container::remove_own_blocking();
         if removed > 0 {
             eprintln!("fencelab: removed this run's {removed} container(s)");
+        }
+        let rules = system::packets::remove_own();
+        if rules > 0 {
+            eprintln!("fencelab: removed this run's {rules} packet rule(s) on lo");
         }
         std::process::exit(i32::from(Exit::Internal.code()));
     }));

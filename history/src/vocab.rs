@@ -143,6 +143,8 @@ words! {
         ReplicaClockSkew = "replica-clock-skew",
         DbLink = "db-link",
         TargetClockSkew = "target-clock-skew",
+        HalfOpen = "half-open",
+        Partition = "partition",
     }
 }
 

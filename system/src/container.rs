@@ -117,8 +117,8 @@ pub async fn check_image(client: &bollard::Docker, image: &str, where_: &str) ->
     }
 }
 
-/// This process's start time (clock ticks after boot), as in `/proc/self/stat`.
-fn start_ticks(pid: u32) -> Option<u64> {
+/// Process `pid`'s start time (clock ticks after boot), as in `/proc/PID/stat`.
+pub(crate) fn start_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(") ")?.1.split_whitespace().nth(19)?.parse().ok()
 }

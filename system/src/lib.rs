@@ -6,6 +6,7 @@ pub mod container;
 pub mod file;
 pub mod image;
 pub mod launch;
+pub mod packets;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -67,7 +68,9 @@ pub fn fault_needs(kind: workloads::faults::FaultKind) -> Option<Feature> {
         | FaultKind::ConflictingResults
         | FaultKind::Reconnects
         | FaultKind::Kill
-        | FaultKind::KillReplica => None,
+        | FaultKind::KillReplica
+        | FaultKind::HalfOpen
+        | FaultKind::Partition => None,
         FaultKind::ReplicaClockSkew => Some(Feature::ReplicaClock),
         FaultKind::DbLink => Some(Feature::DbLink),
         FaultKind::TargetClockSkew => Some(Feature::TargetClock),
@@ -79,12 +82,81 @@ pub fn fault_needs(kind: workloads::faults::FaultKind) -> Option<Feature> {
 #[serde(deny_unknown_fields)]
 pub struct NotRun {
     pub fault: workloads::faults::FaultKind,
-    /// The part of the contract it needs and the system lacks.
-    pub needs: Feature,
+    /// The part of the contract it needs and the system lacks, or what it needs of this
+    /// host or of the run's fault proxy.
+    pub needs: Need,
     /// Why it cannot be run here: the system does not provide the part, or it does and this
     /// host cannot act on it (no libfaketime, a process in a container, another store).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub why: String,
+}
+
+/// What a fault not run needs: a part of the system (its file says whether it has it), or
+/// something of this host or of the run's fault proxy. Written as the part's or the need's
+/// name (`runner-clock`, `packet-filter`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum Need {
+    Part(Feature),
+    Host(HostNeed),
+}
+
+/// What a fault needs of the host or of the run's fault proxy, whatever the system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostNeed {
+    /// iptables, run as root, to drop packets on loopback (`packets`).
+    PacketFilter,
+    /// fencelab's embedded fault proxy, whose own toxics a real Toxiproxy lacks.
+    FencelabProxy,
+}
+
+impl Need {
+    pub fn name(self) -> &'static str {
+        match self {
+            Need::Part(feature) => feature.name(),
+            Need::Host(HostNeed::PacketFilter) => "packet-filter",
+            Need::Host(HostNeed::FencelabProxy) => "fencelab-proxy",
+        }
+    }
+}
+
+impl From<Feature> for Need {
+    fn from(feature: Feature) -> Need {
+        Need::Part(feature)
+    }
+}
+
+/// What a fault needs of the host or of the fault proxy, if anything.
+pub fn host_needs(kind: workloads::faults::FaultKind) -> Option<HostNeed> {
+    use workloads::faults::FaultKind;
+    match kind {
+        FaultKind::HalfOpen => Some(HostNeed::FencelabProxy),
+        FaultKind::Partition => Some(HostNeed::PacketFilter),
+        _ => None,
+    }
+}
+
+/// The faults of `kinds` this host or the run's fault proxy cannot do, whatever the system:
+/// dropping packets needs iptables as root ([`packets::unavailable`]); a one-sided reset
+/// needs fencelab's embedded proxy (`embedded_proxy`: no `--toxiproxy-url` or
+/// `--toxiproxy-image`).
+pub fn host_faults_not_run(kinds: &[workloads::faults::FaultKind], embedded_proxy: bool) -> Vec<NotRun> {
+    let why_not = |need: HostNeed| match need {
+        HostNeed::PacketFilter => packets::unavailable(),
+        HostNeed::FencelabProxy => (!embedded_proxy).then(|| {
+            "a one-sided reset is a toxic of fencelab's embedded proxy (`reset_upstream`, `reset_downstream`), \
+             which a real Toxiproxy (--toxiproxy-url, --toxiproxy-image) lacks"
+                .to_string()
+        }),
+    };
+    let lacking = kinds.iter().filter_map(|kind| Some((*kind, host_needs(*kind)?)));
+    lacking
+        .filter_map(|(fault, need)| {
+            let why = why_not(need)?;
+            Some(NotRun { fault, needs: Need::Host(need), why })
+        })
+        .collect()
 }
 
 /// What `config.json` says of the system a run attacked.
@@ -192,7 +264,7 @@ impl SystemFile {
                 let needs = fault_needs(*kind)?;
                 let lacking =
                     !self.has_on(needs, db) || (needs == Feature::RunnerClock && *clock == ClockControl::Fixed);
-                lacking.then(|| NotRun { fault: *kind, needs, why: self.why_not(needs, db) })
+                lacking.then(|| NotRun { fault: *kind, needs: needs.into(), why: self.why_not(needs, db) })
             })
             .collect()
     }
@@ -375,5 +447,24 @@ mod tests {
         let db = [FaultKind::DbLink];
         let [cut] = &SystemFile::lab().faults_not_run(&db, &ClockControl::Fixed, sqlite)[..] else { panic!("one") };
         assert_eq!(cut.why, "`db-link` needs --db postgres");
+    }
+
+    #[test]
+    fn a_one_sided_reset_needs_fencelabs_proxy_and_a_partition_a_packet_filter() {
+        let kinds = [FaultKind::HalfOpen, FaultKind::Partition, FaultKind::Kill];
+        let with_toxiproxy = host_faults_not_run(&kinds, false);
+        let half_open = with_toxiproxy.iter().find(|not| not.fault == FaultKind::HalfOpen).expect("not run");
+        assert_eq!(half_open.needs, Need::Host(HostNeed::FencelabProxy));
+        assert!(half_open.why.contains("real Toxiproxy"), "{}", half_open.why);
+        let embedded = host_faults_not_run(&kinds, true);
+        assert!(embedded.iter().all(|not| not.fault == FaultKind::Partition), "{embedded:?}");
+        let partition = embedded.iter().find(|not| not.fault == FaultKind::Partition);
+        let why = partition.map(|not| not.why.clone());
+        assert_eq!(why, packets::unavailable(), "not run exactly when the host cannot");
+        let written = serde_json::to_value(half_open).unwrap();
+        assert_eq!(written["needs"], "fencelab-proxy");
+        assert_eq!(serde_json::from_value::<NotRun>(written).unwrap(), *half_open, "read back through the same type");
+        let part: Need = serde_json::from_value(serde_json::json!("runner-clock")).unwrap();
+        assert_eq!(part, Need::Part(Feature::RunnerClock));
     }
 }

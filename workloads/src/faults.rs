@@ -25,10 +25,16 @@ pub enum FaultKind {
     /// The target's clock moved behind (libfaketime): capabilities look live past their
     /// lease there, and only the fence keeps a late step of an old attempt off.
     TargetClockSkew,
+    /// The runner's open connections to the control plane made half-open: one side reset
+    /// (an RST), the other kept open and silent (the proxy's own toxics).
+    HalfOpen,
+    /// The runner's packets to and from its control-plane proxy dropped on loopback
+    /// (iptables): TCP retransmits and gives up, where a cut link closes connections.
+    Partition,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::DelayedHeartbeats,
         FaultKind::DuplicateResults,
         FaultKind::ConflictingResults,
@@ -38,6 +44,8 @@ impl FaultKind {
         FaultKind::Kill,
         FaultKind::RestartControlPlane,
         FaultKind::TargetClockSkew,
+        FaultKind::HalfOpen,
+        FaultKind::Partition,
     ];
 
     /// The faults only a control plane of several replicas can take; `all` includes them
@@ -63,6 +71,8 @@ impl FaultKind {
             FaultKind::ReplicaClockSkew => history::Op::ReplicaClockSkew,
             FaultKind::DbLink => history::Op::DbLink,
             FaultKind::TargetClockSkew => history::Op::TargetClockSkew,
+            FaultKind::HalfOpen => history::Op::HalfOpen,
+            FaultKind::Partition => history::Op::Partition,
         }
     }
 
@@ -177,6 +187,16 @@ pub enum Variant {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         replica: Option<u32>,
     },
+    /// The connections open on the runner's control-plane links when it starts have the
+    /// control plane's side reset (an RST) and the runner's side kept open and silent for
+    /// the window; new connections pass.
+    ResetControlSide,
+    /// As [`Variant::ResetControlSide`] with the sides swapped: the runner's side reset, the
+    /// control plane's kept open and silent.
+    ResetRunnerSide,
+    /// The TCP packets to and from the runner's control-plane proxies dropped on loopback
+    /// (iptables) for the window.
+    DropPackets,
 }
 
 impl Variant {
@@ -200,6 +220,8 @@ impl Variant {
             Variant::ReplicaSkew { .. } => FaultKind::ReplicaClockSkew,
             Variant::TargetSkew { .. } => FaultKind::TargetClockSkew,
             Variant::DbLatency { .. } | Variant::DbCut { .. } | Variant::CommitCut { .. } => FaultKind::DbLink,
+            Variant::ResetControlSide | Variant::ResetRunnerSide => FaultKind::HalfOpen,
+            Variant::DropPackets => FaultKind::Partition,
         }
     }
 
@@ -273,6 +295,8 @@ impl FaultKind {
                 Variant::DbCut { replica: 0 },
                 Variant::CommitCut { replica: None },
             ],
+            FaultKind::HalfOpen => &[Variant::ResetControlSide, Variant::ResetRunnerSide],
+            FaultKind::Partition => &[Variant::DropPackets],
         }
     }
 }
@@ -280,7 +304,15 @@ impl FaultKind {
 impl Variant {
     /// Whether the variant makes the runner's reports reach the control plane late.
     pub fn delays_reports(&self) -> bool {
-        matches!(self, Variant::Latency { .. } | Variant::Pause | Variant::CutLinks | Variant::ControlLink)
+        matches!(
+            self,
+            Variant::Latency { .. }
+                | Variant::Pause
+                | Variant::CutLinks
+                | Variant::ControlLink
+                | Variant::ResetControlSide
+                | Variant::DropPackets
+        )
     }
 
     /// The variant's name, as `schedule.json` writes it (`how`).
@@ -309,6 +341,9 @@ impl Variant {
             Variant::DbLatency { .. } => "db-latency",
             Variant::DbCut { .. } => "db-cut",
             Variant::CommitCut { .. } => "commit-cut",
+            Variant::ResetControlSide => "reset-control-side",
+            Variant::ResetRunnerSide => "reset-runner-side",
+            Variant::DropPackets => "drop-packets",
         }
     }
 }
@@ -537,6 +572,9 @@ fn realise(
         // On every replica's link, since runners move between replicas as they fail over:
         // held until it has cut eight COMMITs of writes (claims, reports, submits, sweeps), at most 3 leases.
         Variant::CommitCut { .. } => (3 * lease_ms, None, Variant::CommitCut { replica: None }),
+        Variant::ResetControlSide => (3 * lease_ms, runner, Variant::ResetControlSide),
+        Variant::ResetRunnerSide => (3 * lease_ms, runner, Variant::ResetRunnerSide),
+        Variant::DropPackets => (3 * lease_ms, runner, Variant::DropPackets),
     };
     Fault { at_ms, duration_ms, kind: variant.kind(), runner, variant }
 }
@@ -643,13 +681,16 @@ mod tests {
         assert!(paired * 10 >= skews * 9, "{paired} of {skews} target skews hold a whole delayed step");
     }
 
+    /// Since `half-open` and `partition` (three 3-lease windows) joined `all`, a 30-second
+    /// run misses one variant in about a third of seeds; 33 seconds hold them all (50 seeds
+    /// measured), so the run that must deal every variant is 35 seconds long.
     #[test]
-    fn the_default_run_exercises_every_variant() {
-        let default = default_run();
+    fn a_35_second_run_exercises_every_variant() {
+        let longer = ScheduleOptions { time_limit_ms: 35_000, ..default_run() };
         let names: Vec<&str> = FaultKind::ALL.iter().flat_map(|kind| kind.variants()).map(Variant::name).collect();
-        assert_eq!(names.len(), 18);
+        assert_eq!(names.len(), 21);
         for seed in 0..20 {
-            let faults = schedule(seed, &default);
+            let faults = schedule(seed, &longer);
             for name in &names {
                 assert!(faults.iter().any(|fault| fault.variant.name() == *name), "seed {seed}: no {name}: {faults:?}");
             }
@@ -660,10 +701,10 @@ mod tests {
     fn replica_faults_run_in_a_lane_of_their_own_and_a_default_run_has_every_variant() {
         let kinds: Vec<FaultKind> =
             FaultKind::ALL.into_iter().chain(FaultKind::REPLICAS).chain(FaultKind::DATABASE).collect();
-        let options = ScheduleOptions { kinds, time_limit_ms: 30_000, runners: 3, lease_ms: 1_000, replicas: 3 };
+        let options = ScheduleOptions { kinds, time_limit_ms: 35_000, runners: 3, lease_ms: 1_000, replicas: 3 };
         let runner_only = ScheduleOptions { kinds: FaultKind::ALL.to_vec(), ..options.clone() };
         let names: Vec<&str> = options.kinds.iter().flat_map(|kind| kind.variants()).map(Variant::name).collect();
-        assert_eq!(names.len(), 23);
+        assert_eq!(names.len(), 26);
         for seed in 0..20 {
             let faults = schedule(seed, &options);
             for name in &names {
@@ -724,14 +765,29 @@ mod tests {
     }
 
     #[test]
+    fn a_stored_schedule_with_the_link_faults_reads_back_as_written() {
+        let stored = [
+            r#"{"at_ms":1500,"duration_ms":3000,"kind":"half-open","runner":0,"variant":{"how":"reset-control-side"}}"#,
+            r#"{"at_ms":2000,"duration_ms":3000,"kind":"half-open","runner":1,"variant":{"how":"reset-runner-side"}}"#,
+            r#"{"at_ms":6000,"duration_ms":3000,"kind":"partition","runner":0,"variant":{"how":"drop-packets"}}"#,
+        ];
+        let text = format!("[{}]", stored.join(","));
+        let faults: Vec<Fault> = serde_json::from_str(&text).unwrap();
+        let variants: Vec<&Variant> = faults.iter().map(|fault| &fault.variant).collect();
+        assert_eq!(variants, [&Variant::ResetControlSide, &Variant::ResetRunnerSide, &Variant::DropPackets]);
+        assert!(faults.iter().all(|fault| fault.variant.kind() == fault.kind));
+        assert_eq!(serde_json::to_string(&faults).unwrap(), text, "written back the same");
+    }
+
+    #[test]
     fn fault_lists_parse_and_unknown_names_are_named() {
-        assert_eq!(FaultKind::parse_list("all").unwrap().len(), 9);
+        assert_eq!(FaultKind::parse_list("all").unwrap().len(), 11);
         assert_eq!(
             FaultKind::parse_list("kill, reconnects,kill").unwrap(),
             vec![FaultKind::Kill, FaultKind::Reconnects]
         );
-        let error = FaultKind::parse_list("kill,partition").unwrap_err();
-        assert!(error.contains("`partition`") && error.contains("clock-skew"), "{error}");
+        let error = FaultKind::parse_list("kill,earthquake").unwrap_err();
+        assert!(error.contains("`earthquake`") && error.contains("clock-skew"), "{error}");
         for list in ["kill,,reconnects", "kill,", ",kill"] {
             let error = FaultKind::parse_list(list).unwrap_err();
             assert!(error.contains(&format!("`{list}`")) && error.contains("empty fault"), "{error}");

@@ -158,7 +158,7 @@ impl Cluster {
             file: config.system.clone(),
             variants: launch.variants.clone(),
             absent: launch.file.provides.absent(),
-            faults_not_run: launch.file.faults_not_run(&config.nemesis, &clock, config.db),
+            faults_not_run: super::faults_not_run(config, &launch.file, &clock),
             clock_passed_over,
         };
         let (proxy_server, proxy, proxy_container) = start_proxy(config, dir).await?;

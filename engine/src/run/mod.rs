@@ -75,11 +75,29 @@ pub async fn execute(
     interrupt: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<crate::driver::Driven> {
     let system = system::SystemFile::of_choice(config.system.as_deref())?;
-    let not_run = system.faults_not_run(&config.nemesis, &system.clock_control(), config.db);
+    let not_run = faults_not_run(&config, &system, &system.clock_control());
+    let partitions = workloads::faults::FaultKind::Partition;
+    if config.nemesis.contains(&partitions) && !not_run.iter().any(|not| not.fault == partitions) {
+        // Rules on lo left by a harness killed with SIGKILL go before this run adds its own.
+        let _ = tokio::task::spawn_blocking(system::packets::sweep_dead).await;
+    }
     let schedule = config.fault_schedule_without(&not_run.iter().map(|not| not.fault).collect::<Vec<_>>());
     let jobs = workloads::jobs::plan(config.seed, &config.job_options());
     let work = crate::driver::Work::Chaos { jobs, schedule };
     crate::driver::drive(config, folder, program, work, interrupt).await
+}
+
+/// The faults of `config` that the system (`file`, with runner clocks moved by `clock`),
+/// this host or the run's fault proxy cannot take, each with why.
+pub fn faults_not_run(
+    config: &RunConfig,
+    file: &system::SystemFile,
+    clock: &system::ClockControl,
+) -> Vec<system::NotRun> {
+    let mut not_run = file.faults_not_run(&config.nemesis, clock, config.db);
+    let embedded_proxy = config.toxiproxy_url.is_none() && config.toxiproxy_image.is_none();
+    not_run.extend(system::host_faults_not_run(&config.nemesis, embedded_proxy));
+    not_run
 }
 
 /// The middle of a chaos run: the operator, the progress line, the client and the nemesis,
@@ -102,6 +120,10 @@ pub(crate) async fn chaos(
     for task in [operator, progress, client, nemesis] {
         task.abort();
         let _ = task.await;
+    }
+    // A partition's rules went with its aborted task; none may outlive the run's work.
+    if shared.config.nemesis.contains(&workloads::faults::FaultKind::Partition) {
+        let _ = tokio::task::spawn_blocking(system::packets::remove_own).await;
     }
     crate::driver::Ended { settled, interrupted, steps_passed: true, recovery: true, stopped_at_first }
 }

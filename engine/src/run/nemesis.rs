@@ -48,6 +48,9 @@ enum Started {
     Sent,
     /// Nothing was there to hit; nothing was changed.
     Ineffective,
+    /// The fault held its window and healed itself (or could not start at all): nothing is
+    /// left to hold, heal or try again.
+    Done,
 }
 
 /// One fault: start (again, a lease later, while it finds nothing to hit and the run has
@@ -64,7 +67,7 @@ pub(crate) async fn one(shared: Shared, fault: Fault) {
                 hold_and_heal(&shared, &fault, started).await;
                 break;
             }
-            Started::Sent => break,
+            Started::Sent | Started::Done => break,
             Started::Ineffective => {
                 let retry_end_ms = shared.recorder.now_ms() + shared.config.lease_ms + fault.duration_ms;
                 if retry_end_ms >= shared.config.time_limit_ms {
@@ -134,6 +137,10 @@ async fn hold_and_heal(shared: &Shared, fault: &Fault, started: tokio::time::Ins
         fields.insert("cuts".into(), cuts.into());
     } else {
         tokio::time::sleep_until(until(fault.duration_ms)).await;
+    }
+    if let Variant::ResetControlSide | Variant::ResetRunnerSide = fault.variant {
+        // Read before the heal removes the toxic: the connections reset over the window.
+        fields.insert("resets".into(), resets(shared, fault).await.into());
     }
     heal(shared, fault, fields).await;
 }
@@ -253,6 +260,8 @@ async fn start(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
         Variant::Impersonate => return impersonate(shared, fault, try_number).await,
         Variant::BorrowedClaim => return borrow(shared, fault, try_number).await,
         Variant::DelayedStep { .. } | Variant::LateStep { .. } => return hold_step(shared, fault, try_number).await,
+        Variant::ResetControlSide | Variant::ResetRunnerSide => return half_open(shared, fault, try_number).await,
+        Variant::DropPackets => return partition(shared, fault, try_number).await,
         Variant::RestartControl => restart_control(shared).await,
         Variant::TargetSkew { offset_ms } => target_clock(shared, *offset_ms).await,
         Variant::KillReplica { replica } => kill_replica(shared, *replica as usize).await,
@@ -311,7 +320,10 @@ async fn start_on(shared_cluster: &Mutex<Cluster>, index: usize, variant: &Varia
         | Variant::ReplicaSkew { .. }
         | Variant::DbLatency { .. }
         | Variant::DbCut { .. }
-        | Variant::CommitCut { .. } => unreachable!("started elsewhere"),
+        | Variant::CommitCut { .. }
+        | Variant::ResetControlSide
+        | Variant::ResetRunnerSide
+        | Variant::DropPackets => unreachable!("started elsewhere"),
     };
     outcome.map_err(|error| error.to_string())
 }
@@ -330,7 +342,8 @@ async fn heal(shared: &Shared, fault: &Fault, fields: serde_json::Map<String, se
     let result = {
         let mut cluster = shared.cluster.lock().await;
         match &fault.variant {
-            Variant::Latency { .. } | Variant::LostResponse => {
+            // Removing a one-sided reset closes the silent sides it kept open.
+            Variant::Latency { .. } | Variant::LostResponse | Variant::ResetControlSide | Variant::ResetRunnerSide => {
                 cluster.control_remove_toxic(index, &toxic_name(fault)).await.map_err(|error| error.to_string())
             }
             Variant::Pause => {
@@ -363,7 +376,9 @@ async fn heal(shared: &Shared, fault: &Fault, fields: serde_json::Map<String, se
             | Variant::CrossJob
             | Variant::Impersonate
             | Variant::BorrowedClaim
-            | Variant::RestartControl => return,
+            | Variant::RestartControl
+            // A partition heals itself (`partition`).
+            | Variant::DropPackets => return,
         }
     };
     record_with(&shared.recorder, fault, "heal", result, fields);
@@ -741,6 +756,8 @@ async fn claim_of_another(
 /// Heals everything: toxics removed and proxies enabled, paused runners continued, clocks
 /// true, killed runners started again.
 pub async fn heal_all(cluster: &Arc<Mutex<Cluster>>) -> Result<(), String> {
+    // A partition's rules go with its fault's task; any left are removed here all the same.
+    let _ = tokio::task::spawn_blocking(system::packets::remove_own).await;
     let mut cluster = cluster.lock().await;
     cluster.proxy.reset().await.map_err(|error| error.to_string())?;
     for replica in 0..cluster.system.replicas.len() {
@@ -894,4 +911,115 @@ async fn newer_fence_applied(
     *read += steps.len();
     let newer = steps.iter().filter(|step| step.applied && step.deployment_key == key && step.fence > fence);
     newer.map(|step| step.fence).max().map(|newer| format!("the target applied fence {newer} on {key}"))
+}
+
+/// Most time a one-sided reset waits for a connection to reset: one lease (a runner that
+/// opens a connection per request is caught in its next request).
+fn reset_wait_ms(shared: &Shared) -> u64 {
+    shared.config.lease_ms
+}
+
+/// How many connections fault `fault`'s one-sided reset has reset, over all of its runner's
+/// control links (0 for a link the proxy cannot say of).
+async fn resets(shared: &Shared, fault: &Fault) -> u64 {
+    let (links, proxy) = {
+        let cluster = shared.cluster.lock().await;
+        (cluster.control_link_names(runner(fault)), cluster.proxy.clone())
+    };
+    let name = toxic_name(fault);
+    let mut total = 0;
+    for link in links {
+        total += proxy.resets(&link, &name).await.unwrap_or(0);
+    }
+    total
+}
+
+/// Makes runner `index`'s connections to the control plane half-open: a one-sided reset
+/// (the proxy's `reset_upstream` for the control plane's side, `reset_downstream` for the
+/// runner's) on every one of its control links resets one side of each connection open
+/// there and keeps the other open and silent until the heal removes it. The start waits (at
+/// most a lease) until a connection was reset and records how many (`value.resets`); none
+/// is an ineffective try, and the toxic is removed.
+async fn half_open(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
+    let index = runner(fault);
+    let kind = match fault.variant {
+        Variant::ResetControlSide => ToxicKind::ResetUpstream,
+        _ => ToxicKind::ResetDownstream,
+    };
+    let toxic = Toxic::new(kind).named(toxic_name(fault));
+    let added = shared.cluster.lock().await.control_add_toxic(index, &toxic).await;
+    if let Err(error) = added {
+        let _ = shared.cluster.lock().await.control_remove_toxic(index, &toxic.name).await;
+        record_start(&shared.recorder, fault, try_number, Err(error.to_string()), false);
+        return Started::Done;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(reset_wait_ms(shared));
+    let mut reset = resets(shared, fault).await;
+    while reset == 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(HOLD_POLL_MS)).await;
+        reset = resets(shared, fault).await;
+    }
+    if reset == 0 {
+        let removed = shared.cluster.lock().await.control_remove_toxic(index, &toxic.name).await;
+        let removed = removed.map_or_else(|error| format!("; removing its toxic failed: {error}"), |()| String::new());
+        let why = format!(
+            "runner r{} had no connection to the control plane open, nor opened one, within {} ms: nothing to \
+             reset{removed}",
+            index + 1,
+            reset_wait_ms(shared)
+        );
+        record_start(&shared.recorder, fault, try_number, Err(why), false);
+        return Started::Ineffective;
+    }
+    let mut fields = effect(true, try_number);
+    fields.insert("resets".into(), reset.into());
+    record_with(&shared.recorder, fault, "start", Ok(()), fields);
+    Started::Window
+}
+
+/// Partitions runner `index` from the control plane at the packet level: iptables rules on
+/// loopback drop every TCP packet to and from the listening ports of its control links
+/// (`system::packets`), for the fault's window; then the rules are removed. The rules live
+/// in this task: aborted (the run's end, Ctrl-C), they are removed as it is dropped. The
+/// start records the rules (`value.rules`); a host that cannot install them records why,
+/// and the fault ends there.
+async fn partition(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
+    let index = runner(fault);
+    let started = tokio::time::Instant::now();
+    let (links, proxy) = {
+        let cluster = shared.cluster.lock().await;
+        (cluster.control_link_names(index), cluster.proxy.clone())
+    };
+    let mut ports = Vec::with_capacity(links.len());
+    for link in &links {
+        match proxy.proxy(link).await.and_then(|info| info.listen_addr()) {
+            Ok(addr) => ports.push(addr.port()),
+            Err(error) => {
+                let why = format!("{link}: its listening port cannot be read: {error}");
+                record_start(&shared.recorder, fault, try_number, Err(why), false);
+                return Started::Done;
+            }
+        }
+    }
+    let installed = tokio::task::spawn_blocking(move || system::packets::Partition::install(&ports)).await;
+    let rules = match installed {
+        Ok(Ok(rules)) => rules,
+        Ok(Err(why)) => {
+            record_start(&shared.recorder, fault, try_number, Err(why), false);
+            return Started::Done;
+        }
+        Err(error) => {
+            record_start(&shared.recorder, fault, try_number, Err(error.to_string()), false);
+            return Started::Done;
+        }
+    };
+    let mut fields = effect(true, try_number);
+    let described: Vec<String> = rules.rules().iter().map(system::packets::Rule::describe).collect();
+    fields.insert("rules".into(), described.into());
+    record_with(&shared.recorder, fault, "start", Ok(()), fields);
+    tokio::time::sleep_until(started + Duration::from_millis(fault.duration_ms)).await;
+    let removed = tokio::task::spawn_blocking(move || rules.remove()).await;
+    let removed = removed.map_err(|error| error.to_string()).and_then(|removed| removed);
+    record_with(&shared.recorder, fault, "heal", removed, serde_json::Map::new());
+    Started::Done
 }

@@ -10,6 +10,7 @@ mod conform;
 mod containers;
 mod diff;
 mod evidence;
+mod links;
 mod matrix;
 mod pgboss;
 mod replicas;

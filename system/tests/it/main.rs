@@ -1,0 +1,3 @@
+//! The `system` crate's integration tests: what it does to the host, on the host.
+
+mod packets;
