@@ -248,8 +248,8 @@ async fn jobs_read(s: &Session, case: Case) -> CaseOutcome {
         && attempt.current
         && attempt.closed_by.is_none()
         && matches!(attempt.state, AttemptState::Running | AttemptState::Uncertain)
-        && attempt.lease_expires_ms == attempt.claimed_ms + s.lease_ms as i64
-        && attempt.lease_expires_ms == grant.lease_expires_ms;
+        && attempt.lease_end_ms() == attempt.claimed_ms + s.lease_ms as i64
+        && attempt.lease_end_ms() == grant.lease_expires_ms;
     ensure(shape, || {
         format!("the claimed attempt reads {attempt:?}, not {expected_id} of the claim, current, with lease = claimed_ms + {} ms", s.lease_ms)
     })?;
@@ -348,7 +348,7 @@ async fn heartbeat(s: &Session, case: Case) -> CaseOutcome {
                 })?;
             }
             let view = s.view(&job).await?;
-            let now_lease = view.attempts.first().map_or(0, |attempt| attempt.lease_expires_ms);
+            let now_lease = view.attempts.first().map_or(0, |attempt| attempt.lease_end_ms());
             ensure(now_lease == lease, || format!("the attempt's lease reads {now_lease} after a heartbeat answered {lease}"))?;
             let mut unknown = grant.claim.clone();
             unknown.attempt = format!("{job}-a9");
@@ -395,7 +395,7 @@ async fn capability(s: &Session, case: Case) -> CaseOutcome {
                 format!("the capability expires at {}, after the lease it was granted under ends ({}): it would let a runner that lost its authority mutate the target", token.expires_ms, grant.lease_expires_ms)
             })?;
             let view = s.view(&job).await?;
-            let lease = view.attempts.first().map_or(0, |attempt| attempt.lease_expires_ms);
+            let lease = view.attempts.first().map_or(0, |attempt| attempt.lease_end_ms());
             ensure(lease == grant.lease_expires_ms, || format!("the attempt's lease moved from {} to {lease} on a capability: a capability renews nothing", grant.lease_expires_ms))?;
             let mut other = claim.clone();
             other.fence += 1_000_000;

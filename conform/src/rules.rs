@@ -108,7 +108,7 @@ async fn stale_completion(s: &Session, case: Case) -> CaseOutcome {
     granted_nothing(b, &format!("{job} stays uncertain: key {key} stays held")).await?;
     Ok(format!(
         "{}'s lease lapsed at {} (server clock): the job went uncertain, not queued; A's late success was rejected (expired) and kept as late_observation (ledger {}); the job stayed uncertain and {key} held",
-        grant.claim.attempt, lapsed.lease_expires_ms, late.ledger_seq
+        grant.claim.attempt, lapsed.lease_end_ms(), late.ledger_seq
     ))
 }
 
@@ -148,14 +148,14 @@ async fn heartbeat_after_expiry(s: &Session, case: Case) -> CaseOutcome {
     let view = s.view(&job).await?;
     let attempt = view.attempts.first();
     let unrevived = view.state == JobState::Uncertain
-        && attempt.is_some_and(|a| a.state == AttemptState::Uncertain && a.lease_expires_ms == lapsed.lease_expires_ms);
+        && attempt.is_some_and(|a| a.state == AttemptState::Uncertain && a.lease_end_ms() == lapsed.lease_end_ms());
     ensure(unrevived, || {
         format!("after heartbeats on a lapsed lease job {job} reads {:?} with attempt {attempt:?}: nothing revives an uncertain attempt", view.state)
     })?;
     Ok(format!(
         "heartbeats after {}'s lease lapsed at {}: {}; the attempt stays uncertain, its lease unmoved",
         grant.claim.attempt,
-        lapsed.lease_expires_ms,
+        lapsed.lease_end_ms(),
         answers.join(", ")
     ))
 }
@@ -207,19 +207,20 @@ async fn expiry_on_server_clock(s: &Session, case: Case) -> CaseOutcome {
     let entry = expiries
         .first()
         .ok_or_else(|| Finding::Fail(format!("job {job} left running with no expire entry in its ledger")))?;
-    ensure(entry.received_ms >= attempt.lease_expires_ms, || {
+    ensure(entry.received_ms >= attempt.lease_end_ms(), || {
         format!(
             "{} was expired at {} (server clock), {} ms before its lease ended at {}",
             attempt.id,
             entry.received_ms,
-            attempt.lease_expires_ms - entry.received_ms,
-            attempt.lease_expires_ms
+            attempt.lease_end_ms() - entry.received_ms,
+            attempt.lease_end_ms()
         )
     })?;
-    ensure(entry.lease_expires_ms == Some(attempt.lease_expires_ms), || {
+    ensure(entry.lease_expires_ms == Some(attempt.lease_end_ms()), || {
         format!(
             "the expire entry says the lease was {:?}; the attempt's last lease is {}",
-            entry.lease_expires_ms, attempt.lease_expires_ms
+            entry.lease_expires_ms,
+            attempt.lease_end_ms()
         )
     })?;
     Ok(format!(
@@ -227,7 +228,7 @@ async fn expiry_on_server_clock(s: &Session, case: Case) -> CaseOutcome {
         attempt.id,
         said(&renewed),
         entry.received_ms,
-        attempt.lease_expires_ms
+        attempt.lease_end_ms()
     ))
 }
 
@@ -429,7 +430,7 @@ async fn clock_behind(s: &Session, case: Case) -> CaseOutcome {
     let behind = lapsed.claimed_ms - SKEW_MS;
     let heartbeat = runner.heartbeat(&grant.claim, behind).await?;
     ensure(is(&heartbeat, Decision::Rejected, Some(Reason::Expired)), || {
-        format!("after the lease lapsed at {} (server clock), a heartbeat observed at {behind} (30 days behind, inside the lease by the runner's clock) was {}", lapsed.lease_expires_ms, said(&heartbeat))
+        format!("after the lease lapsed at {} (server clock), a heartbeat observed at {behind} (30 days behind, inside the lease by the runner's clock) was {}", lapsed.lease_end_ms(), said(&heartbeat))
     })?;
     let result = runner.result(&grant.claim, Outcome::Succeeded, behind).await?;
     ensure(is(&result, Decision::Rejected, Some(Reason::Expired)), || {
@@ -446,7 +447,7 @@ async fn clock_behind(s: &Session, case: Case) -> CaseOutcome {
         "with the runner's clock 30 days behind: inside the lease a heartbeat got the lease {} (receipt + {} ms); after it lapsed at {} a heartbeat and a success were rejected (expired) and the job stayed uncertain",
         ruling.lease_expires_ms.unwrap_or_default(),
         s.lease_ms,
-        lapsed.lease_expires_ms
+        lapsed.lease_end_ms()
     ))
 }
 

@@ -224,11 +224,23 @@ pub struct AttemptView {
     pub fence: u64,
     pub state: AttemptState,
     pub current: bool,
-    pub lease_expires_ms: i64,
+    /// The last lease granted (server clock), kept after the attempt closes; none for a
+    /// system that grants no lease (an observed system's build, owned while its connection
+    /// lasts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_expires_ms: Option<i64>,
     pub claimed_ms: i64,
     /// How it closed: `result`, `observed-stopped`, `reconciled-completed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closed_by: Option<ClosedBy>,
+}
+
+impl AttemptView {
+    /// The last lease granted, or 0 when the view gives none: a reader that judges leases
+    /// (conform, the operator's grace period) treats a missing one as long ended.
+    pub fn lease_end_ms(&self) -> i64 {
+        self.lease_expires_ms.unwrap_or(0)
+    }
 }
 
 /// One entry of the append-only ledger: every report received, and every state change the

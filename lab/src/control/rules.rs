@@ -967,7 +967,7 @@ fn attempt_view(job: &JobRow, attempt: AttemptRow) -> AttemptView {
         runner: attempt.runner,
         fence: attempt.fence,
         state: attempt.state,
-        lease_expires_ms: attempt.lease_expires_ms,
+        lease_expires_ms: Some(attempt.lease_expires_ms),
         claimed_ms: attempt.claimed_ms,
         closed_by: attempt.closed_by,
     }

@@ -129,7 +129,7 @@ async fn paused_runner_fences_itself_when_it_wakes() {
     }
     assert!(lab.runners[0].signal(libc::SIGSTOP));
     let view = uncertain(&lab, "j").await;
-    let lease_expires_ms = view.attempts[0].lease_expires_ms;
+    let lease_expires_ms = view.attempts[0].lease_end_ms();
     assert!(lab.runners[0].signal(libc::SIGCONT));
     let view =
         lab.wait_job("j", WAIT_MAX, |view| view.ledger.iter().any(|entry| entry.kind == Op::Result)).await.unwrap();

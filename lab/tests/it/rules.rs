@@ -49,7 +49,7 @@ on_every_store! {
         assert_eq!((late.decision, late.reason.map(|word| word.as_str())), (Decision::Rejected, Some("expired")));
         let attempt = world.attempt("j1", &claim.attempt);
         assert_eq!(attempt.state, AttemptState::Uncertain);
-        assert_eq!(attempt.lease_expires_ms, at(900).ms + LEASE_MS, "a refused heartbeat renews nothing");
+        assert_eq!(attempt.lease_expires_ms, Some(at(900).ms + LEASE_MS), "a refused heartbeat renews nothing");
     }
 
     fn heartbeat_of_a_superseded_attempt_is_refused_as_superseded() {
