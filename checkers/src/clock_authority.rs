@@ -43,6 +43,10 @@ impl Check for ClockAuthority {
         NAME
     }
 
+    fn lacking(&self, ctx: &Index) -> Option<String> {
+        crate::driver::need_leases(ctx)
+    }
+
     fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
         if ev.src == Source::Ledger {
             if let (Some(seq), Some(received)) = (ev.seq, ev.received_ms) {

@@ -282,6 +282,18 @@ pub(crate) fn need_ledger(ctx: &Index) -> Option<String> {
         .then(|| "the history has no ledger events: nothing the control plane decided to check".into())
 }
 
+/// Unknown's reason for a checker every rule of which stands on leases: no ledger, or a
+/// system that grants no lease (its config lacks `lease`).
+pub(crate) fn need_leases(ctx: &Index) -> Option<String> {
+    need_ledger(ctx).or_else(|| {
+        (!ctx.holds(history::Source::Leases)).then(|| {
+            "the system grants no lease (its system file lacks `lease`): no lease to judge owners, heartbeats \
+             or clocks by"
+                .into()
+        })
+    })
+}
+
 /// Unknown's reason when the history holds no `final` events.
 pub(crate) fn need_finals(ctx: &Index) -> Option<String> {
     (ctx.seen.finals == 0).then(|| "the history has no `final` events: the state after recovery is not known".into())

@@ -34,8 +34,10 @@ impl Check for ExplicitUncertainty {
         let (Some(job), Some(attempt)) = (ev.job, ev.attempt) else { return };
         match ev.op {
             Op::Expire if ev.recorded_as != Some(RecordedAs::Uncertain) => {
+                // A system that grants no lease ends an attempt it lost on its own word.
+                let how = if ctx.lacks("lease") { " was given up by the system" } else { "'s lease expired" };
                 let message = format!(
-                    "{}'s lease expired without a result and was recorded as `{}`, not as uncertain",
+                    "{}{how} without a result and was recorded as `{}`, not as uncertain",
                     ctx.label(attempt),
                     ev.recorded_as.map_or("nothing", RecordedAs::as_str)
                 );

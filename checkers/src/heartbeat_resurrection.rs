@@ -30,6 +30,10 @@ impl Check for HeartbeatResurrection {
         NAME
     }
 
+    fn lacking(&self, ctx: &Index) -> Option<String> {
+        crate::driver::need_leases(ctx)
+    }
+
     fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
         if ev.src != Source::Ledger || ev.op != Op::Heartbeat || !ev.accepted() {
             return;

@@ -382,11 +382,12 @@ fn value_str<'a>(event: &'a Event, field: &str) -> Option<&'a str> {
     event.value.as_ref()?.get(field)?.as_str()
 }
 
-/// Whether the fields a source must carry are present; if not, why not.
-fn missing_fields(ev: &Observed) -> Option<&'static str> {
+/// Whether the fields a source must carry are present; if not, why not. A claim of a system
+/// that grants no lease (`leaseless`) carries none.
+fn missing_fields(ev: &Observed, leaseless: bool) -> Option<&'static str> {
     let claim = ev.job.is_some() && ev.attempt.is_some() && ev.runner.is_some() && ev.fence.is_some();
     match (ev.src, ev.op) {
-        (Source::Ledger, Op::Claim) if !claim || ev.received_ms.is_none() || ev.lease_ms.is_none() => {
+        (Source::Ledger, Op::Claim) if !claim || ev.received_ms.is_none() || (ev.lease_ms.is_none() && !leaseless) => {
             Some("a ledger claim needs job, attempt, runner, fence, received_ms and lease_expires_ms")
         }
         (Source::Ledger, op) if op.is_report() && (!claim || ev.received_ms.is_none() || ev.decision.is_none()) => {
@@ -407,8 +408,12 @@ fn missing_fields(ev: &Observed) -> Option<&'static str> {
 }
 
 impl Index {
-    /// Whether the history holds `source`: declared, or (without a declaration) seen.
+    /// Whether the history holds `source`: declared, or (without a declaration) seen; the
+    /// leases with the ledger, unless the run's config says the system grants none.
     pub fn holds(&self, source: history::Source) -> bool {
+        if source == history::Source::Leases {
+            return self.holds(history::Source::Ledger) && !self.lacks("lease");
+        }
         match &self.sources_declared {
             Some(declared) => declared.contains(&source),
             None => self.sources_seen.contains(&source),
@@ -427,6 +432,7 @@ impl Index {
         if let Some(source) = history::Source::of(event) {
             self.sources_seen.insert(source);
         }
+
         if event.f == Op::Sources {
             match history::declared(event) {
                 Some(declared) => self.sources_declared = Some(declared),
@@ -475,7 +481,7 @@ impl Index {
         let mut ev = ev;
         ev.recorded = ev.recorded_as.map(|word| self.outcome_names.id(word.as_str()));
         self.grow(&ev);
-        if let (None, Some(why)) = (&self.malformed, missing_fields(&ev)) {
+        if let (None, Some(why)) = (&self.malformed, missing_fields(&ev, self.lacks("lease"))) {
             self.malformed = Some(format!("event {} is malformed: {why}", ev.index));
         }
         Some(ev)
@@ -604,10 +610,11 @@ impl Index {
 
     fn apply_claim(&mut self, ev: &Observed, job: u32, attempt: u32) {
         let (Some(runner), Some(fence)) = (ev.runner, ev.fence) else { return };
+        let unleased = if self.lacks("lease") { Some(i64::MAX) } else { ev.received_ms };
         let facts = &mut self.attempts[attempt as usize];
         if facts.claim.is_none() {
             facts.claim = Some(Claim { job, runner, key: ev.key, fence, index: ev.index });
-            facts.lease_end = ev.lease_ms.or(ev.received_ms).unwrap_or(0);
+            facts.lease_end = ev.lease_ms.or(unleased).unwrap_or(0);
         }
         let facts = &mut self.jobs[job as usize];
         facts.latest = Some(attempt);

@@ -128,7 +128,10 @@ impl Check for RulesModel {
     fn needs(&self) -> &'static [(&'static str, &'static [history::Source])] {
         &[
             ("reconcile-unauthorised", &[history::Source::Operator]),
-            ("lease-not-the-policys", &[history::Source::Config]),
+            ("lease-not-the-policys", &[history::Source::Config, history::Source::Leases]),
+            ("expired-early", &[history::Source::Leases]),
+            ("heartbeat-accepted-wrongly", &[history::Source::Leases]),
+            ("capability-accepted-wrongly", &[history::Source::Leases]),
             ("final-not-the-ledgers", &[history::Source::Finals, history::Source::Ledger]),
             ("final-attempt-not-the-ledgers", &[history::Source::Finals, history::Source::Ledger]),
         ]
@@ -286,7 +289,8 @@ impl RulesModel {
             runner: ev.runner,
             fence,
             project: ev.raw.project.clone(),
-            lease_end_ms: ev.lease_ms.unwrap_or(received),
+            // A system that grants no lease: the attempt owns its job until the system ends it.
+            lease_end_ms: ev.lease_ms.unwrap_or(if ctx.lacks("lease") { i64::MAX } else { received }),
             committed: None,
             closed_as: None,
             claimed_at: ev.index,
@@ -412,7 +416,7 @@ impl RulesModel {
         let received = ev.received_ms.unwrap_or(0);
         let divergence = if facts.state != AttemptState::Running {
             diverge("expired-not-running", format!("{} was expired while it was not running", ctx.label(attempt)))
-        } else if facts.lease_end_ms > received {
+        } else if facts.lease_end_ms > received && !ctx.lacks("lease") {
             diverge(
                 "expired-early",
                 format!(

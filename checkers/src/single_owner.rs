@@ -46,6 +46,10 @@ impl Check for SingleOwner {
         NAME
     }
 
+    fn lacking(&self, ctx: &Index) -> Option<String> {
+        crate::driver::need_leases(ctx)
+    }
+
     fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
         if ev.src != Source::Ledger {
             return;

@@ -74,8 +74,11 @@ impl Check for StaleSideEffect {
         &[
             ("stale-step-applied", &[history::Source::TargetLog]),
             ("stale-step-applied-unfenced-target", &[history::Source::TargetLog]),
-            ("step-after-lease", &[history::Source::TargetLog, history::Source::Ledger]),
-            ("step-after-lease-unfenced-target", &[history::Source::TargetLog, history::Source::Ledger]),
+            ("step-after-lease", &[history::Source::TargetLog, history::Source::Ledger, history::Source::Leases]),
+            (
+                "step-after-lease-unfenced-target",
+                &[history::Source::TargetLog, history::Source::Ledger, history::Source::Leases],
+            ),
         ]
     }
 

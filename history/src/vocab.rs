@@ -248,6 +248,11 @@ words! {
         Config = "config",
         /// Every job's final state (`harness` `final`).
         Finals = "finals",
+        /// The leases the control plane granted, in its ledger (`lease_expires_ms` of its
+        /// claims): held with the ledger unless the run's config says the system lacks
+        /// `lease` (`system.absent`) — a system whose ownership lasts as long as a connection
+        /// grants none. Derived, never declared or cut on its own.
+        Leases = "leases",
     }
 }
 
@@ -282,6 +287,7 @@ impl Source {
             Source::Client => "the client's submits",
             Source::Config => "the run's configuration",
             Source::Finals => "the jobs' final states",
+            Source::Leases => "the control plane's leases",
         }
     }
 }

@@ -3,6 +3,7 @@
 
 mod builder;
 mod model;
+mod observed;
 mod progress;
 mod runner_contract;
 mod scenarios;
