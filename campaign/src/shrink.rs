@@ -674,6 +674,7 @@ mod tests {
             runners: 3,
             lease_ms: 1_000,
             replicas: 3,
+            without: vec![],
         };
         let schedule = workloads::faults::schedule(7, &options);
         let mut seen = BTreeSet::new();

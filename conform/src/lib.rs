@@ -137,6 +137,34 @@ pub struct Prepared {
     pub command: String,
 }
 
+/// Why conformance does not apply to the system `args` names, if it does not: an observed
+/// system (`docs/system.md`, "Observed systems") speaks its own protocol, not the
+/// contract's, so there is no contract to check it against.
+pub fn inapplicable(args: &Options) -> Result<Option<String>, StartError> {
+    let file = system::SystemFile::of_choice(args.choice().system.as_deref())?;
+    let own_protocol = file.runner_link == system::RunnerLink::Tcp;
+    let absent = file.provides.absent();
+    let lacking: Vec<&str> = [system::Feature::RunnerLog, system::Feature::Lease]
+        .into_iter()
+        .filter(|feature| absent.contains(feature))
+        .map(system::Feature::name)
+        .collect();
+    if !own_protocol && lacking.is_empty() {
+        return Ok(None);
+    }
+    let protocol = if own_protocol { "its runners speak its own protocol (`runner_link = \"tcp\"`)" } else { "" };
+    let parts = if lacking.is_empty() {
+        String::new()
+    } else {
+        format!("{}it lacks {}", if own_protocol { " and " } else { "" }, lacking.join(" and "))
+    };
+    Ok(Some(format!(
+        "{}: conform does not apply to an observed system: {protocol}{parts}; \
+         `fencelab run --system` attacks it and judges what its records hold",
+        file.path.display()
+    )))
+}
+
 /// Checks the arguments and makes the output folder; `program` is the `fencelab` binary.
 /// Every error is the user's to fix ([`StartError::Named`]): nothing was started.
 pub fn prepare(args: &Options, program: &Path) -> Result<Prepared, StartError> {

@@ -200,7 +200,8 @@ async fn finish(shared: &Shared, ended: &Ended) -> anyhow::Result<(system::colle
         recovery(shared, ended, &records);
     }
     let sources = held(&cluster, interrupted);
-    let logs = cluster.runner_logs();
+    // An observed system's runners keep no fencelab log: none is read.
+    let logs = if sources.contains(&history::Source::RunnerLogs) { cluster.runner_logs() } else { vec![] };
     cluster.stop().await;
     tokio::time::sleep(Duration::from_millis(10)).await;
     let mut closing = records.closing_events(!interrupted);
@@ -245,17 +246,17 @@ fn unsettled(records: &system::collect::Records, ended: &Ended, recovery_limit_m
 }
 
 /// The sources of evidence a driven run's history holds: the harness was the client, the
-/// operator and the nemesis, and read the config; the ledger and the target's step log
-/// when the system has them; the final states unless the run was interrupted.
+/// operator and the nemesis, and read the config; the runners' logs, the ledger and the
+/// target's step log when the system has them; the final states unless the run was
+/// interrupted. (Whether the ledger holds leases the config says: `system.absent`.)
 fn held(cluster: &Cluster, interrupted: bool) -> std::collections::BTreeSet<history::Source> {
     use history::Source;
-    let mut sources = std::collections::BTreeSet::from([
-        Source::RunnerLogs,
-        Source::Operator,
-        Source::Nemesis,
-        Source::Client,
-        Source::Config,
-    ]);
+    let mut sources =
+        std::collections::BTreeSet::from([Source::Operator, Source::Nemesis, Source::Client, Source::Config]);
+    if !cluster.info.absent.contains(&system::Feature::RunnerLog) {
+        sources.insert(Source::RunnerLogs);
+    }
+
     if !cluster.info.absent.contains(&system::Feature::Ledger) {
         sources.insert(Source::Ledger);
     }

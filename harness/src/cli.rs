@@ -465,7 +465,8 @@ fn summary(driven: &engine::driver::Driven, command: &str) {
     println!("complete     {}", driven.incomplete.as_ref().map_or("yes".to_string(), |why| format!("no: {why}")));
     for not in &driven.system.faults_not_run {
         let why = if not.why.is_empty() { format!("needs `{}`", not.needs.name()) } else { not.why.clone() };
-        println!("not run      {}: {why}", not.fault.name());
+        let variant = not.variant.as_ref().map_or(String::new(), |variant| format!(" ({variant})"));
+        println!("not run      {}{variant}: {why}", not.fault.name());
     }
     println!("command      {command}");
 }
@@ -497,6 +498,10 @@ fn scenario_command(
 
 fn conform_command(args: &crate::args::ConformArgs) -> Result<Exit, CommandError> {
     let options = args.options();
+    if let Some(why) = conform::inapplicable(&options)? {
+        println!("conform      unknown: {why}");
+        return Ok(Exit::Unknown);
+    }
     let prepared = conform::prepare(&options, &program()?)?;
     let (out, command) = (prepared.out.clone(), prepared.command.clone());
     let doc = runtime()?

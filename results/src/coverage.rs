@@ -47,8 +47,9 @@ pub fn coverage(schedule: &serde_json::Value, events: &[Event]) -> BTreeMap<Stri
         entry.kind = fault.kind.name().to_string();
         entry.scheduled += 1;
     }
-    for (kind, why) in not_run(events) {
-        for variant in kind.variants() {
+    for (kind, only, why) in not_run(events) {
+        let named = |variant: &&workloads::faults::Variant| only.as_deref().is_none_or(|name| name == variant.name());
+        for variant in kind.variants().iter().filter(named) {
             let entry = by_variant.entry(variant.name().to_string()).or_default();
             entry.kind = kind.name().to_string();
             entry.not_run = Some(why.clone());
@@ -70,9 +71,9 @@ pub fn coverage(schedule: &serde_json::Value, events: &[Event]) -> BTreeMap<Stri
     by_variant
 }
 
-/// The faults the run's `config` event says were not run, with why (the part each needs,
-/// in runs recorded before the reason was).
-fn not_run(events: &[Event]) -> Vec<(FaultKind, String)> {
+/// The faults the run's `config` event says were not run — a whole kind, or one variant of
+/// it by name — with why (the part each needs, in runs recorded before the reason was).
+fn not_run(events: &[Event]) -> Vec<(FaultKind, Option<String>, String)> {
     let config = events.iter().find(|event| event.process == Process::HARNESS && event.f == history::Op::Config);
     let Some(list) =
         config.and_then(|event| event.value.as_ref()).and_then(|value| value.pointer("/system/faults_not_run"))
@@ -84,12 +85,13 @@ fn not_run(events: &[Event]) -> Vec<(FaultKind, String)> {
         .flatten()
         .filter_map(|entry| {
             let kind: FaultKind = serde_json::from_value(entry.get("fault")?.clone()).ok()?;
+            let variant = entry.get("variant").and_then(|variant| variant.as_str()).map(str::to_string);
             let why = entry.get("why").and_then(|why| why.as_str()).filter(|why| !why.is_empty());
             let why = match why {
                 Some(why) => why.to_string(),
                 None => format!("the system lacks `{}`", entry.get("needs")?.as_str()?),
             };
-            Some((kind, why))
+            Some((kind, variant, why))
         })
         .collect()
 }

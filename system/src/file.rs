@@ -70,16 +70,26 @@ pub enum Feature {
     /// The target's clock can be moved (libfaketime preloaded into its process), and the
     /// target keeps stale steps off by their fence whatever its clock says.
     TargetClock,
+    /// The runners write the contract's log and report over the contract's wire (claim,
+    /// heartbeat, capability, result): what the nemesis replays, and what the rules on a
+    /// runner's own acts and answers stand on. An observed system's runners do neither.
+    RunnerLog,
+    /// The control plane grants leases (`lease_expires_ms` on its claims): what the rules
+    /// on expiry, heartbeats, clocks and owners at once stand on. A system whose ownership
+    /// lasts as long as a connection has none.
+    Lease,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 6] = [
+    pub const ALL: [Feature; 8] = [
         Feature::Target,
         Feature::Capabilities,
         Feature::Ledger,
         Feature::Reconcile,
         Feature::Restart,
         Feature::RunnerClock,
+        Feature::RunnerLog,
+        Feature::Lease,
     ];
 
     pub fn name(self) -> &'static str {
@@ -93,6 +103,8 @@ impl Feature {
             Feature::ReplicaClock => "replica-clock",
             Feature::DbLink => "db-link",
             Feature::TargetClock => "target-clock",
+            Feature::RunnerLog => "runner-log",
+            Feature::Lease => "lease",
         }
     }
 }
@@ -107,6 +119,19 @@ pub enum Ready {
     Tcp,
     /// `GET http://127.0.0.1:{port}{ready_path}` answers 2xx.
     Http,
+}
+
+/// How a runner reaches the control plane.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunnerLink {
+    /// The contract's HTTP API at the control plane's `{port}`: a runner gets `{control_url}`.
+    #[default]
+    Http,
+    /// The system's own protocol over TCP, to the control plane's `{runner_port}`: a runner
+    /// gets `{control_host}` and `{control_port}`, its own proxy's address. The control
+    /// plane's `{port}` then serves only the operator's side (submit and reads).
+    Tcp,
 }
 
 /// How a runner's clock is moved, in the order the file prefers.
@@ -214,6 +239,12 @@ pub struct Provides {
     /// See [`Feature::TargetClock`]; off unless said.
     #[serde(default)]
     pub target_clock: bool,
+    /// See [`Feature::RunnerLog`].
+    #[serde(default = "yes")]
+    pub runner_log: bool,
+    /// See [`Feature::Lease`].
+    #[serde(default = "yes")]
+    pub lease: bool,
 }
 
 fn yes() -> bool {
@@ -236,6 +267,8 @@ impl Default for Provides {
             replica_clock: false,
             db_link: false,
             target_clock: false,
+            runner_log: true,
+            lease: true,
         }
     }
 }
@@ -252,6 +285,8 @@ impl Provides {
             Feature::ReplicaClock => self.replica_clock,
             Feature::DbLink => self.db_link,
             Feature::TargetClock => self.target_clock,
+            Feature::RunnerLog => self.runner_log,
+            Feature::Lease => self.lease,
         }
     }
 
@@ -277,6 +312,8 @@ struct Raw {
     project: String,
     #[serde(default)]
     provides: Provides,
+    #[serde(default)]
+    runner_link: RunnerLink,
     control_plane: Option<RoleSpec>,
     target: Option<RoleSpec>,
     runner: Option<RoleSpec>,
@@ -318,6 +355,9 @@ pub struct SystemFile {
     pub operator_token: String,
     pub project: String,
     pub provides: Provides,
+    /// How runners reach the control plane: its HTTP API (the contract) or its own TCP
+    /// protocol (an observed system).
+    pub runner_link: RunnerLink,
     pub roles: BTreeMap<Role, RoleSpec>,
     pub runner_clock_args: Vec<String>,
     pub variants: BTreeMap<String, Variant>,
@@ -349,6 +389,12 @@ pub const PLACEHOLDERS: &[(&str, &[Role], &str)] = &[
     ("port", &[Role::ControlPlane, Role::Target], "the port the server must listen on (the same after a restart)"),
     ("listen", &[Role::ControlPlane, Role::Target], "`{host}:{port}`"),
     ("replica", &[Role::ControlPlane], "which replica this is, 1 to `--control-planes`"),
+    ("runners", &Role::ALL, "how many runners the run starts (their ids are `r1` to `rN`)"),
+    (
+        "runner_port",
+        &[Role::ControlPlane],
+        "with `runner_link = \"tcp\"`: the port the control plane's runner protocol listens on (the same after a restart)",
+    ),
     ("database_url", &[Role::ControlPlane], "with `--db postgres`: the PostgreSQL URL (empty otherwise)"),
     ("schema", &[Role::ControlPlane], "with `--db postgres`: a schema of the run's own (empty otherwise)"),
     ("target_mode", &[Role::Target], "`fenced`, `idempotent` or `unfenced` (`--target-mode`)"),
@@ -362,6 +408,8 @@ pub const PLACEHOLDERS: &[(&str, &[Role], &str)] = &[
         "every replica's URL through this runner's proxies, comma-separated, its own first",
     ),
     ("target_url", &[Role::Runner], "the target's URL through this runner's own proxy"),
+    ("control_host", &[Role::Runner], "with `runner_link = \"tcp\"`: the host of this runner's own proxy to the control plane"),
+    ("control_port", &[Role::Runner], "with `runner_link = \"tcp\"`: the port of this runner's own proxy to the control plane"),
     ("runner_log", &[Role::Runner], "where the runner writes its log (`docs/history.md`)"),
     ("clock_file", &[Role::Runner], "the runner's clock-offset file"),
     ("heartbeat_interval_ms", &[Role::Runner], "how often to heartbeat"),
@@ -498,6 +546,7 @@ impl SystemFile {
             operator_token: raw.operator_token,
             project: raw.project,
             provides: raw.provides,
+            runner_link: raw.runner_link,
             roles,
             runner_clock_args: raw.runner_clock_args,
             variants: raw.variants,

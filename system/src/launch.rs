@@ -59,6 +59,11 @@ pub struct Launch {
     /// libfaketime, preloaded into the target so that its clock can be moved through its
     /// file [`Launch::target_clock_file`]; `None`: the target runs on the host's clock.
     pub target_clock: Option<PathBuf>,
+    /// How many runners the run starts (`{runners}`; 1 until the run says).
+    pub runners: usize,
+    /// With `runner_link = "tcp"`: per replica, the port its runner protocol listens on
+    /// (`{runner_port}`), picked once and kept across restarts.
+    pub runner_ports: Vec<u16>,
 }
 
 /// Which system is started, and on what store: what a run or a conformance session names
@@ -124,6 +129,8 @@ impl Launch {
             database_urls: vec![],
             replica_clock: None,
             target_clock: None,
+            runners: 1,
+            runner_ports: vec![],
         })
     }
 }
@@ -314,10 +321,12 @@ impl Launch {
         values.insert("project", self.file.project.clone());
         values.insert("secret", self.secret.clone());
         values.insert("lease_ms", self.lease_ms.to_string());
+        values.insert("runners", self.runners.to_string());
         match role {
             Role::ControlPlane => {
                 values.insert("database_url", self.database_url.clone().unwrap_or_default());
                 values.insert("schema", self.schema.clone().unwrap_or_default());
+                values.insert("runner_port", String::new());
             }
             Role::Target => {
                 values.insert("target_mode", self.target_mode.clone());
@@ -483,6 +492,9 @@ impl Launch {
         if let (Role::ControlPlane, Some(url)) = (role, self.database_urls.get(replica)) {
             values.push(("database_url", url.clone()));
         }
+        if let (Role::ControlPlane, Some(runner_port)) = (role, self.runner_ports.get(replica)) {
+            values.push(("runner_port", runner_port.to_string()));
+        }
         let log = match replica {
             0 => self.dir.join(format!("{}.log", role_log_name(role))),
             _ => self.dir.join(format!("{}-{}.log", role_log_name(role), replica + 1)),
@@ -630,8 +642,13 @@ impl Launch {
         self.start_container(Role::Runner, &format!("runner {}", runner.id), (words, env), files, &stderr_log).await
     }
 
-    fn runner_values(&self, runner: &RunnerStart<'_>) -> [(&'static str, String); 7] {
+    fn runner_values(&self, runner: &RunnerStart<'_>) -> [(&'static str, String); 9] {
+        let own = runner.control_urls.split(',').next().unwrap_or_default();
+        let authority = own.split_once("://").map_or(own, |(_, rest)| rest).trim_end_matches('/');
+        let (control_host, control_port) = authority.rsplit_once(':').unwrap_or((authority, ""));
         [
+            ("control_host", control_host.to_string()),
+            ("control_port", control_port.to_string()),
             ("runner_id", runner.id.to_string()),
             ("runner_token", runner.token.to_string()),
             ("control_url", runner.control_urls.split(',').next().unwrap_or_default().to_string()),

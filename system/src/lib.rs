@@ -14,7 +14,7 @@ use std::time::Duration;
 use protocol::client::Client;
 use protocol::RegisterRunner;
 
-pub use file::{Feature, Role, SystemFile};
+pub use file::{Feature, Role, RunnerLink, SystemFile};
 pub use launch::{
     libfaketime, start_database, ClockControl, Launch, Proc, Server, StartError, SystemChoice, Timings,
     LIBFAKETIME_PATHS,
@@ -77,11 +77,34 @@ pub fn fault_needs(kind: workloads::faults::FaultKind) -> Option<Feature> {
     }
 }
 
+/// The optional part of the contract a variant of a fault needs beyond its kind's, if any:
+/// the variants that send reports on the contract's wire, or read the runner's log to find
+/// the step to hold, need the runners to keep the contract.
+pub fn variant_needs(variant: &workloads::faults::Variant) -> Option<Feature> {
+    use workloads::faults::Variant;
+    match variant {
+        Variant::Replay
+        | Variant::Conflict
+        | Variant::CrossJob
+        | Variant::Impersonate
+        | Variant::BorrowedClaim
+        | Variant::DelayedStep { .. }
+        | Variant::LateStep { .. }
+        | Variant::TargetLinkMidStep
+        // The target's skew exists for the delayed step dealt after it.
+        | Variant::TargetSkew { .. } => Some(Feature::RunnerLog),
+        _ => None,
+    }
+}
+
 /// A fault the run asked for that the system cannot take.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NotRun {
     pub fault: workloads::faults::FaultKind,
+    /// One variant of the fault (by name) when only it is not run; none: the whole fault.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
     /// The part of the contract it needs and the system lacks, or what it needs of this
     /// host or of the run's fault proxy.
     pub needs: Need,
@@ -154,7 +177,7 @@ pub fn host_faults_not_run(kinds: &[workloads::faults::FaultKind], embedded_prox
     lacking
         .filter_map(|(fault, need)| {
             let why = why_not(need)?;
-            Some(NotRun { fault, needs: Need::Host(need), why })
+            Some(NotRun { fault, variant: None, needs: Need::Host(need), why })
         })
         .collect()
 }
@@ -251,22 +274,48 @@ impl SystemFile {
     }
 
     /// The faults of `kinds` this system cannot take on store `db` (and `clock` cannot do
-    /// clock skew).
+    /// clock skew): a whole fault, or those of its variants that need what the system lacks
+    /// (a fault none of whose variants can run is not run whole).
     pub fn faults_not_run(
         &self,
         kinds: &[workloads::faults::FaultKind],
         clock: &ClockControl,
         db: crate::Db,
     ) -> Vec<NotRun> {
-        kinds
-            .iter()
-            .filter_map(|kind| {
-                let needs = fault_needs(*kind)?;
-                let lacking =
-                    !self.has_on(needs, db) || (needs == Feature::RunnerClock && *clock == ClockControl::Fixed);
-                lacking.then(|| NotRun { fault: *kind, needs: needs.into(), why: self.why_not(needs, db) })
-            })
-            .collect()
+        let lacking = |needs: Feature| {
+            !self.has_on(needs, db) || (needs == Feature::RunnerClock && *clock == ClockControl::Fixed)
+        };
+        let mut not_run = Vec::new();
+        for kind in kinds {
+            if let Some(needs) = fault_needs(*kind).filter(|needs| lacking(*needs)) {
+                not_run.push(NotRun { fault: *kind, variant: None, needs: needs.into(), why: self.why_not(needs, db) });
+                continue;
+            }
+            let variants: Vec<(&workloads::faults::Variant, Feature)> = kind
+                .variants()
+                .iter()
+                .filter_map(|variant| {
+                    variant_needs(variant).filter(|needs| lacking(*needs)).map(|needs| (variant, needs))
+                })
+                .collect();
+            match variants.first() {
+                Some((_, needs)) if variants.len() == kind.variants().len() => {
+                    not_run.push(NotRun {
+                        fault: *kind,
+                        variant: None,
+                        needs: (*needs).into(),
+                        why: self.why_not(*needs, db),
+                    });
+                }
+                _ => not_run.extend(variants.into_iter().map(|(variant, needs)| NotRun {
+                    fault: *kind,
+                    variant: Some(variant.name().to_string()),
+                    needs: needs.into(),
+                    why: self.why_not(needs, db),
+                })),
+            }
+        }
+        not_run
     }
 
     /// Why a fault needing `feature` cannot be run here.
@@ -296,6 +345,11 @@ impl SystemFile {
             Feature::ReplicaClock => clock_of(Role::ControlPlane),
             Feature::TargetClock => clock_of(Role::Target),
             Feature::DbLink => format!("`{}` needs --db postgres", feature.name()),
+            Feature::RunnerLog => {
+                "the system's runners keep no fencelab log and send no contract reports (an observed system): \
+                 nothing to replay, and no step to find in flight"
+                    .to_string()
+            }
             Feature::RunnerClock => {
                 "the runners' clocks cannot be moved here: libfaketime is not installed or cannot be preloaded, \
                  and the system file lists no `offset-file` in `provides.runner_clock`"
@@ -325,7 +379,11 @@ const START_REQUEST_MAX: Duration = Duration::from_secs(5);
 
 impl RunningSystem {
     /// Starts the target and the control plane (side by side) and creates the project.
-    pub async fn start(launch: Launch) -> Result<RunningSystem, StartError> {
+    pub async fn start(mut launch: Launch) -> Result<RunningSystem, StartError> {
+        if launch.file.runner_link == RunnerLink::Tcp && launch.runner_ports.is_empty() {
+            let free = |_| launch::free_port().map_err(|error| StartError::Failed(error.to_string()));
+            launch.runner_ports = (0..launch.replicas.max(1)).map(free).collect::<Result<_, _>>()?;
+        }
         launch.file.check_variants(&launch.variants).map_err(|error| StartError::Named(error.to_string()))?;
         std::fs::create_dir_all(&launch.dir)
             .map_err(|error| StartError::Failed(format!("{}: {error}", launch.dir.display())))?;
@@ -361,6 +419,15 @@ impl RunningSystem {
     /// The address of replica `replica` (up or down: its port does not change).
     pub fn replica_addr(&self, replica: usize) -> std::net::SocketAddr {
         std::net::SocketAddr::from(([127, 0, 0, 1], self.ports[replica]))
+    }
+
+    /// Where runners reach replica `replica`: its runner protocol's port for a system whose
+    /// runners speak their own protocol over TCP, else its HTTP API.
+    pub fn runner_addr(&self, replica: usize) -> std::net::SocketAddr {
+        match self.launch.runner_ports.get(replica) {
+            Some(port) => std::net::SocketAddr::from(([127, 0, 0, 1], *port)),
+            None => self.replica_addr(replica),
+        }
     }
 
     /// The URL of the first replica that is up.

@@ -258,6 +258,18 @@ pub struct ScheduleOptions {
     /// Replicas of the control plane (1 when absent).
     #[serde(default = "one")]
     pub replicas: u32,
+    /// Variants left out, by name ([`Variant::name`]): those the system cannot take (an
+    /// observed system's runners have no contract wire to replay reports on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub without: Vec<String>,
+}
+
+impl ScheduleOptions {
+    /// Every variant of the options' kinds, in kind order, without those left out.
+    fn variants(&self) -> Vec<Variant> {
+        let kept = |variant: &&Variant| !self.without.iter().any(|name| name == variant.name());
+        self.kinds.iter().flat_map(|kind| kind.variants().iter().filter(kept).cloned()).collect()
+    }
 }
 
 fn one() -> u32 {
@@ -391,7 +403,7 @@ fn replica_lane(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
     let mut round: Vec<Variant> = Vec::new();
     while !options.kinds.is_empty() && faults.len() < FAULTS_MAX {
         if round.is_empty() {
-            round = options.kinds.iter().flat_map(|kind| kind.variants().iter().cloned()).collect();
+            round = options.variants();
             round.shuffle(&mut rng);
         }
         let variant = round.pop().expect("a round is refilled when empty");
@@ -422,7 +434,7 @@ fn runner_lanes(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
             break;
         };
         if round.is_empty() {
-            round = options.kinds.iter().flat_map(|kind| kind.variants().iter().cloned()).collect();
+            round = options.variants();
             round.shuffle(&mut rng);
             // The target's skew, the longest window, opens the round: dealt late it would
             // not fit in what is left of the run.
@@ -467,8 +479,7 @@ fn runner_lanes(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
             let mut position = good(&round);
             if position.is_none() && round.iter().any(|variant| fits(&realised(variant))) {
                 // What is left of the round is blind here: the next round is dealt beside it.
-                let mut next: Vec<Variant> =
-                    options.kinds.iter().flat_map(|kind| kind.variants().iter().cloned()).collect();
+                let mut next: Vec<Variant> = options.variants();
                 next.shuffle(&mut rng.clone());
                 round.splice(0..0, next);
                 position = good(&round);
@@ -584,7 +595,20 @@ mod tests {
     use super::*;
 
     fn options(kinds: Vec<FaultKind>) -> ScheduleOptions {
-        ScheduleOptions { kinds, time_limit_ms: 60_000, runners: 3, lease_ms: 1_000, replicas: 1 }
+        ScheduleOptions { kinds, time_limit_ms: 60_000, runners: 3, lease_ms: 1_000, replicas: 1, without: vec![] }
+    }
+
+    #[test]
+    fn variants_left_out_are_never_dealt_and_the_rest_still_are() {
+        let left_out = ["replay", "conflict", "delayed-step", "target-skew"];
+        let options = ScheduleOptions { without: left_out.map(str::to_string).to_vec(), ..default_run() };
+        let names: std::collections::BTreeSet<&str> =
+            schedule(5, &options).iter().map(|fault| fault.variant.name()).collect();
+        assert!(left_out.iter().all(|name| !names.contains(name)), "{names:?}");
+        assert!(names.contains("cut-links") && names.contains("lost-response"), "{names:?}");
+        let all: std::collections::BTreeSet<&str> =
+            schedule(5, &default_run()).iter().map(|fault| fault.variant.name()).collect();
+        assert!(left_out.iter().all(|name| all.contains(name)), "{all:?}");
     }
 
     /// The default run's schedule options: every fault, 30 s, 3 runners, 1 s leases.
@@ -595,6 +619,7 @@ mod tests {
             runners: 3,
             lease_ms: 1_000,
             replicas: 1,
+            without: vec![],
         }
     }
 
@@ -701,7 +726,8 @@ mod tests {
     fn replica_faults_run_in_a_lane_of_their_own_and_a_default_run_has_every_variant() {
         let kinds: Vec<FaultKind> =
             FaultKind::ALL.into_iter().chain(FaultKind::REPLICAS).chain(FaultKind::DATABASE).collect();
-        let options = ScheduleOptions { kinds, time_limit_ms: 35_000, runners: 3, lease_ms: 1_000, replicas: 3 };
+        let options =
+            ScheduleOptions { kinds, time_limit_ms: 35_000, runners: 3, lease_ms: 1_000, replicas: 3, without: vec![] };
         let runner_only = ScheduleOptions { kinds: FaultKind::ALL.to_vec(), ..options.clone() };
         let names: Vec<&str> = options.kinds.iter().flat_map(|kind| kind.variants()).map(Variant::name).collect();
         assert_eq!(names.len(), 26);
@@ -729,6 +755,7 @@ mod tests {
                 runners,
                 lease_ms: 1_000,
                 replicas: 1,
+                without: vec![],
             };
             let faults = schedule(3, &options);
             let busiest = (0..30_000u64)

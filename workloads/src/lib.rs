@@ -4,7 +4,7 @@
 //!
 //! ```
 //! use workloads::faults::{schedule, FaultKind, ScheduleOptions};
-//! let options = ScheduleOptions { kinds: FaultKind::ALL.to_vec(), time_limit_ms: 30_000, runners: 3, lease_ms: 1_000, replicas: 1 };
+//! let options = ScheduleOptions { kinds: FaultKind::ALL.to_vec(), time_limit_ms: 30_000, runners: 3, lease_ms: 1_000, replicas: 1, without: vec![] };
 //! assert_eq!(schedule(7, &options), schedule(7, &options));
 //! ```
 

@@ -180,6 +180,7 @@ impl Cluster {
         if runs(FaultKind::TargetClockSkew) {
             launch.target_clock = libfaketime();
         }
+        launch.runners = config.runners as usize;
         let system = RunningSystem::start(launch).await?;
         let mut cluster = Cluster {
             system,
@@ -204,10 +205,15 @@ impl Cluster {
     }
 
     /// Every proxy carries traffic: the control plane's and the target's health answer
-    /// through each runner's two links.
+    /// through each runner's two links (a link to a runner protocol of the system's own
+    /// accepts a connection through the proxy to it).
     async fn check_links(&self) -> anyhow::Result<()> {
         let target_links = if self.system.target.is_some() { &self.target_links[..] } else { &[] };
-        for url in self.control_links.iter().flatten().chain(target_links) {
+        for url in self.control_links.iter().flatten().filter_map(|url| url.strip_prefix("tcp://")) {
+            tcp_through(url).await.map_err(|error| anyhow::anyhow!("link tcp://{url} is not healthy: {error}"))?;
+        }
+        let http = self.control_links.iter().flatten().filter(|url| url.starts_with("http://"));
+        for url in http.chain(target_links) {
             let client = protocol::client::Client::new(url, None, Duration::from_secs(5));
             client.health().await.map_err(|error| anyhow::anyhow!("link {url} is not healthy: {error}"))?;
         }
@@ -225,9 +231,13 @@ impl Cluster {
                 // A real Toxiproxy may still hold these proxies from an earlier run.
                 let _ = self.proxy.delete_proxy(&name).await;
             }
-            let upstream = self.system.replica_addr(replica).to_string();
+            let upstream = self.system.runner_addr(replica).to_string();
             let control = self.proxy.create_proxy(&name, "127.0.0.1:0", &upstream).await?;
-            links.push(format!("http://{}", control.listen_addr()?));
+            let scheme = match self.system.launch.file.runner_link {
+                system::RunnerLink::Http => "http",
+                system::RunnerLink::Tcp => "tcp",
+            };
+            links.push(format!("{scheme}://{}", control.listen_addr()?));
         }
         // Its own replica first (runners spread over the replicas), then the others in turn.
         links.rotate_left(index % replicas);
@@ -373,6 +383,24 @@ impl Cluster {
         if let Some(mut container) = self.proxy_container.take() {
             container.stop(Duration::from_secs(2)).await;
         }
+    }
+}
+
+/// How long a connection through a proxy may take to open, and then to stay open, for the
+/// link to count as carrying traffic (5 s, 200 ms).
+const LINK_OPEN_MAX: Duration = Duration::from_secs(5);
+const LINK_HELD_MS: u64 = 200;
+
+/// Opens a TCP connection to `addr` (a proxy) and holds it briefly: the proxy closes a
+/// connection it cannot carry to its upstream at once, so a connection still open after a
+/// moment reached the system.
+async fn tcp_through(addr: &str) -> anyhow::Result<()> {
+    use tokio::io::AsyncReadExt;
+    let mut stream = tokio::time::timeout(LINK_OPEN_MAX, tokio::net::TcpStream::connect(addr)).await??;
+    let mut byte = [0_u8; 1];
+    match tokio::time::timeout(Duration::from_millis(LINK_HELD_MS), stream.read(&mut byte)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => anyhow::bail!("the proxy closed the connection: its upstream did not accept it"),
+        Ok(Ok(_)) | Err(_) => Ok(()),
     }
 }
 

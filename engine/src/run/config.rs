@@ -243,13 +243,21 @@ impl RunConfig {
         self.fault_schedule_without(&[])
     }
 
-    /// The fault schedule without the faults of `not_run` (kinds the system cannot take).
-    pub fn fault_schedule_without(&self, not_run: &[FaultKind]) -> Vec<workloads::faults::Fault> {
+    /// The fault schedule without the faults of `not_run` (kinds the system cannot take,
+    /// or single variants of a kind, named).
+    pub fn fault_schedule_without(&self, not_run: &[system::NotRun]) -> Vec<workloads::faults::Fault> {
+        let kind_out = |kind: &FaultKind| not_run.iter().any(|not| not.fault == *kind && not.variant.is_none());
+        let variants_out: Vec<String> = not_run.iter().filter_map(|not| not.variant.clone()).collect();
         match &self.schedule {
-            Some(schedule) => schedule.iter().filter(|fault| !not_run.contains(&fault.kind)).cloned().collect(),
+            Some(schedule) => schedule
+                .iter()
+                .filter(|fault| !kind_out(&fault.kind) && !variants_out.iter().any(|name| name == fault.variant.name()))
+                .cloned()
+                .collect(),
             None => {
                 let mut options = self.schedule_options();
-                options.kinds.retain(|kind| !not_run.contains(kind));
+                options.kinds.retain(|kind| !kind_out(kind));
+                options.without = variants_out;
                 workloads::faults::schedule(self.seed, &options)
             }
         }
@@ -375,6 +383,7 @@ impl RunConfig {
             runners: self.runners,
             lease_ms: self.lease_ms,
             replicas: self.control_planes,
+            without: vec![],
         }
     }
 }

@@ -81,7 +81,7 @@ pub async fn execute(
         // Rules on lo left by a harness killed with SIGKILL go before this run adds its own.
         let _ = tokio::task::spawn_blocking(system::packets::sweep_dead).await;
     }
-    let schedule = config.fault_schedule_without(&not_run.iter().map(|not| not.fault).collect::<Vec<_>>());
+    let schedule = config.fault_schedule_without(&not_run);
     let jobs = workloads::jobs::plan(config.seed, &config.job_options());
     let work = crate::driver::Work::Chaos { jobs, schedule };
     crate::driver::drive(config, folder, program, work, interrupt).await

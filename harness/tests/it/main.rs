@@ -4,6 +4,7 @@
 mod audit;
 #[path = "../../../results/tests/support/browser.rs"]
 mod browser;
+mod buildbot;
 mod bullmq;
 mod check;
 mod conform;

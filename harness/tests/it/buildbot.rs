@@ -1,0 +1,116 @@
+//! Buildbot 4.3.0, unmodified and observed (`systems/buildbot/`): its own master and workers,
+//! each worker's PB link through its own fault proxy, judged on what Buildbot's own database
+//! records. A worker lost mid-build is requeued silently (the scenario), a chaos run ends
+//! with a verdict that names what it cannot judge and leaves no Buildbot process behind, and
+//! conform says it does not apply.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::bullmq::skip_for;
+
+/// A run or scenario of Buildbot: its master and workers start in a few seconds; the bound
+/// is for a loaded machine.
+const BUILDBOT_WAIT_MAX: Duration = Duration::from_secs(240);
+
+fn buildbot_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../systems/buildbot")
+}
+
+/// Skips (or, under `FENCELAB_REQUIRE_ALL=1`, fails) when the pinned virtualenv is absent.
+fn buildbot_missing() -> bool {
+    let python = buildbot_dir().join(".venv/bin/python");
+    skip_for(vec![(!python.exists()).then_some("systems/buildbot/.venv is absent (run systems/buildbot/install.sh)")])
+}
+
+/// The processes whose command line names `dir`: every process a run in `dir` started does.
+fn processes_naming(dir: &Path) -> Vec<String> {
+    let needle = dir.display().to_string();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let words = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if words.contains(&needle) {
+            found.push(format!("{}: {words}", entry.file_name().to_string_lossy()));
+        }
+    }
+    found
+}
+
+/// Waits (bounded) until no process names `dir`: a stopped group is reaped a moment later.
+async fn none_left(dir: &Path) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !processes_naming(dir).is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(processes_naming(dir), Vec::<String>::new(), "processes of the run are left");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_killed_mid_build_is_requeued_by_buildbot_and_found_as_a_silent_requeue() {
+    if buildbot_missing() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let scenario = buildbot_dir().join("scenarios/worker-killed-mid-build.toml");
+    let system = buildbot_dir().join("system.toml");
+    let args = [
+        "scenario".as_ref(),
+        "run".as_ref(),
+        scenario.as_os_str(),
+        "--system".as_ref(),
+        system.as_os_str(),
+        "--store".as_ref(),
+        store.path().as_os_str(),
+    ];
+    let (code, text) = super::fencelab_output(&args, BUILDBOT_WAIT_MAX).await;
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("ok      expect 2: checker = \"explicit-uncertainty\", verdict = \"invalid\""), "{text}");
+    none_left(store.path()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_buildbot_chaos_run_ends_with_a_verdict_naming_what_it_cannot_judge_and_leaves_nothing() {
+    if buildbot_missing() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let system = buildbot_dir().join("system.toml");
+    let args = [
+        "run".as_ref(),
+        "--system".as_ref(),
+        system.as_os_str(),
+        "--nemesis".as_ref(),
+        "all".as_ref(),
+        "--time-limit".as_ref(),
+        "12".as_ref(),
+        "--seed".as_ref(),
+        "3".as_ref(),
+        "--store".as_ref(),
+        store.path().as_os_str(),
+    ];
+    let (code, text) = super::fencelab_output(&args, BUILDBOT_WAIT_MAX).await;
+    assert!(matches!(code, Some(1) | Some(2)), "a verdict, not {code:?}:\n{text}");
+    assert!(text.contains("heartbeat-resurrection   unknown  the system grants no lease"), "{text}");
+    assert!(text.contains("single-owner             unknown"), "{text}");
+    assert!(text.contains("not run      conflicting-results: the system lacks `runner-log`"), "{text}");
+    assert!(text.contains("not run      duplicate-results (replay)"), "{text}");
+    let folder = std::fs::canonicalize(store.path().join("latest")).unwrap();
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("results.json")).unwrap()).unwrap();
+    let sources = results["sources"].to_string();
+    assert!(!sources.contains("runner-logs"), "an observed system's history holds no runner logs: {sources}");
+    none_left(store.path()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conform_says_it_does_not_apply_to_buildbot_and_starts_nothing() {
+    let store = tempfile::tempdir().unwrap();
+    let system = buildbot_dir().join("system.toml");
+    let args =
+        ["conform".as_ref(), "--system".as_ref(), system.as_os_str(), "--store".as_ref(), store.path().as_os_str()];
+    let (code, text) = super::fencelab_output(&args, Duration::from_secs(30)).await;
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("conform does not apply to an observed system"), "{text}");
+    assert_eq!(std::fs::read_dir(store.path()).unwrap().count(), 0, "nothing was written");
+}
