@@ -477,8 +477,10 @@ fn runner_lanes(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
                 })
             };
             let mut position = good(&round);
-            if position.is_none() && round.iter().any(|variant| fits(&realised(variant))) {
-                // What is left of the round is blind here: the next round is dealt beside it.
+            if position.is_none() {
+                // Nothing left of the round fits here (too long for what is left of the run, or
+                // blind where it falls): the next round is dealt beside it, so that a round of
+                // long windows does not close a lane that a short variant could still use.
                 let mut next: Vec<Variant> = options.variants();
                 next.shuffle(&mut rng.clone());
                 round.splice(0..0, next);

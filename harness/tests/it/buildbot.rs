@@ -114,3 +114,78 @@ async fn conform_says_it_does_not_apply_to_buildbot_and_starts_nothing() {
     assert!(text.contains("conform does not apply to an observed system"), "{text}");
     assert_eq!(std::fs::read_dir(store.path()).unwrap().count(), 0, "nothing was written");
 }
+
+/// Buildbot's system file with its roles run from `systems/buildbot/` and the target's
+/// command replaced by `target`: written into `dir`.
+fn system_with_target(dir: &Path, target: &str) -> PathBuf {
+    let text = std::fs::read_to_string(buildbot_dir().join("system.toml")).unwrap();
+    let home = buildbot_dir().canonicalize().unwrap().display().to_string();
+    let (head, rest) = text.split_once("[target]\n").unwrap();
+    let (_, tail) = rest.split_once("[runner]\n").unwrap();
+    let head = head.replace("[control_plane]\n", &format!("[control_plane]\ncwd = \"{home}\"\n"));
+    let text = format!("{head}[target]\ncommand = {target}\n\n[runner]\ncwd = \"{home}\"\n{tail}");
+    let file = dir.join("buildbot.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_start_leaves_no_buildbot_process() {
+    if buildbot_missing() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let system = system_with_target(store.path(), r#"["{fencelab}", "lab", "target", "--no-such-flag"]"#);
+    let args = [
+        "run".as_ref(),
+        "--system".as_ref(),
+        system.as_os_str(),
+        "--time-limit".as_ref(),
+        "5".as_ref(),
+        "--store".as_ref(),
+        store.path().as_os_str(),
+    ];
+    let (code, text) = super::fencelab_output(&args, BUILDBOT_WAIT_MAX).await;
+    assert_eq!(code, Some(255), "a target that does not start fails the start:\n{text}");
+    assert!(text.contains("role `target`"), "{text}");
+    none_left(store.path()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_during_a_buildbot_run_stops_every_buildbot_process_and_still_writes_the_history() {
+    use tokio::io::AsyncBufReadExt;
+    if buildbot_missing() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let system = buildbot_dir().join("system.toml");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"))
+        .args(["run", "--nemesis", "kill", "--time-limit", "60", "--system"])
+        .arg(&system)
+        .arg("--store")
+        .arg(store.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    // The first progress line comes once the system is up and jobs are being submitted.
+    let progress = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.starts_with("[chaos]") {
+                return;
+            }
+        }
+        panic!("the run ended before it made progress");
+    };
+    tokio::time::timeout(BUILDBOT_WAIT_MAX, progress).await.expect("the run makes progress in time");
+    assert!(!processes_naming(store.path()).is_empty(), "Buildbot runs under the run's folder");
+    // SAFETY: kill(2) with the pid of the child started above.
+    unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGINT) };
+    let status = tokio::time::timeout(BUILDBOT_WAIT_MAX, child.wait()).await.expect("it stops in time").unwrap();
+    assert_eq!(status.code(), Some(2), "an interrupted run is unknown");
+    none_left(store.path()).await;
+    let folder = std::fs::canonicalize(store.path().join("latest")).unwrap();
+    assert!(std::fs::metadata(folder.join("history.jsonl")).unwrap().len() > 0);
+}
