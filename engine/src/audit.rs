@@ -360,7 +360,7 @@ fn closed(entries: &[LedgerEntry]) -> bool {
 
 /// The history of ledger entries alone (and the lease policy, when given).
 fn ledger_history(entries: &[LedgerEntry], lease_ms: Option<u64>) -> Vec<Event> {
-    history_of(&Given { ledger: Some(entries), jobs: None, steps: None, runner_logs: &[], lease_ms })
+    history_of(&Given { ledger: Some(entries), jobs: None, steps: None, runner_logs: &[], lease_ms, lacks: &[] })
 }
 
 fn bad(message: String) -> FolderError {

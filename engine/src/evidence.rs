@@ -10,12 +10,18 @@
 //! and step records, `time_ns` of runner log lines), as the lab's processes on one host
 //! stamp them; records from hosts whose monotonic clocks differ cannot be ordered against
 //! each other, and should be checked apart (the ledger alone, say).
+//!
+//! What the system lacks (`--lacks lease` for one that grants no lease, such as an observed
+//! Buildbot) goes into the history's `config` event as `system.absent`, as a run's config
+//! says it (`docs/system.md`): its claims without `lease_expires_ms` are then read, not
+//! malformed, and the rules that measure a lease answer unknown.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use history::{Event, EventType, Op, Process, Source};
 use protocol::{JobView, LedgerEntry, StepRecord};
+use system::Feature;
 
 use crate::check::FolderError;
 use crate::run::recorder::{merge, write_whole, Sources};
@@ -29,6 +35,8 @@ pub struct Inputs {
     pub runner_logs: Vec<PathBuf>,
     /// The lease policy, for the rules that judge a granted lease against it.
     pub lease_ms: Option<u64>,
+    /// The optional parts of the contract the system lacks (`system.absent`).
+    pub lacks: Vec<Feature>,
     pub out: PathBuf,
 }
 
@@ -77,6 +85,7 @@ pub fn assemble(inputs: &Inputs) -> Result<Assembled, FolderError> {
         steps: inputs.steps.is_some().then_some(&steps[..]),
         runner_logs: &inputs.runner_logs,
         lease_ms: inputs.lease_ms,
+        lacks: &inputs.lacks,
     };
     let events = history_of(&given);
     let written = write_whole(&inputs.out.join("history.jsonl"), events)
@@ -91,6 +100,8 @@ pub struct Given<'a> {
     pub steps: Option<&'a [StepRecord]>,
     pub runner_logs: &'a [PathBuf],
     pub lease_ms: Option<u64>,
+    /// The parts the system lacks, said in the `config` event with the lease policy.
+    pub lacks: &'a [Feature],
 }
 
 impl Given<'_> {
@@ -101,7 +112,7 @@ impl Given<'_> {
             (!self.runner_logs.is_empty(), Source::RunnerLogs),
             (self.steps.is_some(), Source::TargetLog),
             (self.jobs.is_some(), Source::Finals),
-            (self.lease_ms.is_some(), Source::Config),
+            (self.lease_ms.is_some() || !self.lacks.is_empty(), Source::Config),
         ];
         given.iter().filter(|(given, _)| *given).map(|(_, source)| *source).collect()
     }
@@ -110,7 +121,8 @@ impl Given<'_> {
 /// The history of these records: merged on their monotonic times, starting at 0, declaring
 /// exactly the sources given.
 pub fn history_of(given: &Given<'_>) -> Vec<Event> {
-    let own: Vec<Event> = given.lease_ms.map(config_event).into_iter().collect();
+    let said = given.lease_ms.is_some() || !given.lacks.is_empty();
+    let own: Vec<Event> = said.then(|| config_event(given.lease_ms, given.lacks)).into_iter().collect();
     let mut closing: Vec<Event> = given.jobs.unwrap_or_default().iter().map(system::collect::final_event).collect();
     closing.push(history::sources_event(&given.sources()));
     let parts = Sources {
@@ -128,9 +140,69 @@ pub fn history_of(given: &Given<'_>) -> Vec<Event> {
     events
 }
 
-/// The lease policy as a `config` event.
-fn config_event(lease_ms: u64) -> Event {
+/// The lease policy and the parts the system lacks as a `config` event: each only when given.
+fn config_event(lease_ms: Option<u64>, lacks: &[Feature]) -> Event {
+    let mut value = serde_json::Map::new();
+    if let Some(lease_ms) = lease_ms {
+        value.insert("lease_ms".into(), lease_ms.into());
+    }
+    if !lacks.is_empty() {
+        value.insert("system".into(), serde_json::json!({ "absent": lacks }));
+    }
     let mut event = Event::new(0, Process::HARNESS, EventType::Ok, Op::Config);
-    event.value = Some(serde_json::json!({ "lease_ms": lease_ms }));
+    event.value = Some(serde_json::Value::Object(value));
     event
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use checkers::Verdict;
+
+    /// A ledger of a system that grants no lease (Buildbot's shape): a build lost with its
+    /// worker, put back in the queue by the system (`requeued`), built again and succeeded.
+    const REQUEUED: &str = r#"{"seq":1,"kind":"submit","project":"p","job":"j","deployment_key":"k","received_ms":1000,"mono_ns":10}
+{"seq":2,"kind":"claim","project":"p","job":"j","attempt":"j-b1","runner":"r1","fence":1,"deployment_key":"k","decision":"accepted","received_ms":2000,"mono_ns":20}
+{"seq":3,"kind":"expire","project":"p","job":"j","attempt":"j-b1","runner":"r1","fence":1,"deployment_key":"k","recorded_as":"requeued","received_ms":5000,"mono_ns":30}
+{"seq":4,"kind":"claim","project":"p","job":"j","attempt":"j-b2","runner":"r2","fence":2,"deployment_key":"k","decision":"accepted","received_ms":6000,"mono_ns":40}
+{"seq":5,"kind":"result","project":"p","job":"j","attempt":"j-b2","runner":"r2","fence":2,"deployment_key":"k","decision":"accepted","outcome":"succeeded","received_ms":9000,"mono_ns":50}
+"#;
+
+    fn checked(lacks: Vec<Feature>) -> (Vec<Event>, Vec<checkers::CheckerResult>) {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = dir.path().join("ledger.jsonl");
+        std::fs::write(&ledger, REQUEUED).unwrap();
+        let out = dir.path().join("evidence");
+        let inputs = Inputs { ledger: Some(ledger), lacks, out: out.clone(), ..Inputs::default() };
+        assemble(&inputs).unwrap();
+        let history = out.join("history.jsonl");
+        let events = crate::check::read_history(&history).unwrap();
+        (events, crate::check::check_history(&history, 1_000).unwrap().checkers)
+    }
+
+    fn verdict<'a>(results: &'a [checkers::CheckerResult], name: &str) -> &'a Verdict {
+        &results.iter().find(|result| result.checker == name).unwrap().verdict
+    }
+
+    #[test]
+    fn lacks_lease_says_so_in_the_config_and_a_leaseless_ledger_is_judged_not_malformed() {
+        let (events, results) = checked(vec![Feature::Lease]);
+        let config = events.iter().find(|event| event.f == Op::Config).expect("a config event");
+        assert_eq!(config.value, Some(serde_json::json!({ "system": { "absent": ["lease"] } })));
+        for result in &results {
+            if let Verdict::Unknown { reason } = &result.verdict {
+                assert!(!reason.contains("malformed"), "{}: {reason}", result.checker);
+            }
+        }
+        assert!(matches!(verdict(&results, "explicit-uncertainty"), Verdict::Invalid { .. }), "{results:?}");
+        assert!(
+            matches!(verdict(&results, "single-owner"), Verdict::Unknown { reason } if reason.contains("no lease"))
+        );
+
+        // Without it the same ledger's claims lack their lease: malformed, nothing judged.
+        let (events, results) = checked(Vec::new());
+        assert!(events.iter().all(|event| event.f != Op::Config));
+        let unknown = verdict(&results, "explicit-uncertainty");
+        assert!(matches!(unknown, Verdict::Unknown { reason } if reason.contains("malformed")), "{unknown:?}");
+    }
 }

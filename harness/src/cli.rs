@@ -83,6 +83,11 @@ enum Command {
         /// The lease policy the control plane ran with.
         #[arg(long)]
         lease_ms: Option<u64>,
+        /// A part of the contract the system lacks, repeatable, said in the history's config
+        /// as a run's config says it (`system.absent`, docs/system.md): `lease` for a system
+        /// that grants none (an observed Buildbot), whose claims then carry no lease_expires_ms.
+        #[arg(long, value_name = "PART", value_parser = part_of_the_contract)]
+        lacks: Vec<system::Feature>,
         /// The folder to write `history.jsonl` into (it must not hold one).
         #[arg(long)]
         out: std::path::PathBuf,
@@ -296,9 +301,9 @@ fn execute(command: Command) -> Result<Exit, CommandError> {
             Ok(print_verdict(&folder, &run, &run.command))
         }
         Command::Audit(args) => audit_command(&args),
-        Command::Evidence { ledger, jobs, steps, runner_logs, lease_ms, out } => {
+        Command::Evidence { ledger, jobs, steps, runner_logs, lease_ms, lacks, out } => {
             engine::check::without_huge_pages().map_err(internal)?;
-            let inputs = engine::evidence::Inputs { ledger, jobs, steps, runner_logs, lease_ms, out };
+            let inputs = engine::evidence::Inputs { ledger, jobs, steps, runner_logs, lease_ms, lacks, out };
             let assembled = engine::evidence::assemble(&inputs)?;
             let words: Vec<&str> = assembled.sources.iter().map(|source| source.as_str()).collect();
             let history = inputs.out.join("history.jsonl");
@@ -346,6 +351,11 @@ fn execute(command: Command) -> Result<Exit, CommandError> {
             Ok(Exit::Valid)
         }
     }
+}
+
+/// A part of the contract by its system-file name (`lease`, `runner-log`, …).
+fn part_of_the_contract(text: &str) -> Result<system::Feature, String> {
+    serde_json::from_value(serde_json::Value::String(text.to_string())).map_err(|error| error.to_string())
 }
 
 fn bad(message: impl Into<String>) -> CommandError {
