@@ -189,3 +189,27 @@ async fn ctrl_c_during_a_buildbot_run_stops_every_buildbot_process_and_still_wri
     let folder = std::fs::canonicalize(store.path().join("latest")).unwrap();
     assert!(std::fs::metadata(folder.join("history.jsonl")).unwrap().len() > 0);
 }
+
+/// The recorder decides nothing: `systems/buildbot/test_recorder.py` writes one job's records
+/// into Buildbot's own schema (a worker lost mid-build, and a build run once), reads them with
+/// the recorder's own code into exact ledger entries, and has this fencelab judge each ledger
+/// (`evidence --lacks lease`, `check`): the requeue is found, the build run once is clean.
+#[tokio::test(flavor = "multi_thread")]
+async fn buildbots_recorder_maps_only_what_buildbot_recorded_and_fencelab_judges_it() {
+    if buildbot_missing() {
+        return;
+    }
+    let mut command = tokio::process::Command::new(buildbot_dir().join(".venv/bin/python"));
+    command
+        .args(["-m", "unittest", "-v", "test_recorder.py"])
+        .current_dir(buildbot_dir())
+        .env("FENCELAB_BIN", env!("CARGO_BIN_EXE_fencelab"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let output =
+        tokio::time::timeout(Duration::from_secs(120), command.output()).await.expect("it ends in time").unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("Ran 5 tests"), "{text}");
+}
