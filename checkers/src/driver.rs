@@ -287,7 +287,7 @@ pub(crate) fn need_ledger(ctx: &Index) -> Option<String> {
 pub(crate) fn need_leases(ctx: &Index) -> Option<String> {
     need_ledger(ctx).or_else(|| {
         (!ctx.holds(history::Source::Leases)).then(|| {
-            "the system grants no lease (its system file lacks `lease`): no lease to judge owners, heartbeats \
+            "the system grants no lease (the run's config lacks `lease`): no lease to judge owners, heartbeats \
              or clocks by"
                 .into()
         })

@@ -213,13 +213,14 @@ class Ledger:
         """Reads Buildbot's database once and appends every fact not yet recorded."""
         with self.lock:
             snapshot = Snapshot(self.db_path)
-            mono, wall = time.monotonic_ns(), time.time_ns() // 1_000_000
+            mono = time.monotonic_ns()
             facts = []
             for job in snapshot.jobs:
                 base = {'project': job['project'], 'job': job['job']}
                 if ('submit', job['job']) not in self.seen:
                     facts.append(((job['submitted_at'], 0, job['bsid'], 0), ('submit', job['job']),
-                                  {'kind': 'submit', **base, 'deployment_key': job['deployment_key'], 'received_ms': wall}))
+                                  {'kind': 'submit', **base, 'deployment_key': job['deployment_key'],
+                                   'received_ms': job['submitted_at'] * 1000}))
                 for build in job['builds']:
                     claim = {**base, 'attempt': attempt_id(job, build), 'runner': build['worker'], 'fence': build['id'],
                              'deployment_key': job['deployment_key']}
