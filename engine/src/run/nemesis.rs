@@ -770,7 +770,10 @@ pub async fn heal_all(cluster: &Arc<Mutex<Cluster>>) -> Result<(), String> {
         cluster.set_target_clock(0).map_err(|error| error.to_string())?;
     }
     for index in 0..cluster.runners.len() {
-        cluster.set_clock(index, 0).map_err(|error| error.to_string())?;
+        // A system whose runner clocks cannot be moved has none to set back.
+        if cluster.clock != super::cluster::ClockControl::Fixed {
+            cluster.set_clock(index, 0).map_err(|error| error.to_string())?;
+        }
         cluster.runners[index].paused_by_nemesis = false;
         if cluster.runners[index].process.is_none() {
             cluster.start_runner(index).map_err(|error| error.to_string())?;
