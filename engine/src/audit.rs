@@ -10,8 +10,13 @@
 //! **window**: the whole ledger of every job that is still open, and of every job an anomaly
 //! was found in. A job whose last ruling made it terminal is let go after the round that saw
 //! it close; a later entry naming it (a late result, say) has it read back whole through
-//! `GET /v1/jobs/{id}` before the entry is judged. Memory is bounded by the open jobs, not by
-//! the ledger's length. What a window cannot see is a rule between a job let go and a later
+//! `GET /v1/jobs/{id}` before the entry is judged, and so does the job that claimed an
+//! attempt named by that entry or by an entry read back: a cross-job report is its named
+//! job's entry and names another job's attempt, and the rules judge it on that attempt's
+//! claim (judged without it, a correct `not_current` reads as "the rules give `unknown`").
+//! Where the window cannot know the attempt's job (forgotten beyond a bound), the entry is
+//! not judged and the checkers answer unknown, never an anomaly. Memory is bounded by the
+//! open jobs, not by the ledger's length. What a window cannot see is a rule between a job let go and a later
 //! one (a fence reused from a finished job's claim on another key); `docs/history.md`
 //! ("Auditing a live control plane") says so.
 
@@ -90,6 +95,10 @@ pub struct Cursor {
     /// With `--follow`: how many times a job let go was read back whole.
     #[serde(default)]
     pub jobs_read_back: u64,
+    /// With `--follow`: entries not judged, for they name an attempt of a job let go whose
+    /// attempts the window no longer remembers (the checkers answer unknown, not valid).
+    #[serde(default)]
+    pub entries_unjudged: u64,
     /// Why the audit did not reach the ledger's end, if it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
@@ -110,9 +119,18 @@ struct Window {
     jobs: BTreeMap<String, Vec<LedgerEntry>>,
     flagged: BTreeSet<String>,
     unkept: HashSet<(String, String, String)>,
-    /// The jobs of the attempts of the jobs let go, the newest [`LET_GO_ATTEMPTS_MAX`].
+    /// The job that claimed each attempt of the jobs held.
+    claimed: HashMap<String, String>,
+    /// The job that claimed each attempt of the jobs let go, the newest `let_go_max`
+    /// ([`LET_GO_ATTEMPTS_MAX`]); `forgotten` once an older one was dropped.
     let_go: HashMap<String, String>,
     let_go_order: VecDeque<String>,
+    let_go_max: usize,
+    forgotten: bool,
+    /// Entries not judged, for they name an attempt whose job the window could not know,
+    /// and the first of them: the checkers it would find valid answer unknown instead.
+    unjudged: u64,
+    unjudged_first: Option<u64>,
     /// Per checker, what the rounds found.
     seen: BTreeMap<String, Seen>,
     held: usize,
@@ -129,8 +147,13 @@ impl Window {
             jobs: BTreeMap::new(),
             flagged: BTreeSet::new(),
             unkept: HashSet::new(),
+            claimed: HashMap::new(),
             let_go: HashMap::new(),
             let_go_order: VecDeque::new(),
+            let_go_max: LET_GO_ATTEMPTS_MAX,
+            forgotten: false,
+            unjudged: 0,
+            unjudged_first: None,
             seen: BTreeMap::new(),
             held: 0,
             peak: 0,
@@ -140,23 +163,81 @@ impl Window {
         }
     }
 
-    /// Takes one entry; a `--follow` window first reads back whole a job it let go that the
-    /// entry names, and the job of an attempt it names (a report for another job's attempt).
+    /// Takes one entry. A `--follow` window first makes sure it holds every job the rules
+    /// need to judge it: its job, read back whole if it was let go, and the job that claimed
+    /// each attempt named by it or by an entry read back (a cross-job report: a job's ledger
+    /// may name another job's attempt), read back in turn. An entry naming an attempt whose
+    /// job the window no longer remembers is not judged (see [`Window::unjudged`]).
     async fn add(&mut self, entry: LedgerEntry, client: &Client) -> Result<(), String> {
-        if self.follow && entry.kind != Op::Submit && !self.jobs.contains_key(&entry.job) {
-            self.read_back(&entry.job, entry.seq, client).await?;
-        }
-        let other = entry.attempt.as_ref().and_then(|attempt| self.let_go.get(attempt)).cloned();
-        if let Some(other) = other.filter(|other| !self.jobs.contains_key(other)) {
-            self.read_back(&other, entry.seq, client).await?;
+        self.since_round += 1;
+        if self.follow {
+            let mut jobs = Vec::new();
+            if entry.kind != Op::Submit && !self.jobs.contains_key(&entry.job) {
+                jobs.push(entry.job.clone());
+            }
+            let mut named: Vec<(u64, String, String)> = Vec::new();
+            if let Some(attempt) = &entry.attempt {
+                named.push((entry.seq, entry.job.clone(), attempt.clone()));
+            }
+            let mut pending: Vec<String> = named.iter().map(|(_, _, attempt)| attempt.clone()).collect();
+            // Each job is read back at most once: once read, it is held.
+            loop {
+                if let Some(job) = jobs.pop() {
+                    if !self.jobs.contains_key(&job) {
+                        for (seq, attempt) in self.read_back(&job, entry.seq, client).await? {
+                            named.push((seq, job.clone(), attempt.clone()));
+                            pending.push(attempt);
+                        }
+                    }
+                    continue;
+                }
+                let Some(attempt) = pending.pop() else { break };
+                if let Some(owner) = self.let_go.get(&attempt).filter(|owner| !self.jobs.contains_key(*owner)) {
+                    jobs.push(owner.clone());
+                }
+            }
+            let report = entry.kind != Op::Claim;
+            if report && entry.attempt.as_deref().is_some_and(|attempt| self.unknowable(attempt)) {
+                self.unjudge(entry.seq);
+                return Ok(());
+            }
+            for (seq, job, attempt) in named.into_iter().filter(|(seq, _, _)| *seq != entry.seq) {
+                if self.unknowable(&attempt) {
+                    self.remove(&job, seq);
+                    self.unjudge(seq);
+                }
+            }
         }
         self.insert(entry);
-        self.since_round += 1;
         Ok(())
     }
 
-    /// Reads `job` back whole through `GET /v1/jobs/{id}`: its entries before `seq`.
-    async fn read_back(&mut self, job: &str, seq: u64, client: &Client) -> Result<(), String> {
+    /// An attempt whose claim the window does not hold and whose job it no longer remembers:
+    /// it was let go, and its attempts forgotten beyond [`LET_GO_ATTEMPTS_MAX`]. (Before
+    /// anything was forgotten, an attempt the window neither holds nor remembers was never
+    /// claimed in the ledger, and the rules judge a report naming it as such.)
+    fn unknowable(&self, attempt: &str) -> bool {
+        self.forgotten && !self.claimed.contains_key(attempt) && !self.let_go.contains_key(attempt)
+    }
+
+    /// An entry not judged: the rules would judge it without its attempt's claim.
+    fn unjudge(&mut self, seq: u64) {
+        self.unjudged += 1;
+        self.unjudged_first.get_or_insert(seq);
+    }
+
+    /// Drops a held entry of `job`.
+    fn remove(&mut self, job: &str, seq: u64) {
+        let Some(entries) = self.jobs.get_mut(job) else { return };
+        if let Ok(at) = entries.binary_search_by_key(&seq, |held| held.seq) {
+            entries.remove(at);
+            self.held -= 1;
+        }
+    }
+
+    /// Reads `job` back whole through `GET /v1/jobs/{id}`: its entries before `seq`. Answers
+    /// the attempts they name, with the entry naming each.
+    async fn read_back(&mut self, job: &str, seq: u64, client: &Client) -> Result<Vec<(u64, String)>, String> {
         let mut tries = 0;
         let view = loop {
             tries += 1;
@@ -168,31 +249,42 @@ impl Window {
                 Err(_) => tokio::time::sleep(READ_RETRY_WAIT).await,
             }
         };
-        for earlier in view.ledger.into_iter().filter(|earlier| earlier.seq < seq) {
+        let mut named = Vec::new();
+        for earlier in view.ledger.into_iter().filter(|earlier| earlier.seq < seq && earlier.job == job) {
+            if let Some(attempt) = &earlier.attempt {
+                named.push((earlier.seq, attempt.clone()));
+            }
             self.insert(earlier);
         }
         self.read_back += 1;
-        Ok(())
+        Ok(named)
     }
 
-    /// Lets go of a closed job, remembering (bounded) whose its attempts were.
+    /// Lets go of a closed job, remembering (bounded) which job claimed each of its attempts.
+    /// Only its claims say so: a report in its ledger may name another job's attempt.
     fn let_go_of(&mut self, job: &str) {
         let Some(entries) = self.jobs.remove(job) else { return };
         self.held -= entries.len();
-        let attempts: BTreeSet<String> = entries.into_iter().filter_map(|entry| entry.attempt).collect();
+        let attempts: BTreeSet<String> =
+            entries.into_iter().filter(|entry| entry.kind == Op::Claim).filter_map(|entry| entry.attempt).collect();
         for attempt in attempts {
+            self.claimed.remove(&attempt);
             if self.let_go.insert(attempt.clone(), job.to_string()).is_none() {
                 self.let_go_order.push_back(attempt);
             }
         }
-        while self.let_go_order.len() > LET_GO_ATTEMPTS_MAX {
+        while self.let_go_order.len() > self.let_go_max {
             if let Some(oldest) = self.let_go_order.pop_front() {
                 self.let_go.remove(&oldest);
+                self.forgotten = true;
             }
         }
     }
 
     fn insert(&mut self, entry: LedgerEntry) {
+        if let (Op::Claim, Some(attempt)) = (entry.kind, &entry.attempt) {
+            self.claimed.insert(attempt.clone(), entry.job.clone());
+        }
         let entries = self.jobs.entry(entry.job.clone()).or_default();
         match entries.binary_search_by_key(&entry.seq, |held| held.seq) {
             Ok(_) => return,
@@ -315,6 +407,16 @@ impl Window {
                 let unknown = match &verdict {
                     Some(checkers::Verdict::Unknown { reason }) => Some(reason.clone()),
                     _ => seen.unknown.clone(),
+                };
+                let unjudged = self.unjudged_first.map(|first| {
+                    format!(
+                        "{} ledger entries (the first: seq {first}) name an attempt of a job the follow let go and no longer remembers (beyond the newest {} attempts); they were not judged",
+                        self.unjudged, self.let_go_max
+                    )
+                });
+                let unknown = match (unknown, unjudged) {
+                    (Some(reason), Some(unjudged)) => Some(format!("{reason}; {unjudged}")),
+                    (reason, unjudged) => reason.or(unjudged),
                 };
                 let judged = seen.judged || matches!(verdict, Some(checkers::Verdict::Valid));
                 let verdict = match (anomalies.is_empty(), unknown, judged) {
@@ -520,6 +622,7 @@ pub async fn audit(
             window_entries_peak: window.peak,
             rounds: window.rounds,
             jobs_read_back: window.read_back,
+            entries_unjudged: window.unjudged,
             stopped: stopped.clone(),
         };
         write_json(&options.out.join("cursor.json"), &cursor).map(|()| cursor)
@@ -645,4 +748,50 @@ pub async fn audit(
     };
     let run = crate::check::run_of(folder, &events, checked, config, meta)?;
     Ok(Audited { cursor, new_entries, pages, run })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// j1, j2 and j3 claimed; j1 and j2 succeed; then a cross-job report in j3 (still
+    /// open) names j1's attempt, rejected `not_current` as the contract says.
+    const CROSSED: &str = r#"{"seq":1,"kind":"submit","project":"p","job":"j1","deployment_key":"k1","received_ms":1000,"mono_ns":10}
+{"seq":2,"kind":"claim","project":"p","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k1","decision":"accepted","received_ms":1010,"mono_ns":20,"lease_expires_ms":3010}
+{"seq":3,"kind":"submit","project":"p","job":"j2","deployment_key":"k2","received_ms":1020,"mono_ns":30}
+{"seq":4,"kind":"claim","project":"p","job":"j2","attempt":"j2-a1","runner":"r2","fence":2,"deployment_key":"k2","decision":"accepted","received_ms":1030,"mono_ns":40,"lease_expires_ms":3030}
+{"seq":5,"kind":"submit","project":"p","job":"j3","deployment_key":"k3","received_ms":1040,"mono_ns":50}
+{"seq":6,"kind":"claim","project":"p","job":"j3","attempt":"j3-a1","runner":"r3","fence":3,"deployment_key":"k3","decision":"accepted","received_ms":1050,"mono_ns":60,"lease_expires_ms":3050}
+{"seq":7,"kind":"result","project":"p","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k1","decision":"accepted","outcome":"succeeded","received_ms":1100,"mono_ns":70}
+{"seq":8,"kind":"result","project":"p","job":"j2","attempt":"j2-a1","runner":"r2","fence":2,"deployment_key":"k2","decision":"accepted","outcome":"succeeded","received_ms":1200,"mono_ns":80}
+{"seq":9,"kind":"result","project":"p","job":"j3","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k3","decision":"rejected","reason":"not_current","recorded_as":"late_observation","outcome":"succeeded","received_ms":1300,"mono_ns":90}
+"#;
+
+    /// Where the window cannot know the job of the attempt an entry names (its job was let
+    /// go and its attempts forgotten beyond the bound), the entry is not judged and the rules
+    /// answer unknown: judged without the attempt's claim, the correct `not_current` would be
+    /// a false alarm ("the rules give `unknown`"). No job needs reading back here: a read
+    /// of this address fails.
+    #[tokio::test]
+    async fn a_report_naming_an_attempt_whose_job_the_window_forgot_is_unknown_not_an_anomaly() {
+        let client = Client::new("http://127.0.0.1:9", None, Duration::from_millis(100));
+        let mut window = Window::new(true);
+        window.let_go_max = 1;
+        for line in CROSSED.lines() {
+            let entry: LedgerEntry = serde_json::from_str(line).unwrap();
+            window.add(entry, &client).await.unwrap();
+            window.round(None);
+        }
+        let last = checkers::check_all(&ledger_history(&window.entries(), None));
+        let verdicts = window.verdicts(Some(last));
+        let invalid = verdicts.iter().filter(|result| matches!(result.verdict, checkers::Verdict::Invalid { .. }));
+        assert_eq!(invalid.collect::<Vec<_>>(), Vec::<&checkers::CheckerResult>::new(), "no false alarm");
+        let rules = verdicts.iter().find(|result| result.checker == checkers::rules_model::NAME).unwrap();
+        match &rules.verdict {
+            checkers::Verdict::Unknown { reason } => assert!(reason.contains("seq 9"), "{reason}"),
+            other => panic!("rules-model must answer unknown for the entry it cannot judge: {other:?}"),
+        }
+        assert!(window.forgotten, "j1-a1 was forgotten when j2 was let go");
+        assert_eq!((window.unjudged, window.unjudged_first), (1, Some(9)));
+    }
 }

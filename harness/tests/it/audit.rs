@@ -432,3 +432,71 @@ async fn a_job_the_follow_let_go_is_read_back_whole_when_a_late_report_names_it(
     assert!((1..=3).contains(&read_back), "j1 was read back when the late reports named it: {cursor}");
     lab.shutdown().await;
 }
+
+fn report(claim: &protocol::ClaimRef, outcome: protocol::Outcome) -> protocol::ResultRequest {
+    let observed_ms = chrono::Utc::now().timestamp_millis();
+    protocol::ResultRequest { claim: claim.clone(), outcome, observed_ms, detail: None }
+}
+
+/// The colleague's false alarm ("j19-a1's result was rejected as `not_current`; the rules
+/// give `unknown`"), made to happen with the lab's own API. Runner r1 claims j1 and r2 then
+/// j2; r1 sends a result for its own attempt naming j2 (a cross-job report, rejected
+/// `not_current`: it is j2's ledger entry, and names j1-a1); both jobs then succeed, and the
+/// follow lets both go. A late duplicate result for j2 has j2 read back whole, its ledger
+/// holding the crossed report: j1, whose attempt that names, must be read back too, or the
+/// rules judge the report with neither its claim nor its job and answer `unknown`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_read_back_whole_has_the_jobs_of_the_attempts_its_ledger_names_read_back_too() {
+    use protocol::{ClaimRef, ClaimRequest, Outcome, SubmitJob};
+    let dir = tempfile::tempdir().unwrap();
+    let lab = lab::demo::LocalLab::start(lab::demo::LabOptions::new(Path::new(&super::lab_binary()), dir.path()))
+        .await
+        .unwrap();
+    let (r1, r2) = (lab.register("r1").await.unwrap(), lab.register("r2").await.unwrap());
+    let mut claims = Vec::new();
+    for (runner, id, job) in [(&r1, "r1", "j1"), (&r2, "r2", "j2")] {
+        let spec = protocol::JobSpec { steps: 1, step_ms: 1 };
+        let (project, key) = (lab::demo::PROJECT.into(), format!("k-{job}"));
+        lab.operator.submit(&SubmitJob { project, id: Some(job.into()), deployment_key: key, spec }).await.unwrap();
+        let observed_ms = chrono::Utc::now().timestamp_millis();
+        let claimed = runner.claim(&ClaimRequest { runner: id.into(), observed_ms }).await.unwrap();
+        let claim: ClaimRef = claimed.grant.expect("the job just submitted is claimable").claim;
+        assert_eq!(claim.job, job);
+        claims.push(claim);
+    }
+    let crossed = ClaimRef { job: "j2".into(), ..claims[0].clone() };
+    let ruling = r1.result(&report(&crossed, Outcome::Succeeded)).await.unwrap();
+    assert_eq!((ruling.decision, ruling.reason), (history::Decision::Rejected, Some(history::Reason::NotCurrent)));
+    for (runner, claim) in [(&r1, &claims[0]), (&r2, &claims[1])] {
+        let ruling = runner.result(&report(claim, Outcome::Succeeded)).await.unwrap();
+        assert_eq!(ruling.decision, history::Decision::Accepted);
+    }
+    let out = dir.path().join("audit");
+    let args: Vec<OsString> = ["audit", "--url", &lab.control_url(), "--token", lab::demo::OPERATOR_TOKEN, "--follow"]
+        .into_iter()
+        .chain(["--interval-ms", "50", "--time-limit", "30", "--round-entries", "1", "--lease-ms", "2000"])
+        .map(OsString::from)
+        .chain([OsString::from("--out"), out.clone().into_os_string()])
+        .collect();
+    let mut follow = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
+    follow.args(&args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).kill_on_drop(true);
+    let follow = follow.spawn().unwrap();
+    // Seven entries: two submits, two claims, the crossed report, two results.
+    let let_go = |cursor: &serde_json::Value| cursor["entries"] == 7 && cursor["window_entries"] == 0;
+    wait_cursor(&out, let_go, "the follow read the seven entries and let j1 and j2 go").await;
+    let duplicate = r2.result(&report(&claims[1], Outcome::Succeeded)).await.unwrap();
+    assert_eq!(duplicate.decision, history::Decision::Duplicate);
+    let seen = wait_cursor(&out, |cursor| cursor["entries"] == 8, "the follow read the late report").await;
+    // A round follows each page here (rounds of one entry); one more, to be sure.
+    let rounds = seen["rounds"].as_u64().unwrap();
+    let checked = |cursor: &serde_json::Value| cursor["rounds"].as_u64() > Some(rounds);
+    wait_cursor(&out, checked, "the follow checked the late report in a round").await;
+    // SAFETY: kill(2) on the child we started.
+    assert_eq!(unsafe { libc::kill(follow.id().unwrap() as i32, libc::SIGINT) }, 0);
+    let output = tokio::time::timeout(AUDIT_WAIT_MAX, follow.wait_with_output()).await.unwrap().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(2), "the correct lab's ledger alone: unknown, never invalid:\n{said}");
+    let cursor = cursor_of(&out).unwrap();
+    assert_eq!(cursor["jobs_read_back"], 2, "j2, named by the late report, and j1, named by j2's ledger: {cursor}");
+    lab.shutdown().await;
+}
