@@ -198,7 +198,9 @@ pub fn scenario_text(header: &Header, case: &Case, checkers: &[String]) -> Strin
         lease_ms: header.lease_ms,
         target_mode: header.target_mode.clone(),
         bugs: header.bugs.clone(),
-        db: header.db.clone(),
+        // `sqlite` is what a scenario without `db` runs on with any system file that
+        // took `sqlite`; another store is named.
+        db: (header.db != "sqlite").then(|| header.db.clone()),
         control_planes: header.control_planes,
         operator: OperatorMode::Automatic,
         heartbeat_interval_ms: Some(header.heartbeat_interval_ms),
@@ -746,7 +748,7 @@ mod tests {
         let case = Case { faults: faults.clone(), ..case() };
         let text = scenario_text(&header, &case, &["rules-model".to_string()]);
         let scenario = parse(&text, &engine::scenario::checker_names()).unwrap();
-        assert_eq!((scenario.db.as_str(), scenario.control_planes), ("postgres", 3), "{text}");
+        assert_eq!((scenario.db.as_deref(), scenario.control_planes), (Some("postgres"), 3), "{text}");
         let read: Vec<Fault> = scenario
             .steps
             .iter()

@@ -14,6 +14,7 @@
 
 use crate::driver::{Check, Findings, Found};
 use crate::model::{Index, Observed, Op, Source};
+use crate::moment::Moment;
 
 pub const NAME: &str = "clock-authority";
 pub const ABOUT: &str =
@@ -26,8 +27,9 @@ pub fn check(events: &[history::Event]) -> crate::CheckerResult {
 
 #[derive(Default)]
 pub(crate) struct ClockAuthority {
-    /// Every ledger entry with a receipt time: (seq, received_ms, history index, op).
-    entries: Vec<(u64, i64, u64, history::Op)>,
+    /// Every ledger entry with a receipt time: (seq, received_ms, history index, op, and
+    /// the receipt on the history's clock too).
+    entries: Vec<(u64, i64, u64, history::Op, Moment)>,
     /// The shortest lease a claim granted (its lease end less its receipt).
     lease_ms: Option<i64>,
 }
@@ -50,7 +52,7 @@ impl Check for ClockAuthority {
     fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
         if ev.src == Source::Ledger {
             if let (Some(seq), Some(received)) = (ev.seq, ev.received_ms) {
-                self.entries.push((seq, received, ev.index, ev.raw.f));
+                self.entries.push((seq, received, ev.index, ev.raw.f, Moment::of(ev, "server", received)));
                 if let (Op::Claim, Some(end)) = (ev.op, ev.lease_ms) {
                     let lease = end - received;
                     if lease > 0 {
@@ -74,10 +76,12 @@ impl Check for ClockAuthority {
         if received < end || observed >= end {
             return;
         }
+        let at = Moment::of(ev, "server", received);
         let message = format!(
-            "{} for {} accepted at {received} ms on the server's clock, at or past its lease end {end} ms: only the runner's clock, which said {observed} ms, puts it inside the lease",
+            "{} for {} accepted at {at}, at or past its lease end {}: only the runner's clock, which said {observed} ms, puts it inside the lease",
             ev.raw.f,
-            ctx.label(target)
+            ctx.label(target),
+            at.then(end)
         );
         out.push(
             Found::new(NAME, "runner-clock-trusted")
@@ -92,11 +96,11 @@ impl Check for ClockAuthority {
     fn finish(&mut self, _ctx: &Index, out: &mut Findings) {
         let lease = self.lease_ms.unwrap_or(DEFAULT_LEASE_MS);
         self.entries.sort_unstable_by_key(|entry| entry.0);
-        let mut latest: Option<(u64, i64, u64, history::Op)> = None;
+        let mut latest: Option<(u64, i64, u64, history::Op, Moment)> = None;
         let (mut reported, mut in_stretch) = (0, false);
-        for &(seq, received, index, op) in &self.entries {
+        for &(seq, received, index, op, at) in &self.entries {
             let Some(before) = latest else {
-                latest = Some((seq, received, index, op));
+                latest = Some((seq, received, index, op, at));
                 continue;
             };
             let behind = before.1 - received;
@@ -106,13 +110,13 @@ impl Check for ClockAuthority {
                 in_stretch = true;
                 reported += 1;
                 let message = format!(
-                    "ledger entry {seq} ({op}) was decided at {received} ms, {behind} ms before entry {} ({}) that precedes it at {} ms: the control plane judged leases on clocks at least a lease ({lease} ms) apart",
-                    before.0, before.3, before.1
+                    "ledger entry {seq} ({op}) was decided at {at}, {behind} ms before entry {} ({}) that precedes it at {}: the control plane judged leases on clocks at least a lease ({lease} ms) apart",
+                    before.0, before.3, before.4
                 );
                 out.push(Found::new(NAME, "split-clock").events(&[before.2, index]).says(message));
             }
             if received > before.1 {
-                latest = Some((seq, received, index, op));
+                latest = Some((seq, received, index, op, at));
             }
         }
     }

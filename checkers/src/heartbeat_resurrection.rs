@@ -43,14 +43,14 @@ impl Check for HeartbeatResurrection {
         let facts = ctx.attempt(target);
         let name = ctx.label(target);
         let latest = ctx.job(job).latest;
+        let at = crate::moment::Moment::of(ev, "server", received);
         let (kind, proof, message) = if let Some(expired) = facts.expired {
-            let message =
-                format!("heartbeat for {name} accepted at {received} ms after the attempt expired (event {expired})");
+            let message = format!("heartbeat for {name} accepted at {at} after the attempt expired (event {expired})");
             ("heartbeat-after-expiry", Some(expired), message)
         } else if received >= facts.lease_end && facts.claim.is_some() {
             let message = format!(
-                "heartbeat for {name} accepted at {received} ms (server clock), at or after its lease ended at {} ms",
-                facts.lease_end
+                "heartbeat for {name} accepted at {at}, at or after its lease ended at {}",
+                at.then(facts.lease_end)
             );
             ("heartbeat-after-lease-end", facts.claim.map(|claim| claim.index), message)
         } else if latest.is_some_and(|latest| latest != target) {

@@ -14,6 +14,7 @@ pub mod heartbeat_resurrection;
 pub mod ledger_completeness;
 pub mod lost_work;
 mod model;
+mod moment;
 pub mod progress;
 pub mod rules_model;
 pub mod runner_contract;

@@ -306,14 +306,17 @@ impl RulesModel {
     fn lease_divergence(&self, ev: &Observed, received: i64, what: &str) -> Option<Divergence> {
         let lease_ms = self.lease_ms?;
         let end = ev.lease_ms?;
-        (end <= received || end > received + lease_ms).then(|| Divergence {
-            kind: "lease-not-the-policys",
-            message: format!(
-                "the {what} at {received} ms (server clock) set the lease to end at {end} ms; the policy's {lease_ms} ms lease ends at {} ms",
-                received + lease_ms
-            ),
-        })?
-        .into()
+        let at = crate::moment::Moment::of(ev, "server", received);
+        (end <= received || end > received + lease_ms)
+            .then(|| Divergence {
+                kind: "lease-not-the-policys",
+                message: format!(
+                    "the {what} at {at} set the lease to end at {}; the policy's {lease_ms} ms lease ends at {}",
+                    at.then(end),
+                    at.then(received + lease_ms)
+                ),
+            })?
+            .into()
     }
 
     /// Why a report's claim is not the job's current, live claim at `received_ms` on the
@@ -420,9 +423,10 @@ impl RulesModel {
             diverge(
                 "expired-early",
                 format!(
-                    "{} was expired at {received} ms (server clock) but its lease ends at {} ms",
+                    "{} was expired at {} but its lease ends at {}",
                     ctx.label(attempt),
-                    facts.lease_end_ms
+                    crate::moment::Moment::of(ev, "server", received),
+                    crate::moment::Moment::of(ev, "server", received).then(facts.lease_end_ms)
                 ),
             )
         } else if ev.recorded_as != Some(RecordedAs::Uncertain) {

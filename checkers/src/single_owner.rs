@@ -29,6 +29,8 @@ struct Lease {
     start: i64,
     end: i64,
     start_event: u64,
+    /// `start` on the history's clock too, to say the lease's instants with.
+    since: crate::moment::Moment,
     job: u32,
     key: Option<u32>,
 }
@@ -58,7 +60,8 @@ impl Check for SingleOwner {
         match ev.op {
             Op::Claim => {
                 let key = ev.key.or(ctx.job(job).key);
-                let lease = Lease { start: at, end: ev.lease_ms.unwrap_or(at), start_event: ev.index, job, key };
+                let since = crate::moment::Moment::of(ev, "server", at);
+                let lease = Lease { start: at, end: ev.lease_ms.unwrap_or(at), start_event: ev.index, since, job, key };
                 self.start(ctx, attempt, lease, out);
             }
             Op::Heartbeat if ev.accepted() => {
@@ -68,7 +71,8 @@ impl Check for SingleOwner {
                     Some(lease) if at < lease.end => lease.end = lease.end.max(end),
                     _ => {
                         let key = ctx.attempt(target).claim.and_then(|claim| claim.key).or(ctx.job(job).key);
-                        let lease = Lease { start: at, end, start_event: ev.index, job, key };
+                        let since = crate::moment::Moment::of(ev, "server", at);
+                        let lease = Lease { start: at, end, start_event: ev.index, since, job, key };
                         self.start(ctx, target, lease, out);
                     }
                 }
@@ -125,11 +129,11 @@ fn overlap(ctx: &Index, attempt: u32, lease: &Lease, other: u32, held: &Lease, o
         format!("job {}", ctx.jobs_names.name(lease.job))
     };
     let message = format!(
-        "{} held a lease from {} ms while {} still held one until {} ms on {scope}",
+        "{} held a lease from {} while {} still held one until {} on {scope}",
         ctx.label(attempt),
-        lease.start,
+        lease.since,
         ctx.label(other),
-        held.end,
+        held.since.then(held.end),
     );
     let kind = if held.job == lease.job { "two-attempts-one-job" } else { "two-jobs-one-key" };
     Found::new(NAME, kind)

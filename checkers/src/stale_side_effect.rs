@@ -17,6 +17,7 @@
 
 use crate::driver::{Check, Findings, Found};
 use crate::model::{FxMap, Index, Observed, Op, Source};
+use crate::moment::Moment;
 use std::collections::HashSet;
 
 pub const NAME: &str = "stale-side-effect";
@@ -40,11 +41,12 @@ struct Highest {
     event: u64,
 }
 
-/// A lease the ledger granted: receipt, lease end, the ledger event.
-type Lease = (i64, i64, u64);
+/// A lease the ledger granted: receipt, lease end, the ledger event, the receipt as said.
+type Lease = (i64, i64, u64, Moment);
 
-/// An applied step not yet known to be within a lease: attempt, receipt, event.
-type LateStep = (u32, i64, u64);
+/// An applied step not yet known to be within a lease: attempt, receipt, event, the
+/// receipt as said.
+type LateStep = (u32, i64, u64, Moment);
 
 #[derive(Default)]
 pub(crate) struct StaleSideEffect {
@@ -91,14 +93,14 @@ impl Check for StaleSideEffect {
         if let (Source::Ledger, true, Some(attempt), Some(at), Some(end)) =
             (ev.src, grant, ev.attempt, ev.received_ms, ev.lease_ms)
         {
-            self.leases.entry(attempt).or_default().push((at, end, ev.index));
+            self.leases.entry(attempt).or_default().push((at, end, ev.index, Moment::of(ev, "server", at)));
         }
         if ev.src != Source::Target || !ev.accepted() {
             return;
         }
         if let (Some(attempt), Some(at)) = (ev.attempt, ev.received_ms) {
             if self.lease_at(attempt, at).is_none_or(|lease| at > lease.1 + CLOCK_TOLERANCE_MS) {
-                self.pending.push((attempt, at, ev.index));
+                self.pending.push((attempt, at, ev.index, Moment::of(ev, "target", at)));
             }
         }
         let (Some(key), Some(fence)) = (ev.key, ev.fence) else { return };
@@ -119,15 +121,16 @@ impl Check for StaleSideEffect {
 
     fn finish(&mut self, ctx: &Index, out: &mut Findings) {
         let mut reported = HashSet::new();
-        for &(attempt, at, event) in &self.pending {
-            let Some((_, end, granted)) = self.lease_at(attempt, at) else { continue };
+        for &(attempt, at, event, applied) in &self.pending {
+            let Some((_, end, granted, grant)) = self.lease_at(attempt, at) else { continue };
             if at <= end + CLOCK_TOLERANCE_MS || !reported.insert(attempt) {
                 continue;
             }
             let mut message = format!(
-                "the target applied a step of {} at {at} ms, {} ms after its lease ended at {end} ms: a runner that lost its authority mutated the target",
+                "the target applied a step of {} at {applied}, {} ms after its lease ended at {}: a runner that lost its authority mutated the target",
                 ctx.label(attempt),
-                at - end
+                at - end,
+                grant.then(end)
             );
             let kind = if ctx.target_unfenced() {
                 message.push_str(" (the residual risk of an unfenced target, which cannot refuse it)");

@@ -78,9 +78,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub schedule: Option<PathBuf>,
     /// The control plane's database: `sqlite` (a file in the run folder) or `postgres` (a
-    /// throwaway cluster started for the run, or `--database-url`).
-    #[arg(long, value_parser = parse_db, default_value_t = defaults().db)]
-    pub db: Db,
+    /// throwaway cluster started for the run, or `--database-url`). Default: the one store
+    /// the system file declares, if it declares one `[db.*]` table; else `sqlite`.
+    #[arg(long, value_parser = parse_db)]
+    pub db: Option<Db>,
     /// An existing PostgreSQL server to use (with `--db postgres`); the run gets a fresh schema.
     #[arg(long)]
     pub database_url: Option<String>,
@@ -120,7 +121,9 @@ impl RunArgs {
         if self.control_planes > 1 && self.nemesis.trim() == "all" {
             nemesis.extend(FaultKind::REPLICAS);
         }
-        if self.db == Db::Postgres && self.nemesis.trim() == "all" {
+        let db = system::SystemFile::store_of(self.system.as_deref(), self.db)
+            .map_err(|error| format!("--system {error}"))?;
+        if db == Db::Postgres && self.nemesis.trim() == "all" {
             nemesis.extend(FaultKind::DATABASE);
         }
         let bugs = self
@@ -151,7 +154,7 @@ impl RunArgs {
             toxiproxy_image: self.toxiproxy_image.clone(),
             store: self.store.clone(),
             schedule,
-            db: self.db,
+            db,
             database_url: self.database_url.clone(),
             system: self.system.clone(),
             variants: self.variants.clone(),
@@ -184,9 +187,10 @@ pub struct ConformArgs {
     #[arg(long, default_value_t = 1_000)]
     pub lease_ms: u64,
     /// The control plane's store: `sqlite` (a file in `--out`) or `postgres` (a throwaway
-    /// cluster, or `--database-url`, with a schema of the session's own).
-    #[arg(long, value_parser = crate::args::parse_db, default_value_t = Db::Sqlite)]
-    pub db: Db,
+    /// cluster, or `--database-url`, with a schema of the session's own). Default: the one
+    /// store the system file declares, if it declares one `[db.*]` table; else `sqlite`.
+    #[arg(long, value_parser = crate::args::parse_db)]
+    pub db: Option<Db>,
     /// An existing PostgreSQL server (with `--db postgres`).
     #[arg(long)]
     pub database_url: Option<String>,
@@ -201,17 +205,19 @@ pub struct ConformArgs {
 }
 
 impl ConformArgs {
-    /// The session these flags ask for.
-    pub fn options(&self) -> conform::Options {
-        conform::Options {
+    /// The session these flags ask for; the error names the flag.
+    pub fn options(&self) -> Result<conform::Options, String> {
+        let db = system::SystemFile::store_of(self.system.as_deref(), self.db)
+            .map_err(|error| format!("--system {error}"))?;
+        Ok(conform::Options {
             system: self.system.clone(),
             variants: self.variants.clone(),
             lease_ms: self.lease_ms,
-            db: self.db,
+            db,
             database_url: self.database_url.clone(),
             out: self.out.clone(),
             store: Some(self.store.clone()),
-        }
+        })
     }
 }
 
@@ -248,9 +254,10 @@ pub struct MatrixArgs {
     #[arg(long = "variant")]
     pub variants: Vec<String>,
     /// The control plane's store for every run; a variant that needs another store (its
-    /// `db` in the system file) is left out, and the table says so.
-    #[arg(long, value_parser = crate::args::parse_db, default_value_t = system::Db::Sqlite)]
-    pub db: system::Db,
+    /// `db` in the system file) is left out, and the table says so. Default: the one store
+    /// the system file declares, if it declares one `[db.*]` table; else `sqlite`.
+    #[arg(long, value_parser = crate::args::parse_db)]
+    pub db: Option<system::Db>,
     /// Replicas of the control plane in every run.
     #[arg(long, default_value_t = 1)]
     pub control_planes: u32,
@@ -264,9 +271,11 @@ pub struct MatrixArgs {
 }
 
 impl MatrixArgs {
-    /// The matrix these flags ask for.
-    pub fn options(&self) -> campaign::matrix::Options {
-        campaign::matrix::Options {
+    /// The matrix these flags ask for; the error names the flag.
+    pub fn options(&self) -> Result<campaign::matrix::Options, String> {
+        let db = system::SystemFile::store_of(self.system.as_deref(), self.db)
+            .map_err(|error| format!("--system {error}"))?;
+        Ok(campaign::matrix::Options {
             seeds: self.seeds,
             correct_seeds: self.correct_seeds,
             time_limit: self.time_limit,
@@ -276,11 +285,11 @@ impl MatrixArgs {
             bugs: self.bugs.clone(),
             system: self.system.clone(),
             variants: self.variants.clone(),
-            db: self.db,
+            db,
             control_planes: self.control_planes,
             store: self.store.clone(),
             stop_at_first: self.stop_at_first,
-        }
+        })
     }
 }
 

@@ -507,7 +507,7 @@ fn scenario_command(
 }
 
 fn conform_command(args: &crate::args::ConformArgs) -> Result<Exit, CommandError> {
-    let options = args.options();
+    let options = args.options().map_err(bad)?;
     if let Some(why) = conform::inapplicable(&options)? {
         println!("conform      unknown: {why}");
         return Ok(Exit::Unknown);
@@ -550,7 +550,7 @@ fn image_command(tag: &str, toxiproxy_tag: &str, force: bool) -> Result<Exit, Co
 
 fn matrix_command(args: &crate::args::MatrixArgs) -> Result<Exit, CommandError> {
     let (runtime, program) = (runtime()?, program()?);
-    let matrix = runtime.block_on(campaign::matrix::run(&args.options(), &program))?;
+    let matrix = runtime.block_on(campaign::matrix::run(&args.options().map_err(bad)?, &program))?;
     print!("{}", campaign::matrix::table(&matrix));
     println!("matrix.json in {}", args.store.display());
     Ok(Exit::passed(matrix.rows.iter().all(campaign::matrix::Row::holds)))

@@ -599,6 +599,29 @@ impl SystemFile {
         }
     }
 
+    /// The store a command uses: `given` (`--db`, a scenario's `db`) when given, else the
+    /// one store the file declares when it declares exactly one `[db.*]` table, else SQLite
+    /// (none: the system manages its own; several: the user picks). A given store the
+    /// file lacks is [`SystemFile::db_args`]'s error, not this one's.
+    pub fn store(&self, given: Option<Db>) -> Db {
+        let mut declared = self.db.keys();
+        match (given, declared.next(), declared.next()) {
+            (Some(db), _, _) => db,
+            (None, Some(only), None) => *only,
+            (None, _, _) => Db::Sqlite,
+        }
+    }
+
+    /// The store of `store`, for the system file at `system` (none: the built-in lab),
+    /// read only when no store is given.
+    pub fn store_of(system: Option<&Path>, given: Option<Db>) -> Result<Db, FileError> {
+        match (given, system) {
+            (Some(db), _) => Ok(db),
+            (None, Some(path)) => Ok(SystemFile::read(path)?.store(None)),
+            (None, None) => Ok(SystemFile::lab().store(None)),
+        }
+    }
+
     /// Checks that every named variant exists.
     /// Checks that no named variant needs another store than `db`.
     pub fn check_variants_db(&self, names: &[String], db: Db) -> Result<(), FileError> {
@@ -717,6 +740,29 @@ command = ["tg", "--listen={listen}"]
 [runner]
 command = ["rn", "--id={runner_id}"]
 "#;
+
+    #[test]
+    fn a_file_with_one_store_makes_it_the_default_and_a_given_store_wins() {
+        let sqlite = "\n[db.sqlite]\ncontrol_plane_args = [\"--db=x\"]\n";
+        let postgres = "\n[db.postgres]\ncontrol_plane_args = [\"--url={database_url}\"]\n";
+        let files = [
+            ("none", MINIMAL.to_string(), Db::Sqlite),
+            ("only postgres", format!("{MINIMAL}{postgres}"), Db::Postgres),
+            ("only sqlite", format!("{MINIMAL}{sqlite}"), Db::Sqlite),
+            ("several", format!("{MINIMAL}{sqlite}{postgres}"), Db::Sqlite),
+        ];
+        for (tables, text, default) in files {
+            let file = parse(&text).unwrap();
+            assert_eq!(file.store(None), default, "{tables}, not given");
+            for given in [Db::Sqlite, Db::Postgres] {
+                assert_eq!(file.store(Some(given)), given, "{tables}, given {given}");
+            }
+        }
+        let only_postgres = parse(&format!("{MINIMAL}{postgres}")).unwrap();
+        let wrong = only_postgres.db_args(only_postgres.store(Some(Db::Sqlite))).unwrap_err().to_string();
+        assert!(wrong.contains("`--db sqlite`: the system file has no `[db.sqlite]` table"), "{wrong}");
+        assert_eq!(SystemFile::store_of(None, None).unwrap(), Db::Sqlite, "the lab declares both stores");
+    }
 
     #[test]
     fn the_built_in_lab_is_a_valid_system_file() {

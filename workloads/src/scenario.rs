@@ -17,8 +17,9 @@ pub struct Scenario {
     pub lease_ms: u64,
     pub target_mode: String,
     pub bugs: Vec<String>,
-    /// The control plane's store (`sqlite` or `postgres`, as `--db`).
-    pub db: String,
+    /// The control plane's store (`sqlite` or `postgres`, as `--db`); none: as `--db` left
+    /// out, the system file's one store if it declares one, else `sqlite`.
+    pub db: Option<String>,
     /// Replicas of the control plane (as `--control-planes`).
     pub control_planes: u32,
     /// `automatic`: the run's operator reconciles uncertain attempts in the background.
@@ -74,8 +75,8 @@ struct ScenarioFile<'a> {
     settle_quiet_ms: Option<u64>,
     target_mode: &'a str,
     bugs: &'a [String],
-    #[serde(skip_serializing_if = "is_sqlite")]
-    db: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    db: Option<&'a str>,
     #[serde(skip_serializing_if = "is_one")]
     control_planes: u32,
     operator: OperatorMode,
@@ -107,7 +108,7 @@ impl Scenario {
             settle_quiet_ms: self.settle_quiet_ms,
             target_mode: &self.target_mode,
             bugs: &self.bugs,
-            db: &self.db,
+            db: self.db.as_deref(),
             control_planes: self.control_planes,
             operator: self.operator,
             step: self.steps.iter().map(|step| StepFile { at_ms: step.at_ms, action: &step.action }).collect(),
@@ -330,8 +331,7 @@ struct Raw {
     target_mode: String,
     #[serde(default)]
     bugs: Vec<String>,
-    #[serde(default = "sqlite")]
-    db: String,
+    db: Option<String>,
     #[serde(default = "one_replica")]
     control_planes: u32,
     #[serde(default = "scripted")]
@@ -349,12 +349,6 @@ struct Raw {
 
 fn two() -> u32 {
     2
-}
-fn sqlite() -> String {
-    "sqlite".into()
-}
-fn is_sqlite(db: &&str) -> bool {
-    *db == "sqlite"
 }
 fn one_replica() -> u32 {
     1
@@ -450,8 +444,8 @@ fn check_header(scenario: &Scenario) -> Result<(), String> {
     if scenario.runners == 0 || scenario.runners > 16 {
         return Err(format!("runners = {}: must be 1..=16", scenario.runners));
     }
-    if !["sqlite", "postgres"].contains(&scenario.db.as_str()) {
-        return Err(format!("db = `{}`: must be sqlite or postgres", scenario.db));
+    if let Some(db) = scenario.db.as_deref().filter(|db| !["sqlite", "postgres"].contains(db)) {
+        return Err(format!("db = `{db}`: must be sqlite or postgres"));
     }
     if !(1..=8).contains(&scenario.control_planes) {
         return Err(format!("control_planes = {}: must be 1..=8", scenario.control_planes));

@@ -2,6 +2,7 @@
 //! checked by name against the anomaly kinds it must (or must not) produce.
 
 mod builder;
+mod instants;
 mod model;
 mod observed;
 mod progress;

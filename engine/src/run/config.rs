@@ -298,7 +298,9 @@ impl RunConfig {
         if let Some(image) = &self.toxiproxy_image {
             args.extend(["--toxiproxy-image".to_string(), image.clone()]);
         }
-        if self.db != Db::Sqlite {
+        // With a system file the store is always named: without `--db` it is the file's
+        // one store, and the file may have changed by the time the command is repeated.
+        if self.db != Db::Sqlite || self.system.is_some() {
             args.extend(["--db".to_string(), self.db.name().to_string()]);
         }
         if let Some(url) = &self.database_url {

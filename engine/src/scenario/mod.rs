@@ -71,7 +71,11 @@ fn config(scenario: &Scenario, store: &Path, system: &SystemChoice) -> Result<Ru
         bugs: bugs.collect::<Result<Vec<_>, String>>().map_err(bad)?,
         target_mode: scenario.target_mode.parse().map_err(bad)?,
         store: store.to_path_buf(),
-        db: scenario.db.parse().map_err(bad)?,
+        db: system::SystemFile::store_of(
+            system.system.as_deref(),
+            scenario.db.as_deref().map(str::parse).transpose().map_err(bad)?,
+        )
+        .map_err(|error| bad(format!("--system {error}")))?,
         system: system.system.clone(),
         variants: system.variants.clone(),
         control_planes: scenario.control_planes,

@@ -704,3 +704,30 @@ fn stopped_at<'a>(history: &'a [history::Event], repeat: &str, stdout: &str) -> 
     assert!(stop.time_ns < 30_000_000_000, "before the time limit: {stop:?} ({repeat})");
     stop
 }
+
+/// Issue 38: a system file that declares one store (`[db.*]` table) makes it the run's store
+/// when `--db` is left out; `config.json` and the repeat command name it, and a `--db` the
+/// file lacks is still refused by name.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_system_file_with_one_store_runs_on_it_without_db() {
+    if !postgres_or_skip() {
+        return;
+    }
+    let lab = include_str!("../../../systems/lab.toml");
+    let sqlite_table = "[db.sqlite]\ncontrol_plane_args = [\"--db={data_dir}/control.sqlite\"]\n";
+    assert!(lab.contains(sqlite_table), "systems/lab.toml's `[db.sqlite]` table is as this test cuts it");
+    let folder = tempfile::tempdir().unwrap();
+    let file = folder.path().join("postgres-only.toml");
+    std::fs::write(&file, lab.replace(sqlite_table, "")).unwrap();
+    let file = file.display().to_string();
+    let args = ["--system", &file, "--nemesis", "none", "--time-limit", "3", "--runners", "1", "--seed", "1"];
+    let finished = run(&args).await;
+    assert_eq!(finished.code, Some(0), "{}\n{}", finished.stdout, finished.stderr);
+    let config = engine::run::config::ConfigFile::read(&finished.folder()).unwrap();
+    assert_eq!(config.run.db, system::Db::Postgres, "config.json records the file's one store");
+    let repeat = finished.stdout.lines().find(|line| line.contains("fencelab run ")).unwrap_or_default();
+    assert!(repeat.contains(&format!("--db postgres --system {file}")), "the repeat command names the store: {repeat}");
+    let wrong = run(&[&args[..], &["--db", "sqlite"]].concat()).await;
+    assert_eq!(wrong.code, Some(254), "{}", wrong.stderr);
+    assert!(wrong.stderr.contains("`--db sqlite`: the system file has no `[db.sqlite]` table"), "{}", wrong.stderr);
+}
