@@ -35,8 +35,22 @@ pub async fn collect(system: &RunningSystem, wait: Duration) -> Records {
     read(&system.operator, target.as_ref(), !absent.contains(&Feature::Ledger)).await
 }
 
+/// How long the ledger may keep growing while the jobs are read before the records are
+/// named unreadable (30 s: a sweeper expiring the leases of stopped runners is done within
+/// a lease), and the pause between two reads (200 ms).
+pub const CONSISTENT_READ_MAX: Duration = Duration::from_secs(30);
+const CONSISTENT_READ_PAUSE: Duration = Duration::from_millis(200);
+
 /// Reads the records through the operator's client and the target's (none: the system has
 /// no target); `has_ledger` is false for a system that keeps none.
+///
+/// The ledger and the jobs are one snapshot only if the ledger does not grow while the jobs
+/// are read: a system may still decide after its runners stopped (an observed CI master
+/// giving up on the builds of workers that went away, a sweeper expiring a lease), and a
+/// job read after a decision that the ledger read before it lacks would be judged against a
+/// ledger it is ahead of. So the ledger's tail is read again after the jobs; while it grew,
+/// the jobs are read again (bounded by [`CONSISTENT_READ_MAX`]). A system that never holds
+/// still is named as unreadable, never judged on a torn snapshot.
 pub async fn read(operator: &Client, target: Option<&Client>, has_ledger: bool) -> Records {
     let mut records = Records::default();
     if has_ledger {
@@ -45,6 +59,45 @@ pub async fn read(operator: &Client, target: Option<&Client>, has_ledger: bool) 
             Err(error) => records.unreadable.push(format!("the control plane's ledger could not be read: {error}")),
         }
     }
+    let started = tokio::time::Instant::now();
+    loop {
+        records.jobs.clear();
+        read_jobs(operator, &mut records).await;
+        if !has_ledger || !records.unreadable.is_empty() {
+            break;
+        }
+        let last = records.ledger.last().map_or(0, |entry| entry.seq);
+        match operator.ledger_page(last, 10_000).await {
+            Ok(tail) if tail.is_empty() => break,
+            Ok(_) if started.elapsed() >= CONSISTENT_READ_MAX => {
+                records.unreadable.push(format!(
+                    "the control plane's ledger kept growing while its jobs were read, for {} s: no snapshot of \
+                     its jobs and its ledger agrees",
+                    CONSISTENT_READ_MAX.as_secs()
+                ));
+                break;
+            }
+            Ok(tail) => {
+                records.ledger.extend(tail);
+                tokio::time::sleep(CONSISTENT_READ_PAUSE).await;
+            }
+            Err(error) => {
+                records.unreadable.push(format!("the control plane's ledger could not be read: {error}"));
+                break;
+            }
+        }
+    }
+    if let Some(target) = target {
+        match target.steps(RECORDS_MAX).await {
+            Ok(steps) => records.steps = steps,
+            Err(error) => records.unreadable.push(format!("the target's step log could not be read: {error}")),
+        }
+    }
+    records
+}
+
+/// Every job, each read whole (a job listed but not readable whole is kept as listed).
+async fn read_jobs(operator: &Client, records: &mut Records) {
     match operator.jobs().await {
         Ok(listed) => {
             for job in listed {
@@ -59,13 +112,6 @@ pub async fn read(operator: &Client, target: Option<&Client>, has_ledger: bool) 
         }
         Err(error) => records.unreadable.push(format!("the control plane's jobs could not be read: {error}")),
     }
-    if let Some(target) = target {
-        match target.steps(RECORDS_MAX).await {
-            Ok(steps) => records.steps = steps,
-            Err(error) => records.unreadable.push(format!("the target's step log could not be read: {error}")),
-        }
-    }
-    records
 }
 
 impl Records {

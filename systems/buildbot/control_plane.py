@@ -210,7 +210,8 @@ class Ledger:
         return ('close', entry['fence'])
 
     def poll(self):
-        """Reads Buildbot's database once and appends every fact not yet recorded."""
+        """Reads Buildbot's database once and appends every fact not yet recorded; returns
+        the snapshot read, every fact of which is then in the ledger."""
         with self.lock:
             snapshot = Snapshot(self.db_path)
             mono = time.monotonic_ns()
@@ -231,7 +232,7 @@ class Ledger:
                         facts.append(((build['complete_at'], 1, build['id'], 1), ('close', build['id']),
                                       close_entry(claim, build)))
             if not facts:
-                return
+                return snapshot
             facts.sort(key=lambda fact: fact[0])
             lines = []
             for _, key, entry in facts:
@@ -242,6 +243,7 @@ class Ledger:
             self.file.write(''.join(lines))
             self.file.flush()
             os.fsync(self.file.fileno())
+            return snapshot
 
     def page(self, after, limit):
         with self.lock:
@@ -519,14 +521,16 @@ class Facade:
                 time.sleep(0.05)
         return 201, {'id': job}
 
+    # A job is shown as of a snapshot the ledger already holds every fact of (the recorder
+    # polls it first): a view never shows what the ledger has not recorded.
     def jobs(self, who):
         self.operator(who, 'reading jobs')
-        snapshot = Snapshot(self.master.db_path)
+        snapshot = self.ledger.poll()
         return 200, [job_view(job, False, []) for job in snapshot.jobs]
 
     def job(self, who, job_id):
         self.operator(who, 'reading a job')
-        job = Snapshot(self.master.db_path).by_job.get(job_id)
+        job = self.ledger.poll().by_job.get(job_id)
         if job is None:
             raise ApiError(404, 'unknown_job', f'no job {job_id}')
         return 200, job_view(job, True, self.ledger.of_job(job_id))

@@ -500,3 +500,50 @@ async fn a_job_read_back_whole_has_the_jobs_of_the_attempts_its_ledger_names_rea
     assert_eq!(cursor["jobs_read_back"], 2, "j2, named by the late report, and j1, named by j2's ledger: {cursor}");
     lab.shutdown().await;
 }
+
+/// The one collector reads a system that still decides while it is read as one snapshot:
+/// every job it read has its ledger entries in the ledger it read. Read as the ledger, then
+/// the jobs, a job submitted in between was judged against a ledger that lacks it (an
+/// observed Buildbot's build finishing between the two reads: "job j4 ended `succeeded` but
+/// its ledger replays to `running`").
+#[tokio::test(flavor = "multi_thread")]
+async fn the_collector_reads_jobs_and_ledger_as_one_snapshot_while_the_system_still_decides() {
+    use protocol::SubmitJob;
+    let dir = tempfile::tempdir().unwrap();
+    let lab = lab::demo::LocalLab::start(lab::demo::LabOptions::new(Path::new(&super::lab_binary()), dir.path()))
+        .await
+        .unwrap();
+    let submit = |operator: protocol::client::Client, from: u32, to: u32| async move {
+        for n in from..to {
+            let job = SubmitJob {
+                project: lab::demo::PROJECT.into(),
+                id: Some(format!("j{n}")),
+                deployment_key: format!("k{}", n % 4),
+                spec: protocol::JobSpec { steps: 1, step_ms: 1 },
+            };
+            operator.submit(&job).await.unwrap();
+        }
+    };
+    submit(lab.operator.clone(), 0, 5).await;
+    // The collector reads through a proxy that holds every answer 500 ms: its ledger's two
+    // pages are answered by about 1 s, its list of jobs is asked for then; five more jobs
+    // are submitted directly in between.
+    let server = proxy::start("127.0.0.1:0".parse().unwrap(), 1).await.unwrap();
+    let client = proxy::Client::new(&server.url()).unwrap();
+    let upstream = lab.control_url().trim_start_matches("http://").to_string();
+    let link = client.create_proxy("operator", "127.0.0.1:0", &upstream).await.unwrap();
+    let slow = proxy::Toxic::new(proxy::ToxicKind::Latency { latency_ms: 500, jitter_ms: 0 });
+    client.add_toxic("operator", &slow).await.unwrap();
+    let operator = lab.operator.at(&format!("http://{}", link.listen_addr().unwrap()));
+    let between = lab.operator.clone();
+    let more = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(750)).await;
+        submit(between, 5, 10).await;
+    });
+    let records = system::collect::read(&operator, None, true).await;
+    more.await.unwrap();
+    assert!(records.unreadable.is_empty(), "{:?}", records.unreadable);
+    let submitted: BTreeSet<&str> = records.ledger.iter().map(|entry| entry.job.as_str()).collect();
+    let torn: Vec<&str> = records.jobs.iter().map(|job| job.id.as_str()).filter(|id| !submitted.contains(id)).collect();
+    assert!(torn.is_empty(), "jobs read without their ledger entries: {torn:?}");
+}
