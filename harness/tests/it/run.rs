@@ -552,7 +552,7 @@ async fn sigkill_of_the_harness_takes_every_child_with_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_flags_exit_254_before_anything_starts() {
     let cases: [&[&str]; 8] = [
-        &["--nemesis", "kill,partition"],
+        &["--nemesis", "kill,earthquake"],
         &["--nemesis", "kill,,reconnects"],
         &["--time-limit", "-1"],
         &["--bug", "no-such-bug"],
