@@ -372,6 +372,7 @@ class Submitter:
         from twisted.internet import reactor
 
         self.reactor, self.port, self.password = reactor, port, password
+        self.seen_ready = False
         threading.Thread(target=lambda: reactor.run(installSignalHandlers=False), daemon=True).start()
 
     def submit(self, properties, timeout_s=10):
@@ -400,6 +401,42 @@ class Submitter:
                 connector.disconnect()
 
         return call().addTimeout(timeout_s, self.reactor)
+
+    def ready(self, timeout_s=2):
+        """Whether the try scheduler takes a login: the master's PB port listens before its
+        schedulers are configured, and on a loaded machine the gap lasts seconds. Once true,
+        true for good (a restart is a new process)."""
+        if self.seen_ready:
+            return True
+        try:
+            self.seen_ready = threads_call(self.reactor, self._login, timeout_s)
+        except Exception:  # noqa: BLE001 (not ready: refused, timed out, not listening)
+            return False
+        return self.seen_ready
+
+    def _login(self, timeout_s):
+        from twisted.cred import credentials
+        from twisted.internet import defer
+        from twisted.spread import pb
+
+        factory = pb.PBClientFactory()
+        connector = self.reactor.connectTCP('127.0.0.1', self.port, factory, timeout=timeout_s)
+
+        @defer.inlineCallbacks
+        def call():
+            try:
+                yield factory.login(credentials.UsernamePassword(TRY_USER.encode(), self.password.encode()))
+                return True
+            finally:
+                connector.disconnect()
+
+        return call().addTimeout(timeout_s, self.reactor)
+
+
+def threads_call(reactor, function, *args):
+    from twisted.internet import threads
+
+    return threads.blockingCallFromThread(reactor, function, *args)
 
 
 # ------------------------------------------------------------------ the facade's own state
@@ -685,8 +722,8 @@ class Handler(BaseHTTPRequestHandler):
             posts = {'/v1/projects': facade.create_project, '/v1/runners': facade.register_runner, '/v1/jobs': facade.submit}
             if path == '/v1/health':
                 self.allow(method, 'GET')
-                if not facade.master.up():
-                    raise ApiError(503, 'unavailable', 'the buildbot master is not up yet')
+                if not facade.master.up() or not facade.submitter.ready():
+                    raise ApiError(503, 'unavailable', 'the buildbot master is not up yet (its try scheduler takes no login)')
                 return self.answer(200, {'status': 'ok'})
             if path == '/v1/ledger':
                 self.allow(method, 'GET')

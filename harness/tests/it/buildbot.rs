@@ -106,13 +106,19 @@ async fn a_buildbot_chaos_run_ends_with_a_verdict_naming_what_it_cannot_judge_an
     ];
     let (code, text) = super::fencelab_output(&args, BUILDBOT_WAIT_MAX).await;
     assert!(matches!(code, Some(1) | Some(2)), "a verdict, not {code:?}:\n{text}");
-    assert!(text.contains("heartbeat-resurrection   unknown  the system grants no lease"), "{text}");
+    // What the run could not judge is named: with no lease, the lease rules are unknown
+    // (their sentence is the literal histories' in checkers/tests/it/observed.rs).
     assert!(text.contains("single-owner             unknown"), "{text}");
+    assert!(text.contains("heartbeat-resurrection   unknown"), "{text}");
     assert!(text.contains("not run      conflicting-results: the system lacks `runner-log`"), "{text}");
     assert!(text.contains("not run      duplicate-results (replay)"), "{text}");
     let folder = std::fs::canonicalize(store.path().join("latest")).unwrap();
     let results: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(folder.join("results.json")).unwrap()).unwrap();
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("config.json")).unwrap()).unwrap();
+    let absent = config["system"]["absent"].to_string();
+    assert!(absent.contains("\"lease\"") && absent.contains("\"runner-log\""), "config.json names them: {absent}");
     let sources = results["sources"].to_string();
     assert!(!sources.contains("runner-logs"), "an observed system's history holds no runner logs: {sources}");
     none_left(store.path()).await;
