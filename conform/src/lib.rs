@@ -142,26 +142,22 @@ pub struct Prepared {
 /// contract's, so there is no contract to check it against.
 pub fn inapplicable(args: &Options) -> Result<Option<String>, StartError> {
     let file = system::SystemFile::of_choice(args.choice().system.as_deref())?;
-    let own_protocol = file.runner_link == system::RunnerLink::Tcp;
     let absent = file.provides.absent();
-    let lacking: Vec<&str> = [system::Feature::RunnerLog, system::Feature::Lease]
-        .into_iter()
-        .filter(|feature| absent.contains(feature))
-        .map(system::Feature::name)
-        .collect();
-    if !own_protocol && lacking.is_empty() {
+    let mut why: Vec<String> = Vec::new();
+    if file.runner_link == system::RunnerLink::Tcp {
+        why.push("its runners speak its own protocol (`runner_link = \"tcp\"`)".into());
+    }
+    for feature in [system::Feature::RunnerLog, system::Feature::Lease].into_iter().filter(|f| absent.contains(f)) {
+        why.push(format!("it lacks {}", feature.name()));
+    }
+    if why.is_empty() {
         return Ok(None);
     }
-    let protocol = if own_protocol { "its runners speak its own protocol (`runner_link = \"tcp\"`)" } else { "" };
-    let parts = if lacking.is_empty() {
-        String::new()
-    } else {
-        format!("{}it lacks {}", if own_protocol { " and " } else { "" }, lacking.join(" and "))
-    };
     Ok(Some(format!(
-        "{}: conform does not apply to an observed system: {protocol}{parts}; \
+        "{}: conform does not apply to an observed system: {}; \
          `fencelab run --system` attacks it and judges what its records hold",
-        file.path.display()
+        file.path.display(),
+        why.join(" and ")
     )))
 }
 

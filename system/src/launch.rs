@@ -643,12 +643,9 @@ impl Launch {
     }
 
     fn runner_values(&self, runner: &RunnerStart<'_>) -> [(&'static str, String); 9] {
-        let own = runner.control_urls.split(',').next().unwrap_or_default();
-        let authority = own.split_once("://").map_or(own, |(_, rest)| rest).trim_end_matches('/');
-        let (control_host, control_port) = authority.rsplit_once(':').unwrap_or((authority, ""));
         [
-            ("control_host", control_host.to_string()),
-            ("control_port", control_port.to_string()),
+            ("control_host", runner.control_addr.ip().to_string()),
+            ("control_port", runner.control_addr.port().to_string()),
             ("runner_id", runner.id.to_string()),
             ("runner_token", runner.token.to_string()),
             ("control_url", runner.control_urls.split(',').next().unwrap_or_default().to_string()),
@@ -665,6 +662,8 @@ impl Launch {
 pub struct RunnerStart<'a> {
     pub id: &'a str,
     pub token: &'a str,
+    /// Its own proxy to its own replica (`{control_host}`, `{control_port}`).
+    pub control_addr: SocketAddr,
     pub control_urls: &'a str,
     pub target_url: &'a str,
     pub log: &'a Path,

@@ -59,8 +59,8 @@ pub struct Cluster {
     pub clock: ClockControl,
     /// What the system is and what of the run it could not take.
     pub info: SystemInfo,
-    /// Per runner: the URL of its proxy to each replica, its own replica first.
-    control_links: Vec<Vec<String>>,
+    /// Per runner: the address of its proxy to each replica, its own replica first.
+    control_links: Vec<Vec<std::net::SocketAddr>>,
     target_links: Vec<String>,
     /// The throwaway PostgreSQL cluster of a `--db postgres` run, held so that it lives as
     /// long as the lab: dropping it (after the lab, declared earlier) stops and removes it.
@@ -209,11 +209,17 @@ impl Cluster {
     /// accepts a connection through the proxy to it).
     async fn check_links(&self) -> anyhow::Result<()> {
         let target_links = if self.system.target.is_some() { &self.target_links[..] } else { &[] };
-        for url in self.control_links.iter().flatten().filter_map(|url| url.strip_prefix("tcp://")) {
-            tcp_through(url).await.map_err(|error| anyhow::anyhow!("link tcp://{url} is not healthy: {error}"))?;
-        }
-        let http = self.control_links.iter().flatten().filter(|url| url.starts_with("http://"));
-        for url in http.chain(target_links) {
+        let links = self.control_links.iter().flatten();
+        let http = match self.system.launch.file.runner_link {
+            system::RunnerLink::Http => links.map(|addr| format!("http://{addr}")).collect(),
+            system::RunnerLink::Tcp => {
+                for addr in links {
+                    tcp_through(*addr).await.map_err(|error| anyhow::anyhow!("link {addr} is not healthy: {error}"))?;
+                }
+                vec![]
+            }
+        };
+        for url in http.iter().chain(target_links) {
             let client = protocol::client::Client::new(url, None, Duration::from_secs(5));
             client.health().await.map_err(|error| anyhow::anyhow!("link {url} is not healthy: {error}"))?;
         }
@@ -233,11 +239,7 @@ impl Cluster {
             }
             let upstream = self.system.runner_addr(replica).to_string();
             let control = self.proxy.create_proxy(&name, "127.0.0.1:0", &upstream).await?;
-            let scheme = match self.system.launch.file.runner_link {
-                system::RunnerLink::Http => "http",
-                system::RunnerLink::Tcp => "tcp",
-            };
-            links.push(format!("{scheme}://{}", control.listen_addr()?));
+            links.push(control.listen_addr()?);
         }
         // Its own replica first (runners spread over the replicas), then the others in turn.
         links.rotate_left(index % replicas);
@@ -269,10 +271,12 @@ impl Cluster {
     pub fn start_runner(&mut self, index: usize) -> anyhow::Result<()> {
         let slot = &self.runners[index];
         let log = self.system.runner_log(&slot.id);
-        let control_urls = self.control_links[index].join(",");
+        let links = &self.control_links[index];
+        let control_urls = links.iter().map(|addr| format!("http://{addr}")).collect::<Vec<_>>().join(",");
         let process = self.system.launch.start_runner(&system::launch::RunnerStart {
             id: &slot.id,
             token: &slot.token,
+            control_addr: links[0],
             control_urls: &control_urls,
             target_url: &self.target_links[index],
             log: &log,
@@ -394,7 +398,7 @@ const LINK_HELD_MS: u64 = 200;
 /// Opens a TCP connection to `addr` (a proxy) and holds it briefly: the proxy closes a
 /// connection it cannot carry to its upstream at once, so a connection still open after a
 /// moment reached the system.
-async fn tcp_through(addr: &str) -> anyhow::Result<()> {
+async fn tcp_through(addr: std::net::SocketAddr) -> anyhow::Result<()> {
     use tokio::io::AsyncReadExt;
     let mut stream = tokio::time::timeout(LINK_OPEN_MAX, tokio::net::TcpStream::connect(addr)).await??;
     let mut byte = [0_u8; 1];
