@@ -143,7 +143,7 @@ async fn two_shards_merged_give_the_same_table_as_the_whole_suite() {
 }
 
 /// The suite's JUnit file as junitparser (a real reader from PyPI, installed into `.ci/venv`
-/// by `.ci/run`) reads it: per case its classname, name, time, results and properties.
+/// by `scripts/setup`) reads it: per case its classname, name, time, results and properties.
 /// `None` when it is not installed (skipped; a failure under `FENCELAB_REQUIRE_ALL=1`).
 fn read_by_junitparser(path: &Path) -> Option<Vec<serde_json::Value>> {
     const READ: &str = r#"
@@ -164,7 +164,7 @@ print(json.dumps(cases))
     let ready = python.is_file()
         && std::process::Command::new(&python).args(["-c", "import junitparser"]).status().is_ok_and(|s| s.success());
     if !ready {
-        let why = format!("no junitparser at {} (run .ci/run)", python.display());
+        let why = format!("no junitparser at {} (run scripts/setup)", python.display());
         let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
         assert!(!require_all, "{why}, and FENCELAB_REQUIRE_ALL=1");
         eprintln!("SKIPPED the junitparser check: {why}");

@@ -6,7 +6,7 @@
 //! after) must pass, and the journal must show each probe's effect.
 //!
 //! The `chaos` program is `$FENCELAB_CHAOS_BIN`, by default
-//! `.ci/venv/bin/chaos` under the workspace root (`.ci/run` installs it). When
+//! `.ci/venv/bin/chaos` under the workspace root (`scripts/setup` installs it). When
 //! it is missing the test says it skipped, unless `FENCELAB_REQUIRE_ALL=1`,
 //! where it fails.
 
@@ -31,7 +31,7 @@ fn chaos_bin() -> Result<PathBuf, String> {
     if path.is_file() {
         Ok(path)
     } else {
-        Err(format!("no chaos program at {} (set FENCELAB_CHAOS_BIN or run .ci/run)", path.display()))
+        Err(format!("no chaos program at {} (set FENCELAB_CHAOS_BIN or run scripts/setup)", path.display()))
     }
 }
 
