@@ -1,0 +1,934 @@
+#!/usr/bin/env python3
+"""fencelab's control-plane role for the observed Airflow 3 system.
+
+Airflow runs unmodified (its scheduler, API server and DAG processor started from here as
+child processes, its edge workers started by runner.py) and makes every decision about a
+job. This program only:
+
+- makes the metadata database (a database of its own in the run's PostgreSQL cluster) and
+  Airflow's schema in it (`airflow db migrate`), once, and starts Airflow on it, with every
+  setting from airflow_env.py; the API server listens on --api-port, which every edge
+  worker reaches through its own fault proxy;
+- serves the operator half of fencelab's contract (docs/protocol.md) on --listen: a project,
+  runner registration (the answer carries what an edge worker signs its requests with),
+  job submission as a DAG run of `fencelab_deploy` through Airflow's own REST API
+  (`POST /api/v2/dags/fencelab_deploy/dagRuns`, the run id = the job id, the job in the
+  run's conf), and job views read from Airflow's database;
+- records Airflow's own records as a ledger (`GET /v1/ledger`): a thread reads the database
+  every 100 ms (the DAG runs, the task instance and its tries' history, the event log) and
+  the API server's own access log (which try reported its own end through the Execution
+  API), and appends each fact the first time it sees it to ledger.jsonl, so that a SIGKILL
+  and a restart keep every entry and its seq.
+
+It decides nothing and adds nothing Airflow lacks. Airflow has heartbeats but no lease with
+an end: a try stays its task's current try until the scheduler's sweep finds its last
+heartbeat older than the timeout, and a heartbeat accepted before that sweep extends it
+however late it came; no expiry instant is recorded anywhere. Claims therefore carry no
+lease_expires_ms. Airflow has no capability, reconciliation or operator reconcile: those
+endpoints answer 404 `not_provided`. An attempt is one task try (`<job>-t<try number>`); its
+fence is the try's generation, the first 64 bits of its UUIDv7 id (see dags/fencelab_deploy.py).
+"""
+
+import argparse
+import hmac
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import psycopg2
+import psycopg2.extensions
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import airflow_env  # noqa: E402
+from airflow_env import DAG_ID, TASK_ID, derive  # noqa: E402
+
+BIN = os.path.dirname(os.path.abspath(sys.executable))
+POLL_S = 0.1
+MAX_BODY = 65536
+U64_MAX = 2**64 - 1
+ID_RE = re.compile(r'^[A-Za-z0-9\-_.:]{1,128}$')
+# A failed try whose own report of its end the API server's log does not (yet) show is
+# recorded as Airflow's own decision only once it ended this long ago: the access log's line
+# is written when the request's answer is sent, a moment after the database's commit.
+OWN_REPORT_WAIT_MS = 1000
+COMPONENTS = ('api-server', 'scheduler', 'dag-processor')
+# The Execution API's own access-log line for a try's report of its end
+# (`PATCH /execution/task-instances/{id}/state`), and the answer it got.
+STATE_REPORT = re.compile(
+    r'method=PATCH path=/execution/task-instances/([0-9a-f-]{36})/state\b.*?status_code=(\d{3})'
+)
+
+
+def log(message):
+    stamp = time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime())
+    sys.stderr.write(f'control_plane: {stamp}Z {message}\n')
+    sys.stderr.flush()
+
+
+class ApiError(Exception):
+    def __init__(self, status, code, message):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def ms(instant):
+    """Airflow's timestamps (timezone-aware, microseconds) in whole milliseconds."""
+    return int(instant.timestamp() * 1000)
+
+
+def generation(ti_id):
+    """The try's fence, as the DAG's task computes it: the first 64 bits of its UUIDv7 id."""
+    return int(ti_id.replace('-', ''), 16) >> 64
+
+
+# ------------------------------------------------------------------ Airflow's records
+
+
+class Snapshot:
+    """One consistent read (REPEATABLE READ) of what Airflow recorded for the deploy DAG: its
+    runs, each run's task instance and the history of its earlier tries, and the event log's
+    heartbeat timeouts."""
+
+    def __init__(self, dsn):
+        self.jobs = []  # in submission (DAG run id) order
+        self.by_job = {}
+        conn = psycopg2.connect(dsn, connect_timeout=5)
+        try:
+            conn.set_session(isolation_level=psycopg2.extensions.ISOLATION_LEVEL_REPEATABLE_READ, readonly=True)
+            with conn.cursor() as cur:
+                cur.execute('SELECT id, run_id, conf, queued_at, state FROM dag_run WHERE dag_id = %s ORDER BY id', (DAG_ID,))
+                runs = cur.fetchall()
+                cur.execute(
+                    'SELECT id::text, run_id, try_number, state, hostname, start_date, end_date FROM task_instance '
+                    'WHERE dag_id = %s AND task_id = %s', (DAG_ID, TASK_ID))
+                current = cur.fetchall()
+                cur.execute(
+                    'SELECT task_instance_id::text, run_id, try_number, state, hostname, start_date, end_date '
+                    'FROM task_instance_history WHERE dag_id = %s AND task_id = %s', (DAG_ID, TASK_ID))
+                history = cur.fetchall()
+                cur.execute(
+                    "SELECT run_id, try_number, min(dttm) FROM log WHERE dag_id = %s AND event = 'heartbeat timeout' "
+                    'GROUP BY run_id, try_number', (DAG_ID,))
+                timeouts = cur.fetchall()
+            conn.rollback()
+        finally:
+            conn.close()
+        for _, run_id, conf, queued_at, state in runs:
+            if not isinstance(conf, dict) or conf.get('job') != run_id or queued_at is None:
+                continue  # not a run this recorder submitted
+            job = {'job': run_id, 'project': conf['project'], 'deployment_key': conf['deployment_key'],
+                   'steps': conf['steps'], 'step_ms': conf['step_ms'], 'submitted_at': queued_at, 'state': state,
+                   'tries': {}, 'current': None}
+            self.jobs.append(job)
+            self.by_job[run_id] = job
+        for ti_id, run_id, try_number, state, hostname, start, end in history:
+            job = self.by_job.get(run_id)
+            if job is not None and start is not None and hostname:
+                job['tries'][try_number] = try_of(ti_id, try_number, state, hostname, start, end, past=True)
+        for ti_id, run_id, try_number, state, hostname, start, end in current:
+            job = self.by_job.get(run_id)
+            if job is None:
+                continue
+            job['current'] = {'id': ti_id, 'try_number': try_number, 'state': state}
+            # The live row holds its try's own fields only while that try runs or once it
+            # ended for good: a try sent back for retry is already in the history, and the
+            # live row then carries the next try's id beside the last try's times and host.
+            if state in ('running', 'success', 'failed') and start is not None and hostname and try_number not in job['tries']:
+                job['tries'][try_number] = try_of(ti_id, try_number, state, hostname, start, end, past=False)
+        for run_id, try_number, at in timeouts:
+            job = self.by_job.get(run_id)
+            if job is not None and try_number in job['tries']:
+                job['tries'][try_number]['timed_out_at'] = at
+
+
+def try_of(ti_id, try_number, state, hostname, start, end, past):
+    return {'id': ti_id, 'try_number': try_number, 'state': state, 'runner': hostname, 'start': start,
+            'end': end if state in ('success', 'failed', 'up_for_retry', 'upstream_failed', 'skipped', 'removed') or past else None,
+            'past': past, 'timed_out_at': None}
+
+
+def attempt_id(job, tried):
+    return f"{job['job']}-t{tried['try_number']}"
+
+
+def spec_of(job):
+    return {'steps': job['steps'], 'step_ms': job['step_ms']}
+
+
+def sorted_tries(job):
+    return [job['tries'][n] for n in sorted(job['tries'])]
+
+
+def requeued(job, tried):
+    """Whether Airflow went on to another try of the task after this one."""
+    current = job['current']
+    return current is not None and (current['try_number'] > tried['try_number'] or current['state'] in ('up_for_retry', 'scheduled', 'queued'))
+
+
+def job_state(job, ledger):
+    """The job's state as Airflow's records say it, as far as the ledger holds them: a try
+    whose end the ledger has not recorded yet is still running."""
+    tries = sorted_tries(job)
+    if tries:
+        close = ledger.close_of(attempt_id(job, tries[-1]))
+        if close is None:
+            return 'running'
+        if close['kind'] == 'result':
+            return close['outcome']  # the try's own end: the DAG run's end follows from it
+        if close['recorded_as'] == 'failed':
+            return 'failed'
+        return 'queued'  # sent back for another try
+    if job['state'] == 'failed':
+        return 'failed'  # ended by Airflow before any try ran
+    return 'queued'
+
+
+# ------------------------------------------------------------------ the API server's own log
+
+
+class ReportLog:
+    """Which tries reported their own end: the Execution API's access-log lines for `PATCH
+    /execution/task-instances/{id}/state`, read from the API server's log file as it grows
+    (from its start after a restart: the file is appended to)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.offset = 0
+        self.pending = b''
+        self.accepted = set()  # try ids whose own end report the API server answered 2xx
+        self.refused = {}  # try id -> the statuses of its refused end reports
+
+    def read(self):
+        try:
+            with open(self.path, 'rb') as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        self.offset += len(data)
+        lines = (self.pending + data).split(b'\n')
+        self.pending = lines.pop()
+        for line in lines:
+            match = STATE_REPORT.search(line.decode('utf-8', 'replace'))
+            if match is None:
+                continue
+            ti_id, status = match.group(1), int(match.group(2))
+            if 200 <= status < 300:
+                self.accepted.add(ti_id)
+            else:
+                self.refused.setdefault(ti_id, []).append(status)
+
+
+# ------------------------------------------------------------------ the ledger
+
+
+class Ledger:
+    """The append-only record of Airflow's facts, in ledger.jsonl (one entry a line)."""
+
+    def __init__(self, path, dsn, reports):
+        self.path, self.dsn, self.reports = path, dsn, reports
+        self.entries = []
+        self.seen = set()
+        self.closes = {}  # attempt -> its result or expire entry
+        self.lock = threading.Lock()
+        self.load()
+        self.file = open(path, 'a', encoding='utf-8')
+
+    def load(self):
+        if not os.path.exists(self.path):
+            return
+        with open(self.path, 'rb') as f:
+            data = f.read()
+        good = 0
+        for line in data.split(b'\n'):
+            if not line.endswith(b'}'):
+                break  # a line a kill cut short: dropped, it was never served
+            entry = json.loads(line)
+            self.remember(entry)
+            good += len(line) + 1
+        if good != len(data):
+            with open(self.path, 'r+b') as f:
+                f.truncate(good)
+
+    def remember(self, entry):
+        self.entries.append(entry)
+        self.seen.add(self.fact_key(entry))
+        if entry['kind'] in ('result', 'expire'):
+            self.closes[entry['attempt']] = entry
+
+    @staticmethod
+    def fact_key(entry):
+        if entry['kind'] == 'submit':
+            return ('submit', entry['job'])
+        if entry['kind'] == 'claim':
+            return ('claim', entry['attempt'])
+        return ('close', entry['attempt'])
+
+    def poll(self):
+        """Reads Airflow's records once and appends every fact not yet recorded; returns the
+        snapshot read, every fact of which is then in the ledger."""
+        with self.lock:
+            self.reports.read()
+            snapshot = Snapshot(self.dsn)
+            now_ms = int(time.time() * 1000)
+            mono = time.monotonic_ns()
+            facts = []
+            for job in snapshot.jobs:
+                base = {'project': job['project'], 'job': job['job']}
+                if ('submit', job['job']) not in self.seen:
+                    at = ms(job['submitted_at'])
+                    facts.append(((at, 0, 0), ('submit', job['job']),
+                                  {'kind': 'submit', **base, 'deployment_key': job['deployment_key'], 'received_ms': at}))
+                for tried in sorted_tries(job):
+                    attempt = attempt_id(job, tried)
+                    claim = {**base, 'attempt': attempt, 'runner': tried['runner'], 'fence': generation(tried['id']),
+                             'deployment_key': job['deployment_key']}
+                    if ('claim', attempt) not in self.seen:
+                        at = ms(tried['start'])
+                        facts.append(((at, 1, tried['try_number']), ('claim', attempt),
+                                      {'kind': 'claim', **claim, 'decision': 'accepted', 'received_ms': at}))
+                    if tried['end'] is not None and ('close', attempt) not in self.seen:
+                        entry = self.close_entry(job, tried, claim, now_ms)
+                        if entry is not None:
+                            facts.append(((entry['received_ms'], 2, tried['try_number']), ('close', attempt), entry))
+            if not facts:
+                return snapshot
+            facts.sort(key=lambda fact: fact[0])
+            lines = []
+            for _, key, entry in facts:
+                entry = {'seq': len(self.entries) + 1, **entry, 'mono_ns': mono}
+                self.remember(entry)
+                lines.append(json.dumps(entry, separators=(',', ':')) + '\n')
+            self.file.write(''.join(lines))
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            return snapshot
+
+    def close_entry(self, job, tried, claim, now_ms):
+        """How an ended try is recorded: its own result, or Airflow's decision to end it.
+
+        A try whose end its own supervisor reported (the Execution API answered its `PATCH
+        .../state` 2xx) ended with a result: `succeeded` or `failed` as the task said. A try
+        that ended otherwise was ended by Airflow — the scheduler found its heartbeats stopped
+        (the event log's `heartbeat timeout`), or an executor or a restarted scheduler gave it
+        up — and is an `expire`: `requeued` when Airflow went on to another try of the task,
+        `failed` when it ended the task there. None while the answer to the try's own report
+        may not be in the access log yet."""
+        at = ms(tried['end'])
+        own = tried['id'] in self.reports.accepted
+        if tried['state'] == 'success' or (own and tried['timed_out_at'] is None):
+            outcome = 'succeeded' if tried['state'] == 'success' else 'failed'
+            return {'kind': 'result', **claim, 'decision': 'accepted', 'outcome': outcome, 'received_ms': at}
+        if not own and tried['timed_out_at'] is None and now_ms - at < OWN_REPORT_WAIT_MS:
+            return None
+        # The try's end_date: when Airflow ended it (for a heartbeat timeout, when the DAG
+        # processor ran the scheduler's callback, after the event log's `heartbeat timeout`).
+        recorded = 'requeued' if requeued(job, tried) else 'failed'
+        return {'kind': 'expire', **claim, 'recorded_as': recorded, 'received_ms': at}
+
+    def page(self, after, limit):
+        with self.lock:
+            if after >= len(self.entries):
+                return []
+            return self.entries[after:after + limit]
+
+    def of_job(self, job):
+        with self.lock:
+            return [entry for entry in self.entries if entry['job'] == job]
+
+    def has_submit(self, job):
+        with self.lock:
+            return ('submit', job) in self.seen
+
+    def close_of(self, attempt):
+        with self.lock:
+            return self.closes.get(attempt)
+
+
+def job_view(job, full, ledger):
+    state = job_state(job, ledger)
+    view = {'id': job['job'], 'project': job['project'], 'deployment_key': job['deployment_key'], 'spec': spec_of(job), 'state': state}
+    tries = sorted_tries(job)
+    if tries:
+        view['current_attempt'] = attempt_id(job, tries[-1])
+    if state in ('succeeded', 'failed'):
+        view['outcome'] = state
+    view['attempts'] = []
+    view['ledger'] = []
+    if full:
+        entries = ledger.of_job(job['job'])
+        closes = {entry['attempt']: entry for entry in entries if entry['kind'] in ('result', 'expire')}
+        for tried in tries:
+            attempt = attempt_id(job, tried)
+            view_of = {
+                'id': attempt, 'job': job['job'], 'runner': tried['runner'], 'fence': generation(tried['id']),
+                'state': 'running', 'current': tried is tries[-1], 'claimed_ms': ms(tried['start']),
+            }
+            # Airflow grants no lease with an end: lease_expires_ms is left out.
+            close = closes.get(attempt)
+            if close is not None:
+                if close['kind'] == 'result':
+                    view_of['state'], view_of['closed_by'] = close['outcome'], 'result'
+                else:
+                    view_of['state'] = 'failed'
+                    view_of['closed_by'] = 'expired-requeued' if close['recorded_as'] == 'requeued' else 'result'
+            view['attempts'].append(view_of)
+        view['ledger'] = entries
+    return view
+
+
+# ------------------------------------------------------------------ Airflow's processes
+
+
+class Airflow:
+    def __init__(self, options):
+        self.options = options
+        self.home = os.path.join(options.data_dir, 'airflow')
+        server = urllib.parse.urlsplit(options.database_url)
+        self.server_dsn = options.database_url.replace('postgres://', 'postgresql://', 1)
+        self.database = options.schema
+        self.dsn = urllib.parse.urlunsplit(('postgresql', server.netloc, f'/{self.database}', '', ''))
+        self.env = dict(os.environ)
+        self.env.update(airflow_env.control_plane(
+            options.secret, options.lease_ms, self.home,
+            self.dsn.replace('postgresql://', 'postgresql+psycopg2://', 1), options.api_port))
+        self.processes = {}
+        self.stopping = False
+        self.log_path = os.path.join(options.data_dir, 'api-server.log')
+
+    def prepare(self):
+        """The metadata database and Airflow's schema in it, made once (a marker says so)."""
+        os.makedirs(self.home, exist_ok=True)
+        marker = os.path.join(self.options.data_dir, '.fencelab-migrated')
+        if os.path.exists(marker):
+            return
+        conn = psycopg2.connect(self.server_dsn, connect_timeout=10)
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                cur.execute('SELECT 1 FROM pg_database WHERE datname = %s', (self.database,))
+                if cur.fetchone() is None:
+                    cur.execute(f'CREATE DATABASE "{self.database}"')
+        finally:
+            conn.close()
+        subprocess.run([os.path.join(BIN, 'airflow'), 'db', 'migrate'], env=self.env, cwd=self.options.data_dir,
+                       check=True, stdout=sys.stderr, stderr=sys.stderr, preexec_fn=die_with_parent)
+        open(marker, 'w').close()
+
+    def start(self):
+        for name in COMPONENTS:
+            out = open(self.log_path, 'ab') if name == 'api-server' else sys.stderr
+            self.processes[name] = subprocess.Popen(
+                [os.path.join(BIN, 'airflow'), name], env=self.env, cwd=self.options.data_dir,
+                stdout=out, stderr=out, preexec_fn=die_with_parent,
+            )
+            threading.Thread(target=self.watch, args=(name,), daemon=True).start()
+
+    def watch(self, name):
+        code = self.processes[name].wait()
+        if not self.stopping:
+            log(f'airflow {name} exited ({code})')
+            self.stop()
+            os._exit(3)
+
+    def health(self):
+        """Why Airflow cannot take a job yet, or None: the API server answers, its metadata
+        database is healthy by Airflow's own health check, and the deploy DAG is parsed and
+        unpaused. The scheduler is not waited for: a DAG run submitted before it is up waits
+        in the queue, as Airflow's own API allows."""
+        try:
+            with urllib.request.urlopen(f'http://127.0.0.1:{self.options.api_port}/api/v2/monitor/health', timeout=2) as answer:
+                health = json.load(answer)
+        except (OSError, ValueError) as error:
+            return f'the API server does not answer ({error})'
+        if (health.get('metadatabase') or {}).get('status') != 'healthy':
+            return 'Airflow says its metadata database is not healthy'
+        try:
+            conn = psycopg2.connect(self.dsn, connect_timeout=2)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute('SELECT d.is_paused FROM dag d JOIN serialized_dag s ON s.dag_id = d.dag_id WHERE d.dag_id = %s', (DAG_ID,))
+                    row = cur.fetchone()
+            finally:
+                conn.close()
+        except psycopg2.Error as error:
+            return f'the metadata database does not answer ({error})'
+        if row is None:
+            return f'the DAG {DAG_ID} is not parsed yet'
+        if row[0]:
+            return f'the DAG {DAG_ID} is paused'
+        return None
+
+    def query(self, sql, args):
+        conn = psycopg2.connect(self.dsn, connect_timeout=5)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, args)
+                return cur.fetchone()
+        finally:
+            conn.close()
+
+    def runs(self):
+        return self.query('SELECT count(*) FROM dag_run WHERE dag_id = %s', (DAG_ID,))[0]
+
+    def has_run(self, job):
+        return self.query('SELECT 1 FROM dag_run WHERE dag_id = %s AND run_id = %s', (DAG_ID, job)) is not None
+
+    def stop(self):
+        self.stopping = True
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        deadline = time.monotonic() + 1.5
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def die_with_parent():
+    try:
+        import ctypes
+
+        ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def write_atomically(path, text):
+    with open(path + '.tmp', 'w', encoding='utf-8') as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + '.tmp', path)
+
+
+# ------------------------------------------------------------------ submission: Airflow's REST API
+
+
+class Submitter:
+    """Airflow's public REST API: `POST /api/v2/dags/fencelab_deploy/dagRuns`. Its answer
+    comes once the DAG run is in the database, which is what makes it the submission. The
+    token is the simple auth manager's (`GET /auth/token`, every user an admin)."""
+
+    def __init__(self, port):
+        self.base = f'http://127.0.0.1:{port}'
+        self.token = None
+
+    def call(self, method, path, body=None, timeout_s=10):
+        if self.token is None:
+            with urllib.request.urlopen(f'{self.base}/auth/token', timeout=timeout_s) as answer:
+                self.token = json.load(answer)['access_token']
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f'{self.base}{path}', data=data, method=method)
+        request.add_header('Authorization', f'Bearer {self.token}')
+        request.add_header('Content-Type', 'application/json')
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+                return answer.status, json.load(answer)
+        except urllib.error.HTTPError as error:
+            if error.code == 401:
+                self.token = None
+            return error.code, error.read().decode('utf-8', 'replace')
+
+    def submit(self, conf):
+        body = {'dag_run_id': conf['job'], 'logical_date': None, 'conf': conf}
+        return self.call('POST', f'/api/v2/dags/{DAG_ID}/dagRuns', body)
+
+
+# ------------------------------------------------------------------ the facade's own state
+
+
+class Facade:
+    def __init__(self, options, airflow, ledger, submitter):
+        self.options, self.airflow, self.ledger, self.submitter = options, airflow, ledger, submitter
+        self.state_path = os.path.join(options.data_dir, 'facade.json')
+        self.state = {'project': None, 'runners': {}}
+        if os.path.exists(self.state_path):
+            with open(self.state_path, encoding='utf-8') as f:
+                self.state = json.load(f)
+        self.lock = threading.Lock()
+        self.submit_lock = threading.Lock()
+        self.ready = False
+
+    def save(self):
+        write_atomically(self.state_path, json.dumps(self.state))
+
+    def runner_token(self):
+        """What an edge worker signs its requests to the API server with: the deployment's JWT
+        secret, one for every worker (Airflow knows no per-worker credential)."""
+        return airflow_env.jwt_secret(self.options.secret)
+
+    def registration_token(self, project):
+        return derive(self.options.secret, f'registration:{project}')
+
+    def who(self, headers):
+        value = (headers.get('Authorization') or '').strip()
+        if not value.startswith('Bearer ') or len(value) == len('Bearer '):
+            raise ApiError(401, 'unauthorized', 'a bearer token is required')
+        token = value[len('Bearer '):]
+        if token == self.options.operator_token:
+            return ('operator', None)
+        project = self.state['project']
+        if project and hmac.compare_digest(token, self.registration_token(project)):
+            return ('registration', project)
+        if self.state['runners'] and hmac.compare_digest(token, self.runner_token()):
+            return ('runner', None)
+        raise ApiError(401, 'unauthorized', 'the bearer token is not known')
+
+    def health(self):
+        if not self.ready:
+            why = self.airflow.health()
+            if why is not None:
+                raise ApiError(503, 'unavailable', f'Airflow is not up yet: {why}')
+            self.ready = True  # once up, up for good: a restart is a new process
+        return 200, {'status': 'ok'}
+
+    def create_project(self, who, body):
+        fields(body, {'id': str}, {})
+        if who[0] != 'operator':
+            raise ApiError(403, 'forbidden', 'creating a project needs the operator token')
+        check_id(body['id'], 'id')
+        with self.lock:
+            if self.state['project'] is not None:
+                raise ApiError(409, 'exists', f"a project exists ({self.state['project']}); the deploy DAG serves one")
+            self.state['project'] = body['id']
+            self.save()
+        return 201, {'id': body['id'], 'registration_token': self.registration_token(body['id'])}
+
+    def register_runner(self, who, body):
+        fields(body, {'id': str}, {'project': str})
+        check_id(body['id'], 'id')
+        project = body.get('project')
+        if who[0] == 'operator':
+            if project is None:
+                raise ApiError(400, 'missing_field', 'the operator names the project')
+        elif who[0] == 'registration':
+            if project is not None and project != who[1]:
+                raise ApiError(403, 'forbidden', 'the registration token is for another project')
+            project = who[1]
+        else:
+            raise ApiError(403, 'forbidden', 'registering a runner needs the operator or a registration token')
+        with self.lock:
+            if project != self.state['project']:
+                raise ApiError(404, 'unknown_project', f'no project {project}')
+            names = {f'r{k}' for k in range(1, self.options.runners + 1)}
+            if body['id'] not in names:
+                raise ApiError(404, 'unknown_runner', f"the deployment has edge workers r1..r{self.options.runners} only, not {body['id']}")
+            if body['id'] in self.state['runners']:
+                raise ApiError(409, 'exists', f"runner {body['id']} is registered")
+            self.state['runners'][body['id']] = project
+            self.save()
+        return 201, {'id': body['id'], 'project': project, 'token': self.runner_token()}
+
+    def submit(self, who, body):
+        fields(body, {'project': str, 'deployment_key': str, 'spec': dict}, {'id': str})
+        fields(body['spec'], {'steps': int, 'step_ms': int}, {})
+        for name in ('steps', 'step_ms'):
+            if body['spec'][name] < 0:
+                raise ApiError(400, 'invalid_body', f'spec.{name} must be an unsigned integer')
+        if who[0] != 'operator':
+            raise ApiError(403, 'forbidden', 'submitting needs the operator token')
+        check_id(body['project'], 'project')
+        check_id(body['deployment_key'], 'deployment_key')
+        if body.get('id') is not None:
+            check_id(body['id'], 'id')
+        steps, step_ms = body['spec']['steps'], body['spec']['step_ms']
+        if not 1 <= steps <= 1000 or step_ms > 600000:
+            raise ApiError(400, 'invalid_field', 'spec.steps must be 1..=1000 and spec.step_ms 0..=600000')
+        if body['project'] != self.state['project']:
+            raise ApiError(404, 'unknown_project', f"no project {body['project']}")
+        job = body.get('id')
+        if job is None:
+            with self.submit_lock:  # a fresh id: the next j<n> Airflow has no run of
+                n = self.airflow.runs() + 1
+                while self.airflow.has_run(f'j{n}'):
+                    n += 1
+                job = f'j{n}'
+        conf = {'job': job, 'project': body['project'], 'deployment_key': body['deployment_key'], 'steps': steps, 'step_ms': step_ms}
+        try:
+            status, answer = self.submitter.submit(conf)
+        except OSError as error:
+            status, answer = None, repr(error)
+        if status == 409:  # Airflow's own answer for a run id it has
+            raise ApiError(409, 'exists', f'job {job} exists')
+        if status != 200:
+            # The call may have reached Airflow; its database says whether it did.
+            if not self.airflow.has_run(job):
+                if status is None or status >= 500:
+                    raise ApiError(503, 'outcome_unknown', f'Airflow did not take the DAG run ({status}: {answer})')
+                raise ApiError(500, 'internal', f'Airflow refused the DAG run ({status}: {answer})')
+        for _ in range(100):  # the DAG run is in the database once the API answered
+            if self.ledger.has_submit(job):
+                break
+            self.ledger.poll()
+            if self.ledger.has_submit(job):
+                break
+            time.sleep(0.05)
+        return 201, {'id': job}
+
+    # A job is shown as of a snapshot the ledger already holds every fact of (the recorder
+    # polls it first): a view never shows what the ledger has not recorded.
+    def jobs(self, who):
+        self.operator(who, 'reading jobs')
+        snapshot = self.ledger.poll()
+        return 200, [job_view(job, False, self.ledger) for job in snapshot.jobs]
+
+    def job(self, who, job_id):
+        self.operator(who, 'reading a job')
+        job = self.ledger.poll().by_job.get(job_id)
+        if job is None:
+            raise ApiError(404, 'unknown_job', f'no job {job_id}')
+        return 200, job_view(job, True, self.ledger)
+
+    def ledger_page(self, who, after, limit):
+        self.operator(who, 'reading the ledger')
+        return 200, self.ledger.page(after, limit)
+
+    @staticmethod
+    def operator(who, what):
+        if who[0] != 'operator':
+            raise ApiError(403, 'forbidden', f'{what} needs the operator token')
+
+
+def check_id(value, name):
+    if not ID_RE.match(value) or not value.isascii():
+        raise ApiError(400, 'invalid_field', f'{name} is not an id (1 to 128 of [A-Za-z0-9-_.:])')
+
+
+def fields(body, required, optional):
+    """The shape check: an object of exactly these fields, each of its type (null = absent for
+    an optional one); ints are JSON integers, never booleans or fractions."""
+    if not isinstance(body, dict):
+        raise ApiError(400, 'invalid_body', 'an object was expected')
+    for name in body:
+        if name not in required and name not in optional:
+            raise ApiError(400, 'invalid_body', f'unknown field {name}')
+    for name, kind in list(required.items()) + list(optional.items()):
+        if name not in body or (name in optional and body[name] is None):
+            if name in required:
+                raise ApiError(400, 'invalid_body', f'missing field {name}')
+            body.pop(name, None)
+            continue
+        value = body[name]
+        if kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value <= U64_MAX
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            raise ApiError(400, 'invalid_body', f'{name} has the wrong type')
+
+
+class Duplicate(ValueError):
+    pass
+
+
+def no_duplicates(pairs):
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise Duplicate(key)
+        seen[key] = value
+    return seen
+
+
+def no_constant(name):
+    raise ValueError(f'{name} is not JSON')
+
+
+def parse_body(raw):
+    try:
+        text = raw.decode('utf-8')
+        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
+    except Duplicate as error:
+        raise ApiError(400, 'invalid_body', f'duplicate field {error}') from error
+    except ValueError as error:
+        raise ApiError(400, 'malformed_json', f'the body is not JSON ({error})') from error
+
+
+def parse_query(query):
+    values = {}
+    for part in query.split('&') if query else []:
+        name, _, value = part.partition('=')
+        if name not in ('after', 'limit') or name in values or not value.isdigit() or not value.isascii() or int(value) > U64_MAX:
+            raise ApiError(400, 'invalid_query', 'after and limit are decimal integers, each at most once')
+        values[name] = int(value)
+    return values.get('after', 0), min(max(values.get('limit', 1000), 1), 10000)
+
+
+NOT_PROVIDED = {
+    '/v1/claim': "Airflow has no claim: its edge workers fetch the tries the scheduler queued through Airflow's own edge API",
+    '/v1/heartbeat': "Airflow's tries heartbeat through its own Execution API, and it grants no lease with an end",
+    '/v1/result': "Airflow records a try's end from its own supervisor's Execution API report",
+    '/v1/capability': 'Airflow has no capability',
+    '/v1/reconcile': 'Airflow has no reconciliation of uncertain tries',
+}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    facade: Facade = None
+
+    def log_message(self, format, *args):  # noqa: A002 (the base class's name)
+        pass
+
+    def answer(self, status, body, extra_headers=()):
+        data = json.dumps(body, separators=(',', ':')).encode()
+        self.send_response(status)
+        self.send_header('Content-Type', 'application/json')
+        self.send_header('Content-Length', str(len(data)))
+        for name, value in extra_headers:
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != 'HEAD':
+            self.wfile.write(data)
+
+    def fail(self, error, extra_headers=()):
+        self.answer(error.status, {'error': error.message, 'code': error.code, 'status': error.status}, extra_headers)
+
+    def do_GET(self):
+        self.route('GET')
+
+    def do_HEAD(self):
+        self.route('GET')
+
+    def do_POST(self):
+        self.route('POST')
+
+    def do_PUT(self):
+        self.route('PUT')
+
+    def do_DELETE(self):
+        self.route('DELETE')
+
+    def do_PATCH(self):
+        self.route('PATCH')
+
+    def read_body(self):
+        length = self.headers.get('Content-Length')
+        if length is None or not length.isdigit():
+            return b''
+        if int(length) > MAX_BODY:
+            self.close_connection = True
+            raise ApiError(413, 'body_too_large', 'the body is over 65536 bytes')
+        return self.rfile.read(int(length))
+
+    def json_body(self):
+        kind = (self.headers.get('Content-Type') or '').split(';')[0].strip().lower()
+        raw = self.read_body()
+        if kind != 'application/json':
+            raise ApiError(415, 'unsupported_media_type', 'the body must be application/json')
+        return parse_body(raw)
+
+    def route(self, method):
+        facade = self.facade
+        target = urllib.parse.urlsplit(self.path)
+        path = target.path
+        try:
+            if path in NOT_PROVIDED:
+                self.read_body()
+                raise ApiError(404, 'not_provided', NOT_PROVIDED[path])
+            posts = {'/v1/projects': facade.create_project, '/v1/runners': facade.register_runner, '/v1/jobs': facade.submit}
+            if path == '/v1/health':
+                self.allow(method, 'GET')
+                return self.answer(*facade.health())
+            if path == '/v1/ledger':
+                self.allow(method, 'GET')
+                after, limit = parse_query(target.query)
+                return self.answer(*facade.ledger_page(facade.who(self.headers), after, limit))
+            if path == '/v1/jobs' and method == 'GET':
+                return self.answer(*facade.jobs(facade.who(self.headers)))
+            if path.startswith('/v1/jobs/') and path.count('/') == 3 and len(path) > len('/v1/jobs/'):
+                self.allow(method, 'GET')
+                try:
+                    job = urllib.parse.unquote(path[len('/v1/jobs/'):], errors='strict')
+                except UnicodeDecodeError as error:
+                    raise ApiError(400, 'invalid_path', 'the job id does not decode to UTF-8') from error
+                return self.answer(*facade.job(facade.who(self.headers), job))
+            if path in posts:
+                self.allow(method, 'POST', also_get=path == '/v1/jobs')
+                who = facade.who(self.headers)
+                return self.answer(*posts[path](who, self.json_body()))
+            raise ApiError(404, 'no_route', f'no endpoint {path}')
+        except ApiError as error:
+            allow = [('Allow', error.allow)] if getattr(error, 'allow', None) else []
+            self.fail(error, allow)
+        except Exception as error:  # noqa: BLE001 (any failure is answered, never a dropped connection)
+            log(f'{method} {path}: {error!r}')
+            self.fail(ApiError(500, 'internal', f'the facade failed ({error})'))
+
+    def allow(self, method, wanted, also_get=False):
+        if method != wanted:
+            error = ApiError(405, 'method_not_allowed', f'{method} is not allowed here')
+            error.allow = 'GET, HEAD, POST' if also_get else ('GET, HEAD' if wanted == 'GET' else wanted)
+            self.read_body()
+            raise error
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # The harness keeps up to 64 submissions in flight, and Airflow answers each in tens to
+    # hundreds of milliseconds: socketserver's backlog of 5 would refuse connections.
+    request_queue_size = 256
+
+
+def recorder(ledger):
+    while True:
+        try:
+            ledger.poll()
+        except Exception as error:  # noqa: BLE001 (a busy or half-made database: the next poll tries again)
+            log(f'recording: {error!r}')
+        time.sleep(POLL_S)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--data-dir', required=True)
+    parser.add_argument('--listen', required=True)
+    parser.add_argument('--api-port', required=True, type=int, help="the API server's port, which the edge workers reach through their proxies")
+    parser.add_argument('--runners', required=True, type=int)
+    parser.add_argument('--operator-token', required=True)
+    parser.add_argument('--secret', required=True)
+    parser.add_argument('--lease-ms', required=True, type=int)
+    parser.add_argument('--database-url', required=True, help="the run's PostgreSQL server (libpq URL)")
+    parser.add_argument('--schema', required=True, help='the name of the metadata database made in it')
+    options = parser.parse_args()
+    if not options.operator_token or not options.secret or options.runners < 1:
+        parser.error('--operator-token and --secret must not be empty, and --runners at least 1')
+    if not re.match(r'^[a-z_][a-z0-9_]{0,62}$', options.schema):
+        parser.error('--schema must be 1 to 63 of [a-z0-9_], not starting with a digit')
+    host, _, port = options.listen.rpartition(':')
+    options.data_dir = os.path.abspath(options.data_dir)
+    os.makedirs(options.data_dir, exist_ok=True)
+
+    airflow = Airflow(options)
+
+    def stop(signum, frame):
+        log(f'stopping on signal {signum}')
+        airflow.stop()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    airflow.prepare()
+    ledger = Ledger(os.path.join(options.data_dir, 'ledger.jsonl'), airflow.dsn, ReportLog(airflow.log_path))
+    server = Server((host, int(port)), Handler)
+    airflow.start()
+    Handler.facade = Facade(options, airflow, ledger, Submitter(options.api_port))
+    threading.Thread(target=recorder, args=(ledger,), daemon=True).start()
+    log(f'serving on {options.listen}; Airflow in {airflow.home}, its API server on 127.0.0.1:{options.api_port}')
+    server.serve_forever()
+
+
+if __name__ == '__main__':
+    main()
