@@ -1,10 +1,24 @@
 //! `lost-work`: what was acknowledged must survive to the end, across control-plane
-//! restarts, and every job must end settled or explicitly uncertain.
+//! restarts, and every job must end settled or explicitly uncertain; and a job the system
+//! itself left with no way to settle is a finding, not missing evidence.
 //!
 //! From the client, the runners and the final state: an acknowledged submit (client `ok`)
 //! whose job has no `final` event; an acknowledged result (a runner's answer `accepted`)
 //! whose job's `final` outcome is another; a job whose `final` state is `running` or
 //! `queued` (neither terminal nor explicitly uncertain after recovery).
+//!
+//! A run whose recovery did not settle every job does not judge a job left unsettled as
+//! lost: a backlog still moving at the recovery limit is not a fault. But a job whose final
+//! state has no attempt that could still move it is **wedged** (`job-wedged`), complete run
+//! or not, proven from the ledger and the final state alone: a `running` job whose current
+//! attempt the ledger ended — expired (uncertain or requeued), closed by its result or a
+//! reconcile — and not revived by an accepted heartbeat since; or an `uncertain` job whose
+//! current attempt the ledger closed. Nothing the contract has can settle it: only an
+//! uncertain attempt of an uncertain job is reconciled, only a queued job is claimed, and
+//! the closed attempt reports nothing more. Its deployment key stays held, so the jobs
+//! queued behind it on that key are named with it. An attempt the ledger leaves open may
+//! still be working — without leases (an observed system) nothing in the ledger says it is
+//! not — so its job stays unjudged.
 
 use crate::driver::{Check, Findings, Found};
 use crate::model::{FxMap, Index, Observed, Op, Source};
@@ -26,11 +40,25 @@ struct JobEnd {
     acked: Vec<(u64, Option<u32>, u32)>,
     /// The last `final` event: event and state.
     last: Option<(u64, Option<u32>)>,
+    /// The current attempt and deployment key the last `final` event names.
+    current: Option<u32>,
+    key: Option<u32>,
+}
+
+/// How the ledger ended an attempt, last: the entry, and whether it closed it for good
+/// (a result or a reconcile) or expired it (which an accepted heartbeat may undo).
+#[derive(Clone, Copy)]
+struct Ended {
+    at: u64,
+    closed: bool,
+    when: Option<crate::moment::Moment>,
 }
 
 #[derive(Default)]
 pub(crate) struct LostWork {
     jobs: FxMap<u32, JobEnd>,
+    /// Attempts the ledger ended, by attempt.
+    ended: FxMap<u32, Ended>,
 }
 
 impl Check for LostWork {
@@ -43,17 +71,18 @@ impl Check for LostWork {
             ("acknowledged-job-missing", &[history::Source::Client, history::Source::Finals]),
             ("acknowledged-result-lost", &[history::Source::RunnerLogs, history::Source::Finals]),
             ("not-settled", &[history::Source::Finals]),
+            ("job-wedged", &[history::Source::Finals, history::Source::Ledger]),
         ]
     }
 
     fn lacking(&self, ctx: &Index) -> Option<String> {
         crate::driver::need_finals(ctx).or_else(|| {
             let why = ctx.unsettled.as_deref()?;
-            Some(format!("the run did not complete ({why}): a job left unsettled is not judged lost"))
+            Some(format!("the run did not complete ({why}): a job left unsettled whose records do not show it wedged is not judged lost"))
         })
     }
 
-    fn observe(&mut self, ev: &Observed, _ctx: &Index, _out: &mut Findings) {
+    fn observe(&mut self, ev: &Observed, ctx: &Index, _out: &mut Findings) {
         let Some(job) = ev.job else { return };
         match ev.src {
             Source::SubmitOk => {
@@ -65,7 +94,12 @@ impl Check for LostWork {
                     self.jobs.entry(job).or_default().acked.push((ev.index, ev.attempt, outcome));
                 }
             }
-            Source::Final => self.jobs.entry(job).or_default().last = Some((ev.index, ev.outcome)),
+            Source::Final => {
+                let end = self.jobs.entry(job).or_default();
+                end.last = Some((ev.index, ev.outcome));
+                (end.current, end.key) = (ev.attempt, ev.key);
+            }
+            Source::Ledger => self.ledger(ev, ctx),
             _ => {}
         }
     }
@@ -76,9 +110,99 @@ impl Check for LostWork {
         }
         let mut jobs: Vec<(&u32, &JobEnd)> = self.jobs.iter().collect();
         jobs.sort_unstable_by_key(|(job, _)| **job);
-        for (&job, end) in jobs {
+        for &(&job, end) in &jobs {
             judge(ctx, job, end, out);
         }
+        for &(&job, end) in &jobs {
+            if let Some(anomaly) = self.wedged(ctx, job, end, &jobs) {
+                out.push(anomaly);
+            }
+        }
+    }
+}
+
+impl LostWork {
+    /// Follows how the ledger ends attempts: an expiry, an accepted result, a reconcile
+    /// that closes (`stopped`, `completed`); an accepted heartbeat after an expiry revives
+    /// the attempt, as the rules model follows the ledger.
+    fn ledger(&mut self, ev: &Observed, ctx: &Index) {
+        let Some(attempt) = ev.attempt else { return };
+        let finding = ev.outcome.map(|outcome| ctx.outcome_name(outcome));
+        let when = ev.received_ms.map(|ms| crate::moment::Moment::of(ev, "server", ms));
+        match ev.op {
+            Op::Expire => {
+                self.ended.entry(attempt).or_insert(Ended { at: ev.index, closed: false, when });
+            }
+            Op::Result if ev.accepted() => {
+                self.ended.insert(attempt, Ended { at: ev.index, closed: true, when });
+            }
+            Op::Reconcile if matches!(finding, Some("stopped" | "completed")) => {
+                self.ended.insert(attempt, Ended { at: ev.index, closed: true, when });
+            }
+            Op::Heartbeat if ev.accepted() => {
+                let target = ctx.heartbeat_target(ev.job.unwrap_or(0), attempt);
+                if self.ended.get(&target).is_some_and(|ended| !ended.closed) {
+                    self.ended.remove(&target);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A job whose final state no attempt can move any more (see the module's comment).
+    fn wedged(&self, ctx: &Index, job: u32, end: &JobEnd, jobs: &[(&u32, &JobEnd)]) -> Option<crate::Anomaly> {
+        let (final_at, state) = end.last?;
+        let state_name = ctx.outcome_name(state?);
+        let attempt = end.current.or(ctx.job(job).latest)?;
+        let claim = ctx.attempt(attempt).claim.filter(|claim| claim.job == job)?;
+        if ctx.job(job).latest != Some(attempt) {
+            return None;
+        }
+        let ended = self.ended.get(&attempt)?;
+        let how = match (state_name, ended.closed) {
+            ("running", false) => "expired",
+            ("running" | "uncertain", true) => "closed",
+            _ => return None,
+        };
+        let label = ctx.label(attempt);
+        let name = ctx.jobs_names.name(job);
+        let after = match &ctx.unsettled {
+            Some(_) => "after recovery",
+            None => "at the end",
+        };
+        let why = match state_name {
+            "running" => "a running job is neither claimed again nor reconciled, and its attempt reports nothing more",
+            _ => "only an uncertain attempt is reconciled, and this one was closed",
+        };
+        let key = end.key.or(claim.key);
+        let behind: Vec<(u32, u64)> = jobs
+            .iter()
+            .filter(|(other, other_end)| {
+                **other != job
+                    && key.is_some()
+                    && other_end.key.or(ctx.job(**other).key) == key
+                    && other_end.last.and_then(|(_, state)| state).map(|state| ctx.outcome_name(state))
+                        == Some("queued")
+            })
+            .filter_map(|(other, other_end)| Some((**other, other_end.last?.0)))
+            .collect();
+        let when = ended.when.map_or_else(String::new, |when| format!(" at {when}"));
+        let mut message = format!(
+            "job {name} is wedged: it ended `{state_name}` {after}, but the ledger {how} its current attempt \
+             {label}{when} and no attempt of it was live since: {why}"
+        );
+        if !behind.is_empty() {
+            let names: Vec<&str> = behind.iter().map(|(other, _)| ctx.jobs_names.name(*other)).collect();
+            let key = key.map_or("?", |key| ctx.key_names.name(key));
+            message.push_str(&format!(
+                "; its deployment key {key} stays held, and {} stayed queued behind it",
+                names.join(", ")
+            ));
+        }
+        let mut events = vec![claim.index, ended.at, final_at];
+        events.extend(behind.iter().map(|(_, at)| *at));
+        let found = Found::new(NAME, "job-wedged").job(ctx, Some(job)).key(ctx, key).attempt(ctx, attempt);
+        Some(found.events(&events).says(message))
     }
 }
 

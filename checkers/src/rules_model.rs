@@ -62,6 +62,20 @@ impl JobState {
             _ => None,
         }
     }
+
+    /// The state a job view names, terminal or not.
+    fn of_view(word: OutcomeWord) -> Option<JobState> {
+        match word {
+            OutcomeWord::Queued => Some(JobState::Queued),
+            OutcomeWord::Running => Some(JobState::Running),
+            OutcomeWord::Uncertain => Some(JobState::Uncertain),
+            word => JobState::terminal(word),
+        }
+    }
+
+    fn is_terminal(self) -> bool {
+        matches!(self, JobState::Succeeded | JobState::Failed)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -498,16 +512,17 @@ impl RulesModel {
         divergence
     }
 
-    /// A job's final outcome must be the one the ledger replays to.
+    /// A job's final state must be the one the ledger replays to, terminal or not, complete
+    /// run or not: the collector reads the jobs and the ledger as one snapshot. A job the
+    /// ledger never named is judged only when its final state is terminal.
     fn final_state(&self, ev: &Observed, ctx: &Index) -> Option<Divergence> {
         let job = ev.job?;
         let replayed = self.job(job).state;
         let reported = ev.raw.outcome_word();
-        let terminal = |state: JobState| matches!(state, JobState::Succeeded | JobState::Failed);
-        let reported_state = reported.and_then(JobState::terminal);
-        let differs = match reported_state {
-            Some(state) => state != replayed,
-            None => terminal(replayed),
+        let differs = match reported.and_then(JobState::of_view) {
+            Some(state) if state.is_terminal() => state != replayed,
+            Some(state) => replayed != JobState::Unknown && state != replayed,
+            None => replayed.is_terminal(),
         };
         if differs {
             return Some(Divergence {
@@ -524,17 +539,27 @@ impl RulesModel {
     }
 
     /// Each closed attempt of a final state must be in the state its close gave it: its
-    /// result's outcome, or its reconcile's.
+    /// result's outcome, or its reconcile's; and an attempt the ledger leaves open must be
+    /// `running` or `uncertain` as the ledger says (an expiry makes it uncertain, an
+    /// accepted heartbeat after one running again).
     fn final_attempts(&self, ev: &Observed, ctx: &Index) -> Option<Divergence> {
         let attempts = ev.raw.value.as_ref()?.get("attempts")?.as_array()?;
         attempts.iter().find_map(|entry| {
             let id = ctx.attempt_names.get(entry.get("attempt")?.as_str()?)?;
-            let closed_as = self.attempts.get(id as usize)?.closed_as?;
+            let facts = self.attempts.get(id as usize)?;
             let state = entry.get("state")?.as_str()?;
+            let open = match facts.state {
+                AttemptState::Running => Some("running"),
+                AttemptState::Uncertain => Some("uncertain"),
+                AttemptState::Unknown | AttemptState::Closed => None,
+            };
+            let closed = facts.closed_as.map(OutcomeWord::as_str);
             let terminal = matches!(state, "succeeded" | "failed");
-            (terminal && state != closed_as.as_str()).then(|| Divergence {
+            let ledgers = if terminal { closed } else { open.filter(|_| matches!(state, "running" | "uncertain")) }?;
+            let verb = if terminal { "closed" } else { "left" };
+            (state != ledgers).then(|| Divergence {
                 kind: "final-attempt-not-the-ledgers",
-                message: format!("{} ended `{state}` but its ledger closed it `{}`", ctx.label(id), closed_as.as_str()),
+                message: format!("{} ended `{state}` but its ledger {verb} it `{ledgers}`", ctx.label(id)),
             })
         })
     }

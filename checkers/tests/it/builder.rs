@@ -379,6 +379,13 @@ impl H {
         self.push(sent)
     }
 
+    /// The harness's word that recovery did not settle every job (`recovery`, `info`).
+    pub fn recovery_unsettled(&mut self, why: &str) -> u64 {
+        let mut event = Event::new(0, Process::HARNESS, EventType::Info, Op::Recovery);
+        event.reason = Some(why.into());
+        self.push(event)
+    }
+
     pub fn nemesis_restart(&mut self) {
         self.push(Event::new(0, Process::NEMESIS, EventType::Invoke, Op::RestartControlPlane));
         self.push(Event::new(0, Process::NEMESIS, EventType::Ok, Op::RestartControlPlane));

@@ -277,8 +277,144 @@ fn lost_work_missing_job_lost_result_and_unsettled_job() {
     check(
         &h.build(),
         "lost-work",
-        &["acknowledged-job-missing", "acknowledged-result-lost", "not-settled", "not-settled"],
+        &["acknowledged-job-missing", "acknowledged-result-lost", "not-settled", "not-settled", "job-wedged"],
     );
+}
+
+/// The verdict of one checker alone.
+fn verdict_of(events: &[Event], checker: &str) -> checkers::Verdict {
+    checkers::check_one(checker, events).expect("a checker").verdict
+}
+
+/// j1 on `prod` expired at 3050 and left `running`; j2 queued behind it on `prod`; the
+/// recovery limit passed with both unsettled.
+fn wedged_by_expiry() -> (H, C, u64) {
+    let (mut h, a1) = start();
+    h.submit("j2", "prod", 950);
+    let expired = h.expire(&a1, 3_050, 3_000, "uncertain");
+    h.recovery_unsettled("2 of 2 jobs were not terminal after the 30000 ms recovery limit: j1 (running), j2 (queued)");
+    (h, a1, expired)
+}
+
+#[test]
+fn lost_work_a_running_job_whose_attempt_expired_is_wedged_after_recovery() {
+    let (mut h, _, expired) = wedged_by_expiry();
+    h.final_state("j1", Some("j1-a1"), "running");
+    let queued = h.final_state("j2", None, "queued");
+    let events = h.build();
+    let anomalies = check(&events, "lost-work", &["job-wedged"]);
+    let wedged = &anomalies[0];
+    assert_eq!((wedged.job.as_deref(), wedged.key.as_deref()), (Some("j1"), Some("prod")));
+    assert_eq!((wedged.attempts.clone(), wedged.fences.clone()), (vec!["j1-a1".to_string()], vec![7]));
+    assert!(wedged.events.contains(&expired) && wedged.events.contains(&queued), "{wedged:?}");
+    for words in
+        ["ended `running` after recovery", "expired its current attempt j1-a1 (fence 7) at", "j2 stayed queued"]
+    {
+        assert!(wedged.message.contains(words), "{words}: {}", wedged.message);
+    }
+    // The same records, the final state against the ledger's: uncertain, not running.
+    let anomalies = check(&events, "rules-model", &["final-not-the-ledgers"]);
+    assert!(anomalies[0].message.contains("ended `running` but its ledger replays to `uncertain`"), "{anomalies:?}");
+}
+
+#[test]
+fn lost_work_a_backlog_still_moving_at_the_recovery_limit_is_unknown() {
+    // j1's attempt renewed its lease and is open; j2 waits behind it: nothing is wedged.
+    let (mut h, a1) = start();
+    h.submit("j2", "prod", 950);
+    h.heartbeat(&a1, 2_000, 2_000, Accepted, Some(4_000));
+    h.recovery_unsettled("2 of 2 jobs were not terminal after the 30000 ms recovery limit");
+    h.final_state("j1", Some("j1-a1"), "running");
+    h.final_state("j2", None, "queued");
+    let events = h.build();
+    let verdict = verdict_of(&events, "lost-work");
+    assert!(
+        matches!(&verdict, checkers::Verdict::Unknown { reason } if reason.contains("the run did not complete")),
+        "{verdict:?}"
+    );
+    check(&events, "rules-model", &[]);
+}
+
+#[test]
+fn lost_work_an_expiry_undone_by_an_accepted_heartbeat_leaves_the_attempt_live() {
+    // The ledger revived j1-a1 (a heartbeat accepted after its expiry): rules-model judges
+    // that heartbeat; the job is not wedged, its attempt being live as far as the ledger says.
+    let (mut h, a1, _) = wedged_by_expiry();
+    h.heartbeat(&a1, 3_100, 3_100, Accepted, Some(5_100));
+    h.final_state("j1", Some("j1-a1"), "running");
+    h.final_state("j2", None, "queued");
+    assert!(matches!(verdict_of(&h.build(), "lost-work"), checkers::Verdict::Unknown { .. }));
+}
+
+#[test]
+fn lost_work_an_uncertain_job_is_the_operators_but_one_whose_attempt_closed_is_wedged() {
+    // Expired and uncertain: an operator's reconcile settles it; not wedged.
+    let (mut h, _, _) = wedged_by_expiry();
+    h.final_state("j1", Some("j1-a1"), "uncertain");
+    h.final_state("j2", None, "queued");
+    assert!(matches!(verdict_of(&h.build(), "lost-work"), checkers::Verdict::Unknown { .. }));
+    // Closed by its own result, yet shown uncertain: nothing can reconcile it.
+    let (mut h, a1) = start();
+    h.result(&a1, 1_200, 1_200, "succeeded", Accepted, None);
+    h.recovery_unsettled("1 of 1 jobs were not terminal after the 30000 ms recovery limit");
+    h.final_state("j1", Some("j1-a1"), "uncertain");
+    let anomalies = check(&h.build(), "lost-work", &["job-wedged", "acknowledged-result-lost"]);
+    let wedged = anomalies.iter().find(|anomaly| anomaly.kind == "job-wedged").unwrap();
+    assert!(wedged.message.contains("closed its current attempt"), "{}", wedged.message);
+}
+
+#[test]
+fn lost_work_an_open_attempt_without_a_lease_is_not_accused() {
+    // A system that grants no lease (an observed Buildbot): its build is open in the
+    // ledger; nothing there says it stopped, so the job stays unjudged.
+    let mut h = H::new();
+    h.config_lacking(&["lease", "runner_log"]);
+    let a1 = claim("j1", "j1-b1", "r1", 1);
+    h.submit("j1", "prod", 900);
+    let mut entry =
+        Event::new(0, Process::CONTROL_PLANE, EventType::Ledger, Op::Claim).with_claim("j1", "j1-b1", "r1", 1);
+    entry.received_ms = Some(1_000);
+    entry.decision = Some(Accepted);
+    h.ledger(entry);
+    h.recovery_unsettled("1 of 1 jobs were not terminal after the 30000 ms recovery limit: j1 (running)");
+    h.final_state("j1", Some(&a1.attempt), "running");
+    let events = h.build();
+    assert!(matches!(verdict_of(&events, "lost-work"), checkers::Verdict::Unknown { .. }));
+    assert!(matches!(verdict_of(&events, "rules-model"), checkers::Verdict::Unknown { .. }));
+}
+
+#[test]
+fn lost_work_a_wedged_job_in_a_run_that_settled_is_also_not_settled() {
+    let (mut h, a1) = start();
+    h.expire(&a1, 3_050, 3_000, "uncertain");
+    h.final_state("j1", Some("j1-a1"), "running");
+    let anomalies = check(&h.build(), "lost-work", &["not-settled", "job-wedged"]);
+    let wedged = anomalies.iter().find(|anomaly| anomaly.kind == "job-wedged").unwrap();
+    assert!(wedged.message.contains("ended `running` at the end"), "{}", wedged.message);
+}
+
+#[test]
+fn rules_model_compares_every_final_state_with_the_ledger_complete_run_or_not() {
+    // Queued in the final state while the ledger has it claimed and running.
+    let (mut h, _) = start();
+    h.recovery_unsettled("1 of 1 jobs were not terminal after the 30000 ms recovery limit");
+    h.final_state("j1", Some("j1-a1"), "queued");
+    let anomalies = check(&h.build(), "rules-model", &["final-not-the-ledgers"]);
+    assert!(anomalies[0].message.contains("ended `queued` but its ledger replays to `running`"), "{anomalies:?}");
+    // Uncertain in the final state with no expiry in the ledger.
+    let (mut h, _) = start();
+    h.final_state("j1", Some("j1-a1"), "uncertain");
+    check(&h.build(), "rules-model", &["final-not-the-ledgers"]);
+    // The job agrees, its attempt does not: shown running after the ledger expired it.
+    let (mut h, _, _) = wedged_by_expiry();
+    h.final_with_attempts("j1", Some("j1-a1"), "uncertain", &[("j1-a1", "running")]);
+    h.final_state("j2", None, "queued");
+    let anomalies = check(&h.build(), "rules-model", &["final-attempt-not-the-ledgers"]);
+    assert!(anomalies[0].message.contains("j1-a1 (fence 7) ended `running` but its ledger left it `uncertain`"));
+    // A job the ledger never named is judged only when its final state is terminal.
+    let (mut h, a1) = start();
+    h.final_state("j9", None, "queued");
+    check(&finish(h, &a1), "rules-model", &[]);
 }
 
 #[test]
