@@ -31,6 +31,7 @@ pub enum Bug {
     AcceptBorrowedClaim,
     LeaseJudgedBySweeper,
     TargetFencesPerRunner,
+    ExpiryLeavesJobRunning,
 }
 
 /// Which process a bug lives in.
@@ -41,7 +42,7 @@ pub enum Home {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 23] = [
+    pub const ALL: [Bug; 24] = [
         Bug::AcceptStaleResult,
         Bug::HeartbeatRevivesExpired,
         Bug::RequeueOnExpiry,
@@ -65,6 +66,7 @@ impl Bug {
         Bug::AcceptBorrowedClaim,
         Bug::LeaseJudgedBySweeper,
         Bug::TargetFencesPerRunner,
+        Bug::ExpiryLeavesJobRunning,
     ];
 
     pub fn name(self) -> &'static str {
@@ -92,6 +94,7 @@ impl Bug {
             Bug::AcceptBorrowedClaim => "accept-borrowed-claim",
             Bug::LeaseJudgedBySweeper => "lease-judged-by-sweeper",
             Bug::TargetFencesPerRunner => "target-fences-per-runner",
+            Bug::ExpiryLeavesJobRunning => "expiry-leaves-job-running",
         }
     }
 
@@ -150,6 +153,9 @@ impl Bug {
             }
             Bug::TargetFencesPerRunner => {
                 "the fenced target compares a step's fence with the highest its own runner applied on the key, not the key's highest"
+            }
+            Bug::ExpiryLeavesJobRunning => {
+                "lease expiry marks the attempt uncertain but leaves its job running, where no reconcile reaches it and its deployment key stays held"
             }
         }
     }

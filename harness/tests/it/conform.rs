@@ -100,6 +100,7 @@ const CAUGHT: &[(&str, &[&str])] = &[
     ("target-fences-per-runner", &["target/fenced"]),
     ("refuse-duplicate-result", &["rule/duplicate-result", "race/results", "model/rules-replay"]),
     ("self-reconcile", &["rule/no-requeue-on-expiry", "rule/stale-completion", "model/rules-replay"]),
+    ("expiry-leaves-job-running", &["rule/no-requeue-on-expiry", "rule/stale-completion", "model/rules-replay"]),
     ("expire-early", &["rule/expiry-on-server-clock", "model/rules-replay"]),
     ("target-refuses-current-fence", &["target/fenced", "target/steps"]),
     ("capability-outlives-lease", &["endpoint/capability"]),

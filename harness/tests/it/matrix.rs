@@ -52,6 +52,7 @@ const KINDS: &[(&str, &[&str])] = &[
     ("target-fences-per-runner", &["stale-side-effect/stale-step-applied"]),
     ("refuse-duplicate-result", &["terminal-stability/duplicate-not-acknowledged"]),
     ("self-reconcile", &["rules-model/reconcile-unauthorised"]),
+    ("expiry-leaves-job-running", &["lost-work/job-wedged", "rules-model/final-not-the-ledgers"]),
     ("expire-early", &["rules-model/expired-early"]),
     ("target-refuses-current-fence", &["progress/refusal-unjustified", "progress/no-progress"]),
     ("trust-named-runner", &["ledger-completeness/foreign-report-applied"]),

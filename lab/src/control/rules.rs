@@ -478,7 +478,8 @@ impl<S: Store> Rules<S> {
             tx.unguarded_update(&attempt.id, &change)?;
             let mut entry = self.entry(Op::Expire, job, Some(attempt), now);
             entry.recorded_as = Some(if requeue { RecordedAs::Requeued } else { RecordedAs::Uncertain });
-            if job.current_attempt.as_deref() == Some(attempt.id.as_str()) && job.state == JobState::Running {
+            let wedge = self.bugs.has(Bug::ExpiryLeavesJobRunning) && !requeue;
+            if job.current_attempt.as_deref() == Some(attempt.id.as_str()) && job.state == JobState::Running && !wedge {
                 job.state = if requeue { JobState::Queued } else { JobState::Uncertain };
                 tx.update_job(job)?;
             }

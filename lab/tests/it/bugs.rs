@@ -116,6 +116,19 @@ on_every_store! {
         });
     }
 
+    fn expiry_leaves_job_running_wedges_the_job_and_its_key() {
+        breaks(Bug::ExpiryLeavesJobRunning, |world| {
+            let (r1, r2) = (world.runner("r1"), world.runner("r2"));
+            world.submit("j", "prod", 0);
+            world.submit("next", "prod", 0);
+            world.claim(&r1, 0).unwrap();
+            world.rules.expire(at(LEASE_MS + 1)).unwrap();
+            let view = world.view("j");
+            let attempt_uncertain = view.attempts.iter().any(|attempt| attempt.state == AttemptState::Uncertain);
+            attempt_uncertain && view.state == JobState::Uncertain && world.claim(&r2, LEASE_MS + 2).is_none()
+        });
+    }
+
     fn capability_outlives_lease_signs_a_capability_past_the_lease() {
         breaks(Bug::CapabilityOutlivesLease, |world| {
             let runner = world.runner("r1");
