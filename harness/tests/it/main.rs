@@ -12,6 +12,7 @@ mod containers;
 mod diff;
 mod evidence;
 mod links;
+mod liveness;
 mod matrix;
 mod pgboss;
 mod replicas;
