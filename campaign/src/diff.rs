@@ -8,10 +8,9 @@ use results::diff::{FaultLine, Side};
 
 /// One run folder as a side of the comparison.
 pub fn read_side(folder: &Path) -> Result<Side, String> {
-    let path = folder.join("results.json");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|error| format!("{} is not a run folder: cannot read its results.json ({error})", folder.display()))?;
-    let results = results::read_results(&text).map_err(|error| format!("{}: {error}", path.display()))?;
+    let results = engine::folder::RunFolder::at(folder).results()?.ok_or_else(|| {
+        format!("{} is not a run folder: cannot read its results.json (there is none)", folder.display())
+    })?;
     let faults = serde_json::from_value::<Vec<workloads::faults::Fault>>(results.schedule.clone())
         .ok()
         .map(|faults| faults.iter().map(line).collect());

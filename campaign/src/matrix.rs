@@ -232,9 +232,9 @@ impl Row {
 fn leases_after_fault(cell: &Cell, exposing: &[FaultKind]) -> Option<f64> {
     let folder = cell.folder.as_ref()?;
     let first_ms = cell.first_anomaly_s? * 1_000.0;
-    let schedule: Vec<Fault> = serde_json::from_slice(&std::fs::read(folder.join("schedule.json")).ok()?).ok()?;
-    let config: serde_json::Value = serde_json::from_slice(&std::fs::read(folder.join("config.json")).ok()?).ok()?;
-    let lease_ms = config["lease_ms"].as_f64().filter(|lease| *lease > 0.0)?;
+    let run_folder = engine::folder::RunFolder::at(folder);
+    let schedule: Vec<Fault> = run_folder.schedule().ok()??;
+    let lease_ms = Some(run_folder.run_config().ok()?.run.lease_ms as f64).filter(|lease| *lease > 0.0)?;
     let exposing_start = schedule
         .iter()
         .filter(|fault| exposing.contains(&fault.kind) && fault.at_ms as f64 <= first_ms)
@@ -422,8 +422,16 @@ mod tests {
             fault(4_000, "reconnects", "cut-links"),
             fault(9_000, "reconnects", "cut-links"),
         ];
-        std::fs::write(folder.path().join("schedule.json"), serde_json::to_vec(&schedule).unwrap()).unwrap();
-        std::fs::write(folder.path().join("config.json"), r#"{"lease_ms": 500}"#).unwrap();
+        let run_folder = engine::folder::RunFolder::at(folder.path());
+        run_folder.write_schedule(&serde_json::from_value::<Vec<Fault>>(serde_json::json!(schedule)).unwrap()).unwrap();
+        let config = engine::run::config::ConfigFile {
+            run: engine::run::config::RunConfig { lease_ms: 500, ..Default::default() },
+            clock_control: system::ClockControl::RunnerOffset,
+            system: system::SystemInfo::default(),
+            healthy_ms: None,
+            scenario: None,
+        };
+        run_folder.write_config(&config).unwrap();
         let cell = Cell {
             test_name: "t".into(),
             bug: Some("accept-stale-result".into()),

@@ -4,6 +4,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use engine::folder::RunFolder;
+
 use crate::runs::{anomaly_kinds, read_results, Cell};
 
 /// What one replay found.
@@ -23,11 +25,12 @@ pub fn invalid_checkers(folder: &Path) -> Option<BTreeSet<String>> {
 /// The `fencelab run` arguments of a recorded run, built from its typed `config.json`,
 /// with its realised schedule and a new store.
 pub fn replay_args(folder: &Path, store: &Path) -> Result<Vec<String>, String> {
-    let config = engine::run::config::ConfigFile::read(folder)?;
+    let run_folder = RunFolder::at(folder);
+    let config = run_folder.run_config()?;
     let mut args = vec!["run".to_string()];
     args.extend(config.run.args());
-    let schedule =
-        std::fs::canonicalize(folder.join("schedule.json")).map_err(|error| format!("schedule.json: {error}"))?;
+    let schedule = run_folder.schedule_path();
+    let schedule = std::fs::canonicalize(&schedule).map_err(|error| format!("{}: {error}", schedule.display()))?;
     args.extend(["--schedule".into(), schedule.display().to_string(), "--store".into(), store.display().to_string()]);
     Ok(args)
 }

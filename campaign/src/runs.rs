@@ -121,9 +121,7 @@ fn agree(cell: &mut Cell, code: Option<i32>) {
 
 /// A run folder's `results.json`, read back through the types that wrote it.
 pub fn results_of(folder: &Path) -> Result<results::ResultsDoc, String> {
-    let path = folder.join("results.json");
-    let text = std::fs::read_to_string(&path).map_err(|_| format!("no results.json in {}", folder.display()))?;
-    results::read_results(&text).map_err(|error| format!("{}: {error}", path.display()))
+    engine::folder::RunFolder::at(folder).results()?.ok_or_else(|| format!("no results.json in {}", folder.display()))
 }
 
 /// The (checker, anomaly kind) pairs a run folder's results hold, in order.
@@ -152,7 +150,7 @@ pub struct Found {
 /// anomaly's evidence was complete is not known (`first_s` is none), never taken as zero.
 pub fn found(folder: &Path) -> Result<Vec<Found>, String> {
     let doc = results_of(folder)?;
-    let events = engine::check::read_history(&folder.join("history.jsonl")).ok();
+    let events = engine::folder::RunFolder::at(folder).history().ok();
     let time_of = |index: u64| events.as_ref()?.get(index as usize).map(|event| event.time_ns as f64 / 1e9);
     let complete_at = |anomaly: &checkers::Anomaly| anomaly.events.iter().copied().filter_map(time_of).reduce(f64::max);
     let found = doc
@@ -233,7 +231,8 @@ mod tests {
             complete: false,
         };
         std::fs::create_dir_all(folder).unwrap();
-        std::fs::write(folder.join("results.json"), results::results_json(&run, &[])).unwrap();
+        let json = results::results_json(&run, &[]);
+        engine::folder::RunFolder::at(folder).write_reports(json, String::new(), String::new()).unwrap();
     }
 
     #[test]

@@ -20,6 +20,8 @@ use workloads::faults::Fault;
 use workloads::jobs::PlannedJob;
 use workloads::scenario::{Action, Condition, OperatorMode, Scenario, Step};
 
+use engine::folder::RunFolder;
+
 use crate::runs::found;
 
 /// Most tries a shrink may make.
@@ -263,22 +265,17 @@ pub struct Original {
     pub system_args: Vec<String>,
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(folder: &Path, name: &str) -> Result<T, String> {
-    let path = folder.join(name);
-    let text = std::fs::read_to_string(&path).map_err(|error| format!("{}: {error}", path.display()))?;
-    serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))
-}
-
 /// Reads a run folder: its configuration, jobs, schedule and anomalies. `checkers` names
 /// the anomalies to keep; empty means the first checker to find one.
 pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, String> {
-    let file = engine::run::config::ConfigFile::read(folder)?;
+    let run_folder = RunFolder::at(folder);
+    let file = run_folder.run_config()?;
     let config = file.run;
     if file.scenario.is_some() {
         return Err(format!("{} is a scenario's run folder: shrink takes a `fencelab run` folder", folder.display()));
     }
-    let jobs: Vec<PlannedJob> = read_json(folder, "jobs.json")?;
-    let faults: Vec<Fault> = read_json(folder, "schedule.json")?;
+    let jobs: Vec<PlannedJob> = run_folder.required_jobs()?;
+    let faults: Vec<Fault> = run_folder.required_schedule()?;
     let found = found(folder)?;
     if found.is_empty() {
         return Err(format!("the run in {} found no anomaly: nothing to shrink", folder.display()));
@@ -314,9 +311,7 @@ pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, Str
     };
     let runners = config.runners;
     let mut system_args = Vec::new();
-    // config.json's `system` is the system's info (its `file`), which the flattened run
-    // config reads back as no path: take the file from the info.
-    if let Some(system) = config.system.as_ref().or(file.system.file.as_ref()) {
+    if let Some(system) = &config.system {
         system_args.extend(["--system".to_string(), system.display().to_string()]);
     }
     for variant in &config.variants {
@@ -336,7 +331,7 @@ pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, Str
 /// Job → the runner (0-based) that claimed its first attempt, from the run's final events;
 /// a history that cannot be read is an error (the run cannot be shrunk on a guess).
 fn first_claims(folder: &Path) -> Result<BTreeMap<String, u32>, String> {
-    let events = engine::check::read_history(&folder.join("history.jsonl"))?;
+    let events = RunFolder::at(folder).history()?;
     let finals = events.into_iter().filter(|event| event.process == Process::HARNESS && event.f == Op::Final);
     Ok(finals
         .filter_map(|event| {

@@ -173,7 +173,8 @@ pub async fn execute(suite: &SuiteFile, shard: Option<(usize, usize)>, program: 
             let cell = run_child(&program, &out.join("runs"), &spec).await;
             let duration_ms = Some(began.elapsed().as_millis() as u64);
             let passed = cell.verdict.is(run.expect);
-            let report = cell.folder.as_ref().map(|folder| relative(&out, &folder.join("report.html")));
+            let report =
+                cell.folder.as_ref().map(|folder| relative(&out, &engine::folder::RunFolder::at(folder).report_path()));
             let bugs = run.bugs.iter().map(|bug| bug.name().to_string()).chain(run.variants.iter().cloned()).collect();
             Entry {
                 index,

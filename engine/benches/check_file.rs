@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use engine::folder::RunFolder;
 use history::{Decision, EventType, Op};
 
 #[global_allocator]
@@ -47,7 +48,7 @@ fn peak_kib() -> u64 {
 /// the events written and the anomalies planted.
 fn generate(folder: &Path, size: usize, plant: bool) -> (u64, u64) {
     std::fs::create_dir_all(folder).expect("bench folder");
-    let file = std::fs::File::create(folder.join("history.jsonl")).expect("history file");
+    let file = std::fs::File::create(RunFolder::at(folder).history_path()).expect("history file");
     let mut out =
         Written { out: std::io::BufWriter::with_capacity(1 << 20, file), plant, events: 0, late: 0, planted: 0 };
     let mut generator = gen::Gen::new(0x5eed ^ size as u64);
@@ -112,15 +113,14 @@ fn child(mode: &str, path: &Path) {
             (events, "-".to_string())
         }
         "stream" => {
-            let checked = engine::check::check_history(&path.join("history.jsonl"), results::KEPT_EVENTS_MAX)
+            let checked = engine::check::check_history(&RunFolder::at(path).history_path(), results::KEPT_EVENTS_MAX)
                 .expect("a generated history reads");
             let overall = results::Overall::from_checkers(&checked.checkers);
             (checked.digest.events(), overall.to_string())
         }
         _ => {
             let (overall, _) = engine::check::check_folder(path).expect("check");
-            let doc = std::fs::read_to_string(path.join("results.json")).expect("results.json");
-            let doc = results::read_results(&doc).expect("results.json reads");
+            let doc = RunFolder::at(path).results().expect("results.json reads").expect("the check wrote its results");
             (doc.counts.events, overall.to_string())
         }
     };
@@ -201,7 +201,7 @@ fn main() {
             // taken once is that moment's.
             let mut rounds: [Vec<Measured>; 3] = Default::default();
             for _ in 0..rounds_n {
-                rounds[0].push(measure("parse", &folder.join("history.jsonl")));
+                rounds[0].push(measure("parse", &RunFolder::at(&folder).history_path()));
                 rounds[1].push(measure("stream", &folder));
                 rounds[2].push(measure("check", &folder));
             }
@@ -210,7 +210,7 @@ fn main() {
             let expected = if planted > 0 { "invalid" } else { "valid" };
             assert_eq!(stream.verdict, expected, "{written} events, {planted} planted anomalies (stream)");
             assert_eq!(check.verdict, expected, "{written} events, {planted} planted anomalies");
-            let html = std::fs::metadata(folder.join("report.html")).map(|meta| meta.len()).unwrap_or(0);
+            let html = std::fs::metadata(RunFolder::at(&folder).report_path()).map(|meta| meta.len()).unwrap_or(0);
             println!(
                 "{:>10} {:>8} {:>8.2} {:>8.2} {:>9.2} {:>8.2} {:>11.0} {:>6.0} {:>8.0} {:>7.0} {:>9.2} {:>8}",
                 written,

@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::check::{FolderError, RunMeta};
 use crate::evidence::{history_of, Given};
+use crate::folder::{AuditConfig, FolderConfig, RunFolder};
 use crate::run::recorder::write_whole;
 
 /// Most entries one page may ask for: the contract clamps `limit` to 1 ..= 10 000.
@@ -723,30 +724,31 @@ pub async fn audit(
     let cursor = save(after, entries, &window, &stopped)?;
     let events = ledger_history(&window.entries(), options.lease_ms);
     let folder = &options.out;
-    write_whole(&folder.join("history.jsonl"), events.clone())
+    let run_folder = RunFolder::at(folder);
+    write_whole(&run_folder.history_path(), events.clone())
         .map_err(|error| FolderError::Write(format!("{}: {error}", folder.display())))?;
-    let config = serde_json::json!({
-        "test_name": "audit",
-        "url": options.url,
-        "lease_ms": options.lease_ms,
-        "page_entries": options.page_entries,
-        "follow_interval_ms": options.follow.map(|interval| interval.as_millis() as u64),
-        "window": options.follow.is_some(),
-    });
-    write_json(&folder.join("config.json"), &config)?;
+    let config = AuditConfig {
+        test_name: "audit".into(),
+        url: options.url.clone(),
+        lease_ms: options.lease_ms,
+        page_entries: options.page_entries,
+        follow_interval_ms: options.follow.map(|interval| interval.as_millis() as u64),
+        window: options.follow.is_some(),
+    };
+    run_folder.write_audit_config(&config)?;
     let meta = RunMeta {
         command: options.command.clone(),
         started_at,
         duration_ms: started.elapsed().as_millis() as u64,
         complete: cursor.stopped.is_none(),
     };
-    write_json(&folder.join("run.json"), &meta)?;
+    run_folder.write_meta(&meta)?;
     let checked = match (window.follow, window.held) {
         (false, _) => checkers::check_all(&events),
         (true, 0) => window.verdicts(None),
         (true, _) => window.verdicts(Some(checkers::check_all(&events))),
     };
-    let run = crate::check::run_of(folder, &events, checked, config, meta)?;
+    let run = crate::check::run_of(folder, &events, checked, FolderConfig::Audit(config).shown(), meta)?;
     Ok(Audited { cursor, new_entries, pages, run })
 }
 

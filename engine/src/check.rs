@@ -15,50 +15,8 @@ use std::path::Path;
 
 use results::{Overall, Run};
 
-/// What `run.json` holds: how the run was made, written when it ends.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct RunMeta {
-    pub command: String,
-    pub started_at: String,
-    pub duration_ms: u64,
-    pub complete: bool,
-}
-
-/// Why a folder could not be checked.
-#[derive(Debug)]
-pub enum FolderError {
-    /// A file of the folder is missing where it is required, or is not what it should be
-    /// (named with its line): bad input, nothing was written.
-    Bad(String),
-    /// The reports could not be written.
-    Write(String),
-}
-
-impl std::fmt::Display for FolderError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FolderError::Bad(message) | FolderError::Write(message) => f.write_str(message),
-        }
-    }
-}
-
-impl std::error::Error for FolderError {}
-
-/// An optional JSON file of the folder read through its type, `default` when absent.
-fn optional<T: serde::de::DeserializeOwned>(path: &Path, default: impl FnOnce() -> T) -> Result<T, FolderError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(default()),
-        Err(error) => return Err(FolderError::Bad(format!("{}: {error}", path.display()))),
-    };
-    serde_json::from_str(&text).map_err(|error| FolderError::Bad(format!("{}: {error}", path.display())))
-}
-
-/// Reads a history file through the typed vocabulary; the error names the file and line.
-pub fn read_history(path: &Path) -> Result<Vec<history::Event>, String> {
-    let file = std::fs::File::open(path).map_err(|error| format!("{}: {error}", path.display()))?;
-    history::read(file).map_err(|error| format!("{}: {error}", path.display()))
-}
+use crate::folder::RunFolder;
+pub use crate::folder::{read_history, FolderError, RunMeta};
 
 /// Checks the history in `folder` and writes the three reports; returns the verdict.
 pub fn check_folder(folder: &Path) -> Result<(Overall, Run), FolderError> {
@@ -68,17 +26,15 @@ pub fn check_folder(folder: &Path) -> Result<(Overall, Run), FolderError> {
 /// [`check_folder`], the reports of a history longer than `kept_max` events drawn from a
 /// sample of it.
 pub fn check_folder_drawing(folder: &Path, kept_max: usize) -> Result<(Overall, Run), FolderError> {
-    let history = folder.join("history.jsonl");
-    if !history.is_file() {
-        return Err(FolderError::Bad(format!("{} holds no history.jsonl", folder.display())));
-    }
-    let config: serde_json::Value = optional(&folder.join("config.json"), || serde_json::json!({}))?;
-    let meta: RunMeta = optional(&folder.join("run.json"), || RunMeta {
+    let run_folder = RunFolder::at(folder);
+    let history = run_folder.required_history()?;
+    let config = run_folder.config()?.map_or_else(|| serde_json::json!({}), |config| config.shown());
+    let meta = run_folder.meta()?.unwrap_or_else(|| RunMeta {
         command: format!("fencelab check {}", folder.display()),
         started_at: String::new(),
         duration_ms: 0,
         complete: true,
-    })?;
+    });
     let mut checked = check_history(&history, kept_max).unwrap_or_else(Checked::unreadable);
     let checkers = std::mem::take(&mut checked.checkers);
     let run = run_with(folder, &checked.view(), checkers, config, meta)?;
@@ -485,7 +441,8 @@ fn run_with(
     config: serde_json::Value,
     meta: RunMeta,
 ) -> Result<Run, FolderError> {
-    let schedule: serde_json::Value = optional(&folder.join("schedule.json"), || serde_json::json!([]))?;
+    let run_folder = RunFolder::at(folder);
+    let schedule = serde_json::to_value(run_folder.schedule()?.unwrap_or_default()).expect("a schedule serialises");
     let run = Run {
         test_name: config["test_name"].as_str().unwrap_or("evidence").to_string(),
         seed: config["seed"].as_u64().unwrap_or(0),
@@ -497,10 +454,6 @@ fn run_with(
         checkers,
         complete: meta.complete,
     };
-    let write = |name: &str, text: String| {
-        std::fs::write(folder.join(name), text)
-            .map_err(|error| FolderError::Write(format!("{}: {error}", folder.join(name).display())))
-    };
     // The page takes longest: it renders beside the other two.
     let (json, html, junit) = std::thread::scope(|scope| {
         let html = scope.spawn(|| results::report_html_of(&run, view));
@@ -508,9 +461,7 @@ fn run_with(
         let junit = results::junit_xml_of(&run, view);
         (json, html.join().expect("rendering does not panic"), junit)
     });
-    write("results.json", json)?;
-    write("report.html", html)?;
-    write("junit.xml", junit)?;
+    run_folder.write_reports(json, html, junit)?;
     Ok(run)
 }
 

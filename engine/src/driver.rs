@@ -22,7 +22,7 @@ use workloads::faults::Fault;
 use workloads::jobs::PlannedJob;
 use workloads::scenario::Scenario;
 
-use crate::check::RunMeta;
+use crate::folder::{Endpoints, RunFolder, RunMeta};
 use crate::run::cluster::Cluster;
 use crate::run::config::{ConfigFile, RunConfig, ScenarioInfo};
 use crate::run::recorder::Recorder;
@@ -72,9 +72,10 @@ pub async fn drive(
         Work::Chaos { .. } => config.command_in(&folder),
         Work::Steps { file, .. } => format!("fencelab scenario run {}", file.display()),
     };
-    let faults = write_plan(&work, &folder)?;
-    let recorder = Recorder::create(&folder.join("history.jsonl"))?;
-    let cluster = tokio::time::timeout(HEALTHY_WAIT_MAX, Cluster::start(&config, &folder.join("lab"), program))
+    let run_folder = RunFolder::at(&folder);
+    let faults = write_plan(&work, &run_folder)?;
+    let recorder = Recorder::create(&run_folder.history_path())?;
+    let cluster = tokio::time::timeout(HEALTHY_WAIT_MAX, Cluster::start(&config, &run_folder.lab_path(), program))
         .await
         .map_err(|_| anyhow::anyhow!("the cluster was not healthy within {HEALTHY_WAIT_MAX:?}"))??;
     let healthy_ms = started.elapsed().as_millis() as u64;
@@ -94,14 +95,14 @@ pub async fn drive(
         scenario,
     };
     let replicas = 0..cluster.system.ports.len();
-    let endpoints = serde_json::json!({
-        "control_urls": replicas.map(|replica| format!("http://{}", cluster.system.replica_addr(replica))).collect::<Vec<_>>(),
-        "target_url": cluster.system.target_url(),
-    });
-    crate::run::write_json(&folder.join("endpoints.json"), &endpoints)?;
-    let full_config = serde_json::to_value(&file)?;
-    crate::run::write_json(&folder.join("config.json"), &full_config)?;
-    recorder.record(Process::HARNESS, EventType::Ok, Op::Config, |event| event.value = Some(full_config.clone()));
+    let endpoints = Endpoints {
+        control_urls: replicas.map(|replica| format!("http://{}", cluster.system.replica_addr(replica))).collect(),
+        target_url: cluster.system.target_url(),
+    };
+    run_folder.write_endpoints(&endpoints)?;
+    run_folder.write_config(&file)?;
+    let shown = file.flat();
+    recorder.record(Process::HARNESS, EventType::Ok, Op::Config, |event| event.value = Some(shown.clone()));
     let shared: Shared = Arc::new(State {
         config: Arc::new(config),
         recorder,
@@ -116,13 +117,13 @@ pub async fn drive(
         Work::Steps { scenario, .. } => crate::scenario::play(scenario, &shared, interrupt).await,
     };
     let (records, events) = finish(&shared, &ended).await?;
-    crate::run::link_latest(&shared.config.store, &folder);
+    run_folder.link_latest(&shared.config.store);
     let info = shared.cluster.lock().await.info.clone();
     let has_ledger = !info.absent.contains(&system::Feature::Ledger);
     let incomplete = incompleteness(&ended, &records, has_ledger, shared.config.recovery_limit_ms);
     let complete = incomplete.is_none();
     let meta = RunMeta { command, started_at, duration_ms: started.elapsed().as_millis() as u64, complete };
-    crate::run::write_json(&folder.join("run.json"), &meta)?;
+    run_folder.write_meta(&meta)?;
     let (_, run) =
         crate::check::check_folder(&folder).map_err(|error| anyhow::anyhow!("checking the run folder: {error}"))?;
     let steps_passed = ended.steps_passed;
@@ -155,15 +156,15 @@ fn incompleteness(
 
 /// Writes the plan the work follows — a chaos run's fault schedule and jobs, a scenario's
 /// empty schedule — and answers how many faults it schedules.
-fn write_plan(work: &Work<'_>, folder: &Path) -> std::io::Result<usize> {
+fn write_plan(work: &Work<'_>, folder: &RunFolder) -> Result<usize, crate::folder::FolderError> {
     match work {
         Work::Chaos { jobs, schedule } => {
-            crate::run::write_json(&folder.join("schedule.json"), schedule)?;
-            crate::run::write_json(&folder.join("jobs.json"), jobs)?;
+            folder.write_schedule(schedule)?;
+            folder.write_jobs(jobs)?;
             Ok(schedule.len())
         }
         Work::Steps { .. } => {
-            crate::run::write_json(&folder.join("schedule.json"), &serde_json::json!([]))?;
+            folder.write_schedule(&[])?;
             Ok(0)
         }
     }

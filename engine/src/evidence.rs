@@ -73,7 +73,8 @@ pub fn assemble(inputs: &Inputs) -> Result<Assembled, FolderError> {
     if inputs.ledger.is_none() && inputs.runner_logs.is_empty() && inputs.steps.is_none() {
         return Err(FolderError::Bad("give at least one of --ledger, --runner-log, --steps".into()));
     }
-    if inputs.out.join("history.jsonl").exists() {
+    let history = crate::folder::RunFolder::at(&inputs.out).history_path();
+    if history.exists() {
         let said = format!("--out {} already holds a history.jsonl", inputs.out.display());
         return Err(FolderError::Bad(said));
     }
@@ -88,7 +89,7 @@ pub fn assemble(inputs: &Inputs) -> Result<Assembled, FolderError> {
         lacks: &inputs.lacks,
     };
     let events = history_of(&given);
-    let written = write_whole(&inputs.out.join("history.jsonl"), events)
+    let written = write_whole(&history, events)
         .map_err(|error| FolderError::Write(format!("{}: {error}", inputs.out.display())))?;
     Ok(Assembled { events: written, sources: given.sources() })
 }
@@ -175,7 +176,7 @@ mod tests {
         let out = dir.path().join("evidence");
         let inputs = Inputs { ledger: Some(ledger), lacks, out: out.clone(), ..Inputs::default() };
         assemble(&inputs).unwrap();
-        let history = out.join("history.jsonl");
+        let history = crate::folder::RunFolder::at(&out).history_path();
         let events = crate::check::read_history(&history).unwrap();
         (events, crate::check::check_history(&history, 1_000).unwrap().checkers)
     }

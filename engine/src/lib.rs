@@ -7,5 +7,6 @@ pub mod audit;
 pub mod check;
 pub mod driver;
 pub mod evidence;
+pub mod folder;
 pub mod run;
 pub mod scenario;

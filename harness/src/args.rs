@@ -168,8 +168,7 @@ impl RunArgs {
 }
 
 fn read_schedule(path: &std::path::Path) -> Result<Vec<workloads::faults::Fault>, String> {
-    let text = std::fs::read_to_string(path).map_err(|error| format!("--schedule {}: {error}", path.display()))?;
-    serde_json::from_str(&text).map_err(|error| format!("--schedule {}: {error}", path.display()))
+    engine::folder::read_schedule(path).map_err(|error| format!("--schedule {error}"))
 }
 
 /// The flags of `fencelab conform`.

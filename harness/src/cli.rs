@@ -306,7 +306,7 @@ fn execute(command: Command) -> Result<Exit, CommandError> {
             let inputs = engine::evidence::Inputs { ledger, jobs, steps, runner_logs, lease_ms, lacks, out };
             let assembled = engine::evidence::assemble(&inputs)?;
             let words: Vec<&str> = assembled.sources.iter().map(|source| source.as_str()).collect();
-            let history = inputs.out.join("history.jsonl");
+            let history = engine::folder::RunFolder::at(&inputs.out).history_path();
             println!("history      {} ({} events from {})", history.display(), assembled.events, words.join(", "));
             println!("check with   fencelab check {}", inputs.out.display());
             Ok(Exit::Valid)
@@ -395,7 +395,7 @@ fn run_command(args: crate::args::RunArgs) -> Result<Exit, CommandError> {
     if let Some(warning) = config.backlog_warning() {
         eprintln!("fencelab run: warning: {warning}");
     }
-    let folder = engine::run::create_folder(&config).map_err(bad)?;
+    let folder = engine::folder::RunFolder::create(&config).map_err(bad)?.into_path();
     eprintln!("fencelab: seed {}; run folder {}", config.seed, folder.display());
     let command = config.command_in(&folder);
     let driven = runtime
@@ -452,7 +452,11 @@ fn print_verdict(folder: &std::path::Path, run: &results::Run, command: &str) ->
         println!("  ! {}: {}", anomaly.checker, anomaly.message);
     }
     let overall = run.overall();
-    println!("verdict      {} (report: {})", overall.as_str(), folder.join("report.html").display());
+    println!(
+        "verdict      {} (report: {})",
+        overall.as_str(),
+        engine::folder::RunFolder::at(folder).report_path().display()
+    );
     if overall != results::Overall::Valid {
         println!("repeat with  {command}");
     }
@@ -499,7 +503,7 @@ fn scenario_command(
         Exit::Invalid => "FAILED",
         _ => "unknown",
     };
-    println!("scenario     {word} (report: {})", report.folder.join("report.html").display());
+    println!("scenario     {word} (report: {})", engine::folder::RunFolder::at(&report.folder).report_path().display());
     if report.outcome != Exit::Valid {
         println!("repeat with  fencelab scenario run {}{}", file.display(), system.words());
     }

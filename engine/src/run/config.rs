@@ -119,15 +119,14 @@ impl Default for RunConfig {
 }
 
 /// What `config.json` holds: the run's configuration, how runner clocks were moved, how
-/// long the cluster took to become healthy, and the scenario a scenario run played.
+/// long the cluster took to become healthy, and the scenario a scenario run played. Written
+/// and read through `crate::folder::RunFolder`, which also reads the older, flat shape.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
-    #[serde(flatten)]
     pub run: RunConfig,
     pub clock_control: super::cluster::ClockControl,
-    /// The system attacked, and what of the run it could not take (absent in older files).
-    #[serde(default)]
+    /// The system attacked, and what of the run it could not take.
     pub system: system::SystemInfo,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub healthy_ms: Option<u64>,
@@ -142,15 +141,6 @@ pub struct ScenarioInfo {
     pub name: String,
     pub description: String,
     pub file: PathBuf,
-}
-
-impl ConfigFile {
-    /// Reads a run folder's `config.json`; the error names the file.
-    pub fn read(folder: &std::path::Path) -> Result<ConfigFile, String> {
-        let path = folder.join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(|error| format!("{}: {error}", path.display()))?;
-        serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))
-    }
 }
 
 impl RunConfig {
@@ -334,7 +324,8 @@ impl RunConfig {
             command.push_str(&format!(" --store {}", self.store.display()));
         }
         if self.schedule.is_some() {
-            command.push_str(&format!(" --schedule {}", folder.join("schedule.json").display()));
+            let schedule = crate::folder::RunFolder::at(folder).schedule_path();
+            command.push_str(&format!(" --schedule {}", schedule.display()));
         }
         command
     }
@@ -415,22 +406,5 @@ mod tests {
         let crowded = RunConfig { runners: 64, keys: 32, rate_per_s: 50.0, ..RunConfig::default() };
         let warning = crowded.backlog_warning().expect("50 jobs/s over 32 keys cannot drain");
         assert!(warning.contains("50 jobs/s over 32 keys") && warning.contains("recovery"), "{warning}");
-    }
-
-    #[test]
-    fn config_json_is_read_back_through_its_type() {
-        let file = ConfigFile {
-            run: RunConfig::default(),
-            clock_control: system::ClockControl::RunnerOffset,
-            system: system::SystemInfo { name: "lab".into(), ..Default::default() },
-            healthy_ms: Some(12),
-            scenario: None,
-        };
-        let text = serde_json::to_string(&file).unwrap();
-        assert_eq!(serde_json::from_str::<ConfigFile>(&text).unwrap(), file);
-        let unknown = text.replacen('{', "{\"seeed\":1,", 1);
-        assert!(serde_json::from_str::<ConfigFile>(&unknown).is_err(), "an unknown field is refused");
-        let missing = text.replacen("\"seed\"", "\"seeed\"", 1);
-        assert!(serde_json::from_str::<ConfigFile>(&missing).is_err(), "a missing field is refused");
     }
 }

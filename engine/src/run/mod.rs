@@ -46,26 +46,6 @@ pub struct State {
 
 pub type Shared = Arc<State>;
 
-/// Creates `store/<test>/<start-time>/`; an unwritable store is bad input.
-pub fn create_folder(config: &RunConfig) -> Result<PathBuf, String> {
-    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ").to_string();
-    let folder = config.store.join(&config.test_name).join(stamp);
-    std::fs::create_dir_all(&folder).map_err(|error| format!("--store {}: {error}", config.store.display()))?;
-    Ok(folder)
-}
-
-/// Points `store/latest` at the newest run folder.
-pub(crate) fn link_latest(store: &Path, folder: &Path) {
-    let latest = store.join("latest");
-    let _ = std::fs::remove_file(&latest);
-    let relative = folder.strip_prefix(store).unwrap_or(folder);
-    let _ = std::os::unix::fs::symlink(relative, &latest);
-}
-
-pub(crate) fn write_json(path: &Path, value: &impl serde::Serialize) -> std::io::Result<()> {
-    std::fs::write(path, serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?)
-}
-
 /// A chaos run of `config` in `folder`: its jobs and fault schedule planned from the seed
 /// (without the faults the system cannot take), driven by the one driver.
 pub async fn execute(

@@ -292,7 +292,8 @@ mod tests {
     #[test]
     fn a_foreign_runner_log_without_index_merges_into_a_history_that_checks() {
         let dir = tempfile::tempdir().unwrap();
-        let recorder = Recorder::create(&dir.path().join("history.jsonl")).unwrap();
+        let path = crate::folder::RunFolder::at(dir.path()).history_path();
+        let recorder = Recorder::create(&path).unwrap();
         recorder.record(Process::HARNESS, EventType::Ok, Op::Config, |event| {
             event.value = Some(json!({"target_mode": "fenced", "bugs": [], "lease_ms": 2_000}));
         });
@@ -317,7 +318,7 @@ mod tests {
         let every = history::Source::ALL.iter().copied().collect();
         recorder.finish(&[log], &ledger, &steps, vec![last, history::sources_event(&every)]).unwrap();
 
-        let events = history::read(std::fs::File::open(dir.path().join("history.jsonl")).unwrap()).unwrap();
+        let events = history::read(std::fs::File::open(&path).unwrap()).unwrap();
         let from_log: Vec<&Event> = events.iter().filter(|event| event.process == Process::runner("r1")).collect();
         assert_eq!(from_log.len(), 8, "every line of the log is in the history: {events:#?}");
         assert!(events.iter().all(|event| event.f != Op::Unreadable), "{events:#?}");

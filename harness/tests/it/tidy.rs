@@ -5,8 +5,9 @@
 //! nothing that reaches the outside world and their sources touch no file system,
 //! network, process, clock or runtime; every Rust file opens with a `//!` comment;
 //! operation names are written only through `history::Op`, never as string literals
-//! compared against an event; and the figures the documents state (checkers, fault
-//! variants, conformance cases) are the code's.
+//! compared against an event; a run folder's files are named only by its owner
+//! (`engine::folder`); and the figures the documents state (checkers, fault variants,
+//! conformance cases) are the code's.
 
 use std::path::{Path, PathBuf};
 
@@ -142,6 +143,35 @@ fn op_literal_violations(path: &str, text: &str) -> Vec<String> {
     found
 }
 
+/// The files of a run folder, which only `RUN_FOLDER_OWNER` names.
+const RUN_FOLDER_FILES: &[&str] = &[
+    "config.json",
+    "run.json",
+    "schedule.json",
+    "jobs.json",
+    "endpoints.json",
+    "history.jsonl",
+    "results.json",
+    "report.html",
+];
+
+/// The one module that creates, writes and reads a run folder.
+const RUN_FOLDER_OWNER: &str = "engine/src/folder.rs";
+
+/// A run folder's file named, as a string literal, outside its owner.
+fn run_folder_violations(path: &str, text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        for name in RUN_FOLDER_FILES.iter().filter(|name| line.contains(&format!("\"{name}\""))) {
+            found.push(format!(
+                "{path}:{}: names the run folder's {name}, which only {RUN_FOLDER_OWNER} does",
+                number + 1
+            ));
+        }
+    }
+    found
+}
+
 fn relative(path: &Path) -> String {
     path.strip_prefix(workspace()).unwrap_or(path).display().to_string()
 }
@@ -204,6 +234,8 @@ fn tidy_rules_catch_planted_violations() {
     assert_eq!(op_literal_violations("x.rs", "if event.f == \"heartbeat\" {").len(), 1);
     assert_eq!(op_literal_violations("x.rs", "Event::new(0, p, EventType::Ok, \"claim\")").len(), 1);
     assert_eq!(op_literal_violations("x.rs", "if event.f == Op::Heartbeat {").len(), 0);
+    assert_eq!(run_folder_violations("x.rs", "let path = folder.join(\"config.json\");").len(), 1);
+    assert_eq!(run_folder_violations("x.rs", "format!(\"{} holds no results.json\", folder)").len(), 0);
 }
 
 /// The workspace's crates (every folder with a Cargo.toml), in name order.
@@ -294,9 +326,15 @@ fn the_workspace_keeps_its_architecture_invariants() {
     }
     let mut files = Vec::new();
     for krate in crates() {
-        for part in ["src", "tests", "benches"] {
+        for part in ["src", "benches"] {
             rust_files(&root.join(&krate).join(part), &mut files);
         }
+    }
+    for file in files.iter().map(|file| relative(file)).filter(|path| path != RUN_FOLDER_OWNER) {
+        violations.extend(run_folder_violations(&file, &std::fs::read_to_string(root.join(&file)).unwrap()));
+    }
+    for krate in crates() {
+        rust_files(&root.join(&krate).join("tests"), &mut files);
     }
     assert!(files.len() > 50, "the workspace's Rust files were not found under {}", root.display());
     for file in files {
