@@ -1,9 +1,12 @@
 //! The second implementation (`examples/python/`: standard-library Python written from the
 //! contract documents alone) under fencelab: it conforms, it is valid under every fault
-//! kind, and each of its planted-bug variants is caught — by conform and by chaos runs.
+//! kind, and each of its planted-bug variants is caught — by conform and by chaos runs; a
+//! replay of its run runs it again, not the built-in lab.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use engine::folder::RunFolder;
 
 use super::run::run;
 
@@ -202,4 +205,40 @@ fn the_python_runner_never_revives_authority_with_a_late_heartbeat() {
     let said = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{said}");
     assert_eq!(said.lines().collect::<Vec<_>>(), ["1600", "1600", "1600"], "in time, late, older: {said}");
+}
+
+/// Bounds a replay of a 5-second run (a start, the run, recovery, the check).
+const REPLAY_WAIT_MAX: Duration = Duration::from_secs(180);
+
+/// The run folder a replay wrote in `store` (`store/replay-<pid>-1/latest`).
+fn replayed_folder(store: &Path) -> PathBuf {
+    let tries: Vec<PathBuf> = std::fs::read_dir(store).unwrap().map(|entry| entry.unwrap().path()).collect();
+    assert_eq!(tries.len(), 1, "one try, one store: {tries:?}");
+    std::fs::canonicalize(tries[0].join("latest")).expect("the replay wrote a run folder")
+}
+
+/// Issue 37: a run of the Python example, replayed, ran the built-in lab (the system file
+/// was lost reading `config.json` back).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replay_runs_the_recorded_runs_own_system_file_and_variants() {
+    if python_missing() {
+        return;
+    }
+    let system = python_system();
+    let system = system.to_str().unwrap();
+    let args = ["--system", system, "--variant", "trust-runner-clock", "--seed", "3", "--time-limit", "5"];
+    let finished = run(&[&args[..], &["--nemesis", "reconnects", "--runners", "2"]].concat()).await;
+    assert!(matches!(finished.code, Some(0 | 1)), "{}\n{}", finished.stdout, finished.stderr);
+    let original = RunFolder::at(finished.folder()).run_config().unwrap();
+    let replays = tempfile::tempdir().unwrap();
+    let folder = finished.folder().into_os_string();
+    let replay_args = ["replay".as_ref(), folder.as_os_str(), "--tries".as_ref(), "1".as_ref()];
+    let store = ["--store".as_ref(), replays.path().as_os_str()];
+    let (code, text) = super::fencelab_output(&[&replay_args[..], &store[..]].concat(), REPLAY_WAIT_MAX).await;
+    assert!(matches!(code, Some(0 | 1)), "the replay ran: {text}");
+    let replayed = RunFolder::at(replayed_folder(replays.path())).run_config().unwrap();
+    assert_eq!(replayed.system.name, "python-lab", "the replay ran the Python system: {text}");
+    assert_eq!(replayed.run.system, original.run.system, "{text}");
+    assert_eq!(replayed.run.variants, ["trust-runner-clock"], "{text}");
+    assert_eq!(replayed.run.seed, 3);
 }
