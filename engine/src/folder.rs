@@ -121,14 +121,8 @@ struct FlatConfigFile {
     scenario: Option<ScenarioInfo>,
 }
 
-/// The keys that tell the shapes of `config.json` apart.
-#[derive(Deserialize)]
-struct ConfigShape {
-    #[serde(default)]
-    run: Option<serde::de::IgnoredAny>,
-    #[serde(default)]
-    url: Option<serde::de::IgnoredAny>,
-}
+/// A `config.json`'s keys, which tell its shapes apart.
+type ConfigShape = std::collections::BTreeMap<String, serde::de::IgnoredAny>;
 
 impl ConfigFile {
     /// The configuration as the history's `config` event and the reports show it: the
@@ -147,7 +141,7 @@ impl ConfigFile {
     /// Reads `config.json`'s text in either shape it has had.
     fn parse(text: &str) -> Result<ConfigFile, serde_json::Error> {
         let shape: ConfigShape = serde_json::from_str(text)?;
-        if shape.run.is_some() {
+        if shape.contains_key("run") {
             return serde_json::from_str(text);
         }
         let flat: FlatConfigFile = serde_json::from_str(text)?;
@@ -209,14 +203,19 @@ impl RunFolder {
         let _ = std::os::unix::fs::symlink(relative, &latest);
     }
 
-    /// `config.json`, read in whichever shape it was written.
+    /// `config.json`, read in whichever shape it was written; an empty object, the
+    /// documented default of a folder gathered by hand, is none.
     pub fn config(&self) -> Result<Option<FolderConfig>, FolderError> {
         let Some(text) = self.text(CONFIG)? else { return Ok(None) };
         let bad = |error: serde_json::Error| FolderError::Bad(format!("{}: {error}", self.path.join(CONFIG).display()));
         let shape: ConfigShape = serde_json::from_str(&text).map_err(bad)?;
-        let config = match shape.url {
-            Some(_) if shape.run.is_none() => FolderConfig::Audit(serde_json::from_str(&text).map_err(bad)?),
-            _ => FolderConfig::Run(Box::new(ConfigFile::parse(&text).map_err(bad)?)),
+        if shape.is_empty() {
+            return Ok(None);
+        }
+        let config = if shape.contains_key("url") && !shape.contains_key("run") {
+            FolderConfig::Audit(serde_json::from_str(&text).map_err(bad)?)
+        } else {
+            FolderConfig::Run(Box::new(ConfigFile::parse(&text).map_err(bad)?))
         };
         Ok(Some(config))
     }
@@ -410,6 +409,8 @@ mod tests {
         let file = ConfigFile::parse(FLAT).expect("the older shape reads");
         assert_eq!(file.run.system, Some(PathBuf::from("/work/main/examples/python/system.toml")));
         assert_eq!((file.run.seed, file.run.time_limit_ms, file.system.name.as_str()), (3, 5_000, "python-lab"));
+        let system = ["--system", "/work/main/examples/python/system.toml"];
+        assert!(file.run.args().windows(2).any(|pair| pair == system), "a replay of it names the system file");
         let shown: serde_json::Value = serde_json::from_str(FLAT).unwrap();
         assert_eq!(file.flat(), shown, "the reports show an older run's config as it was written");
     }
@@ -441,6 +442,11 @@ mod tests {
         assert!(folder.run_config().unwrap_err().to_string().contains("an audit's"));
         std::fs::write(dir.path().join(CONFIG), "{ not json").unwrap();
         assert!(folder.config().unwrap_err().to_string().contains(CONFIG));
+        std::fs::write(dir.path().join(CONFIG), r#"{"seed": 3}"#).unwrap();
+        let error = folder.config().unwrap_err().to_string();
+        assert!(error.contains(CONFIG) && error.contains("missing field"), "{error}");
+        std::fs::write(dir.path().join(CONFIG), " {} ").unwrap();
+        assert_eq!(folder.config().unwrap(), None, "the documented default, written out, is no config");
     }
 
     #[test]
