@@ -61,6 +61,13 @@ ID_RE = re.compile(r'^[A-Za-z0-9\-_.:]{1,128}$')
 # is written when the request's answer is sent, a moment after the database's commit.
 OWN_REPORT_WAIT_MS = 1000
 COMPONENTS = ('api-server', 'scheduler', 'dag-processor')
+# The event log's rows for a try, each stamped by the Airflow process that wrote it (its
+# host's clock): `running` (the API server took the try's start), `success`, `failed`,
+# `up_for_retry` (the API server took the try's own report of its end), `heartbeat timeout`
+# (the scheduler found its heartbeats stopped). The task instance's own start_date and
+# end_date are the worker's: the supervisor sends them from its clock (and sends them again
+# unchanged when it retries the call), so they are not the server's receipt.
+EVENTS = ('running', 'success', 'failed', 'up_for_retry', 'heartbeat timeout')
 # The Execution API's own access-log line for a try's report of its end
 # (`PATCH /execution/task-instances/{id}/state`), and the answer it got.
 STATE_REPORT = re.compile(
@@ -116,9 +123,9 @@ class Snapshot:
                     'FROM task_instance_history WHERE dag_id = %s AND task_id = %s', (DAG_ID, TASK_ID))
                 history = cur.fetchall()
                 cur.execute(
-                    "SELECT run_id, try_number, min(dttm) FROM log WHERE dag_id = %s AND event = 'heartbeat timeout' "
-                    'GROUP BY run_id, try_number', (DAG_ID,))
-                timeouts = cur.fetchall()
+                    'SELECT run_id, try_number, event, min(dttm) FROM log WHERE dag_id = %s AND task_id = %s AND event IN %s '
+                    'GROUP BY run_id, try_number, event', (DAG_ID, TASK_ID, EVENTS))
+                events = cur.fetchall()
             conn.rollback()
         finally:
             conn.close()
@@ -144,16 +151,16 @@ class Snapshot:
             # live row then carries the next try's id beside the last try's times and host.
             if state in ('running', 'success', 'failed') and start is not None and hostname and try_number not in job['tries']:
                 job['tries'][try_number] = try_of(ti_id, try_number, state, hostname, start, end, past=False)
-        for run_id, try_number, at in timeouts:
+        for run_id, try_number, event, at in events:
             job = self.by_job.get(run_id)
             if job is not None and try_number in job['tries']:
-                job['tries'][try_number]['timed_out_at'] = at
+                job['tries'][try_number]['events'][event] = at
 
 
 def try_of(ti_id, try_number, state, hostname, start, end, past):
     return {'id': ti_id, 'try_number': try_number, 'state': state, 'runner': hostname, 'start': start,
             'end': end if state in ('success', 'failed', 'up_for_retry', 'upstream_failed', 'skipped', 'removed') or past else None,
-            'past': past, 'timed_out_at': None}
+            'past': past, 'events': {}}
 
 
 def attempt_id(job, tried):
@@ -293,7 +300,7 @@ class Ledger:
                     claim = {**base, 'attempt': attempt, 'runner': tried['runner'], 'fence': generation(tried['id']),
                              'deployment_key': job['deployment_key']}
                     if ('claim', attempt) not in self.seen:
-                        at = ms(tried['start'])
+                        at = ms(tried['events'].get('running') or tried['start'])
                         facts.append(((at, 1, tried['try_number']), ('claim', attempt),
                                       {'kind': 'claim', **claim, 'decision': 'accepted', 'received_ms': at}))
                     if tried['end'] is not None and ('close', attempt) not in self.seen:
@@ -323,15 +330,19 @@ class Ledger:
         up — and is an `expire`: `requeued` when Airflow went on to another try of the task,
         `failed` when it ended the task there. None while the answer to the try's own report
         may not be in the access log yet."""
-        at = ms(tried['end'])
+        events = tried['events']
+        timed_out = 'heartbeat timeout' in events
         own = tried['id'] in self.reports.accepted
-        if tried['state'] == 'success' or (own and tried['timed_out_at'] is None):
+        if tried['state'] == 'success' or (own and not timed_out):
             outcome = 'succeeded' if tried['state'] == 'success' else 'failed'
-            return {'kind': 'result', **claim, 'decision': 'accepted', 'outcome': outcome, 'received_ms': at}
-        if not own and tried['timed_out_at'] is None and now_ms - at < OWN_REPORT_WAIT_MS:
+            at = events.get('success' if outcome == 'succeeded' else 'failed') or events.get('up_for_retry') or tried['end']
+            return {'kind': 'result', **claim, 'decision': 'accepted', 'outcome': outcome, 'received_ms': ms(at)}
+        at = ms(tried['end'])
+        if not own and not timed_out and now_ms - at < OWN_REPORT_WAIT_MS:
             return None
-        # The try's end_date: when Airflow ended it (for a heartbeat timeout, when the DAG
-        # processor ran the scheduler's callback, after the event log's `heartbeat timeout`).
+        # Airflow's end of the try: its end_date, set by the Airflow process that ended it
+        # (for a heartbeat timeout, the DAG processor running the scheduler's callback, after
+        # the event log's `heartbeat timeout`).
         recorded = 'requeued' if requeued(job, tried) else 'failed'
         return {'kind': 'expire', **claim, 'recorded_as': recorded, 'received_ms': at}
 
@@ -371,7 +382,7 @@ def job_view(job, full, ledger):
             attempt = attempt_id(job, tried)
             view_of = {
                 'id': attempt, 'job': job['job'], 'runner': tried['runner'], 'fence': generation(tried['id']),
-                'state': 'running', 'current': tried is tries[-1], 'claimed_ms': ms(tried['start']),
+                'state': 'running', 'current': tried is tries[-1], 'claimed_ms': ms(tried['events'].get('running') or tried['start']),
             }
             # Airflow grants no lease with an end: lease_expires_ms is left out.
             close = closes.get(attempt)

@@ -1,6 +1,7 @@
 //! The `fencelab` binary end to end: the standalone Toxiproxy server, and the lab's runner
 //! links going through the embedded proxy so that faults are real TCP faults.
 
+mod airflow;
 mod audit;
 #[path = "../../../results/tests/support/browser.rs"]
 mod browser;
