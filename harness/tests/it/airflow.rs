@@ -212,3 +212,28 @@ async fn conform_says_it_does_not_apply_to_airflow_and_starts_nothing() {
     assert!(text.contains("conform does not apply to an observed system"), "{text}");
     assert_eq!(std::fs::read_dir(store.path()).unwrap().count(), 0, "nothing was written");
 }
+
+/// The recorder decides nothing: `systems/airflow/test_recorder.py` gives the recorder's own
+/// code what Airflow recorded about one job (a try failed by the heartbeat timeout and
+/// retried; a try that reported its own end), checks the exact ledger entries and job views,
+/// and has this fencelab judge each ledger (`evidence --lacks lease`, `check`): the retry is
+/// found, the try run once is clean.
+#[tokio::test(flavor = "multi_thread")]
+async fn airflows_recorder_maps_only_what_airflow_recorded_and_fencelab_judges_it() {
+    if airflow_missing() {
+        return;
+    }
+    let mut command = tokio::process::Command::new(airflow_dir().join(".venv/bin/python"));
+    command
+        .args(["-m", "unittest", "-v", "test_recorder.py"])
+        .current_dir(airflow_dir())
+        .env("FENCELAB_BIN", env!("CARGO_BIN_EXE_fencelab"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let output =
+        tokio::time::timeout(Duration::from_secs(120), command.output()).await.expect("it ends in time").unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("Ran 6 tests"), "{text}");
+}
