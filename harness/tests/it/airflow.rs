@@ -80,8 +80,8 @@ async fn an_airflow_chaos_run_ends_with_a_verdict_naming_what_it_cannot_judge_an
     let (code, text) = super::fencelab_output(&args, AIRFLOW_WAIT_MAX).await;
     assert!(matches!(code, Some(0..=2)), "a verdict, not {code:?}:\n{text}");
     // What the run could not judge is named: with no lease, the lease rules are unknown.
-    assert!(text.contains("single-owner             unknown"), "{text}");
-    assert!(text.contains("heartbeat-resurrection   unknown"), "{text}");
+    assert!(text.contains("heartbeat-resurrection   unknown  the system grants no lease"), "{text}");
+    assert!(text.contains("runner-contract          unknown"), "{text}");
     assert!(text.contains("not run      conflicting-results: the system lacks `runner-log`"), "{text}");
     let folder = std::fs::canonicalize(store.path().join("latest")).unwrap();
     let config: serde_json::Value =
