@@ -205,15 +205,20 @@ async fn first_anomaly(shared: &Shared) -> String {
                 steps.extend(page);
             }
         }
+        // The ledger is read to its end, or this turn checks nothing: the runners' logs just
+        // read may hold answers whose entries a ledger read short (a page refused or timed
+        // out on a loaded machine, a restart in progress) lacks, and would be judged missing.
+        let mut to_end = false;
         while let Ok(page) = operator.ledger_page(after, WATCH_PAGE_ENTRIES).await {
             after = page.iter().map(|entry| entry.seq).max().unwrap_or(after).max(after);
             let full = page.len() as u64 >= WATCH_PAGE_ENTRIES;
             ledger.extend(page);
             if !full {
+                to_end = true;
                 break;
             }
         }
-        if has_ledger && ledger.is_empty() {
+        if has_ledger && (ledger.is_empty() || !to_end) {
             continue;
         }
         let events = shared.recorder.partial(own, runners, &ledger, &steps);
