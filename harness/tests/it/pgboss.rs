@@ -107,9 +107,9 @@ const ACCEPTED_BY_JOB_ID: [(&str, &str); 2] =
     [("rule/fence-across-jobs", "answered 200 accepted"), ("window/result-at-lease-end", "was accepted")];
 
 /// Whether every finding of a conform line is one of pg-boss's that a slow machine brings
-/// into a case about something else: a report that arrived after its lease ended (more than
-/// the 3 s lease late) accepted because pg-boss's maintenance had not run yet, or that
-/// maintenance's requeue. Any other finding, or none, is not.
+/// into a case about something else: a report — a result or a heartbeat — that arrived after
+/// its lease ended (more than the 3 s lease late) accepted because pg-boss's maintenance had
+/// not run yet, or that maintenance's requeue. Any other finding, or none, is not.
 fn only_slow_machine_findings(line: &str) -> bool {
     // The verdict, the case, then the findings.
     let case_on = line.trim_start().split_once(char::is_whitespace).map(|(_, rest)| rest.trim_start());
@@ -118,7 +118,10 @@ fn only_slow_machine_findings(line: &str) -> bool {
     };
     let Some(findings) = findings.trim().strip_prefix("rules model: ") else { return false };
     findings.split("; rules model: ").all(|finding| {
-        finding.ends_with("'s result was accepted; the rules decide rejected (expired)")
+        let late =
+            |report: &str| finding.ends_with(&format!("'s {report} was accepted; the rules decide rejected (expired)"));
+        late("result")
+            || late("heartbeat")
             || (finding.contains("'s expiry was recorded as `requeued`") && !finding.contains("; "))
     })
 }
@@ -222,6 +225,10 @@ fn slow_machine_findings_are_only_pgboss_own() {
     let ci = "FAIL  endpoint/ledger                          rules model: c10.j1-a1 (fence 6)'s result was accepted; the rules decide rejected (expired)";
     assert!(only_slow_machine_findings(ci));
     assert!(only_slow_machine_findings(&format!("    {ci}")));
+    let loaded = "FAIL  endpoint/ledger                          rules model: c10.j1-a1 (fence 14)'s heartbeat was accepted; the rules decide rejected (expired); rules model: c10.j1-a1 (fence 14)'s expiry was recorded as `requeued`: a lapsed lease is not a stopped process, the job is uncertain";
+    assert!(only_slow_machine_findings(loaded), "the line a full suite under load printed");
+    let other = "FAIL  endpoint/ledger   rules model: c10.j1-a1 (fence 14)'s heartbeat was accepted; the rules decide rejected (stale_fence)";
+    assert!(!only_slow_machine_findings(other));
     let requeue = "FAIL  endpoint/claim   rules model: c05.j1-a1 (fence 26)'s expiry was recorded as `requeued`: a lapsed lease is not a stopped process, the job is uncertain";
     assert!(only_slow_machine_findings(requeue));
     let paging = "FAIL  endpoint/ledger   the second page repeated entry 3; rules model: c10.j1-a1 (fence 6)'s result was accepted; the rules decide rejected (expired)";
