@@ -59,7 +59,19 @@ pub(crate) struct LostWork {
     jobs: FxMap<u32, JobEnd>,
     /// Attempts the ledger ended, by attempt.
     ended: FxMap<u32, Ended>,
+    /// Signs of life of each claimed attempt: when the ledger granted it and when the
+    /// target last received a step of it (history clock, ns).
+    life: FxMap<u32, Life>,
 }
+
+#[derive(Clone, Copy, Default)]
+struct Life {
+    claimed_ns: u64,
+    last_step_ns: Option<u64>,
+}
+
+/// The most open attempts an unknown verdict's reason names.
+const OPEN_NAMED_MAX: usize = 10;
 
 impl Check for LostWork {
     fn name(&self) -> &'static str {
@@ -78,7 +90,11 @@ impl Check for LostWork {
     fn lacking(&self, ctx: &Index) -> Option<String> {
         crate::driver::need_finals(ctx).or_else(|| {
             let why = ctx.unsettled.as_deref()?;
-            Some(format!("the run did not complete ({why}): a job left unsettled whose records do not show it wedged is not judged lost"))
+            Some(format!(
+                "the run did not complete ({why}): a job left unsettled whose records do not show it wedged is not \
+                 judged lost{}",
+                self.open_at_the_end(ctx)
+            ))
         })
     }
 
@@ -100,6 +116,11 @@ impl Check for LostWork {
                 (end.current, end.key) = (ev.attempt, ev.key);
             }
             Source::Ledger => self.ledger(ev, ctx),
+            Source::Target => {
+                if let Some(attempt) = ev.attempt {
+                    self.life.entry(attempt).or_default().last_step_ns = Some(ev.raw.time_ns);
+                }
+            }
             _ => {}
         }
     }
@@ -130,6 +151,7 @@ impl LostWork {
         let finding = ev.outcome.map(|outcome| ctx.outcome_name(outcome));
         let when = ev.received_ms.map(|ms| crate::moment::Moment::of(ev, "server", ms));
         match ev.op {
+            Op::Claim => self.life.entry(attempt).or_default().claimed_ns = ev.raw.time_ns,
             Op::Expire => {
                 self.ended.entry(attempt).or_insert(Ended { at: ev.index, closed: false, when });
             }
@@ -147,6 +169,53 @@ impl LostWork {
             }
             _ => {}
         }
+    }
+
+    /// The current attempts of the jobs left `running` that the ledger leaves open, each
+    /// with its claim and its last step on the target: what an unknown verdict cannot
+    /// judge, named (a build a system without leases never ends looks the same as one
+    /// still working).
+    fn open_at_the_end(&self, ctx: &Index) -> String {
+        let mut open: Vec<(u32, u32)> = self
+            .jobs
+            .iter()
+            .filter(|(_, end)| {
+                end.last.and_then(|(_, state)| state).map(|state| ctx.outcome_name(state)) == Some("running")
+            })
+            .filter_map(|(&job, end)| Some((job, end.current.or(ctx.job(job).latest)?)))
+            .filter(|(_, attempt)| !self.ended.contains_key(attempt) && self.life.contains_key(attempt))
+            .collect();
+        if open.is_empty() {
+            return String::new();
+        }
+        open.sort_unstable();
+        let seconds = |ns: u64| format!("{}.{:03} s", ns / 1_000_000_000, ns / 1_000_000 % 1_000);
+        let steps = ctx.holds(history::Source::TargetLog);
+        let named: Vec<String> = open
+            .iter()
+            .take(OPEN_NAMED_MAX)
+            .map(|&(_, attempt)| {
+                let life = self.life[&attempt];
+                let step = match (steps, life.last_step_ns) {
+                    (false, _) => String::new(),
+                    (true, None) => ", no step on the target".to_string(),
+                    (true, Some(ns)) => format!(", its last step at {}", seconds(ns)),
+                };
+                format!("{} claimed at {}{step}", ctx.label(attempt), seconds(life.claimed_ns))
+            })
+            .collect();
+        let more = open.len().saturating_sub(OPEN_NAMED_MAX);
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        let lease = if ctx.holds(history::Source::Leases) {
+            "no expiry of it is recorded"
+        } else {
+            "the system grants no lease, and nothing in its records ends it"
+        };
+        format!(
+            "; the ledger leaves open the current attempts of the jobs left running — {}{more} — and whether each \
+             still runs the records do not say ({lease})",
+            named.join("; ")
+        )
     }
 
     /// A job whose final state no attempt can move any more (see the module's comment).

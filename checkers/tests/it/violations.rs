@@ -323,13 +323,16 @@ fn lost_work_a_backlog_still_moving_at_the_recovery_limit_is_unknown() {
     let (mut h, a1) = start();
     h.submit("j2", "prod", 950);
     h.heartbeat(&a1, 2_000, 2_000, Accepted, Some(4_000));
+    h.step(&a1, 2_100, Accepted, None);
     h.recovery_unsettled("2 of 2 jobs were not terminal after the 30000 ms recovery limit");
     h.final_state("j1", Some("j1-a1"), "running");
     h.final_state("j2", None, "queued");
     let events = h.build();
     let verdict = verdict_of(&events, "lost-work");
     assert!(
-        matches!(&verdict, checkers::Verdict::Unknown { reason } if reason.contains("the run did not complete")),
+        matches!(&verdict, checkers::Verdict::Unknown { reason } if reason.contains("the run did not complete")
+            && reason.contains("j1-a1 (fence 7) claimed at 0.") && reason.contains("its last step at 0.")
+            && reason.contains("no expiry of it is recorded")),
         "{verdict:?}"
     );
     check(&events, "rules-model", &[]);
@@ -379,7 +382,15 @@ fn lost_work_an_open_attempt_without_a_lease_is_not_accused() {
     h.recovery_unsettled("1 of 1 jobs were not terminal after the 30000 ms recovery limit: j1 (running)");
     h.final_state("j1", Some(&a1.attempt), "running");
     let events = h.build();
-    assert!(matches!(verdict_of(&events, "lost-work"), checkers::Verdict::Unknown { .. }));
+    let verdict = verdict_of(&events, "lost-work");
+    let checkers::Verdict::Unknown { reason } = &verdict else { panic!("{verdict:?}") };
+    for words in [
+        "leaves open the current attempts",
+        "j1-b1 (fence 1) claimed at 0.000 s, no step on the target",
+        "grants no lease",
+    ] {
+        assert!(reason.contains(words), "{words}: {reason}");
+    }
     assert!(matches!(verdict_of(&events, "rules-model"), checkers::Verdict::Unknown { .. }));
 }
 
