@@ -268,8 +268,9 @@ async fn audit_follows_a_live_run_under_load_in_a_window_bounded_by_its_open_job
     let _ = chaos.kill().await;
     assert_ne!(output.status.code(), Some(1), "the correct lab is never invalid under audit:\n{said}");
     assert_ne!(output.status.code(), Some(255), "{said}");
-    let cursor: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("cursor.json")).unwrap()).unwrap();
+    let cursor = std::fs::read_to_string(out.join("cursor.json"))
+        .unwrap_or_else(|error| panic!("no cursor.json ({error}); the follow exited {:?}:\n{said}", output.status));
+    let cursor: serde_json::Value = serde_json::from_str(&cursor).unwrap();
     let (entries, peak) = (cursor["entries"].as_u64().unwrap(), cursor["window_entries_peak"].as_u64().unwrap());
     assert!(cursor["rounds"].as_u64().unwrap() > 20, "the follow checked in rounds: {cursor}");
     // A loaded CI machine was seen to ledger 1,930 entries in the follow's 35 s; the window
