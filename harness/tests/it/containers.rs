@@ -130,7 +130,14 @@ async fn containers_are_started_faulted_and_stopped_leaving_none() {
                 && event.kind == EventType::Ok
                 && event.value.as_ref().is_some_and(|value| value["effective"] == json!(true))
         });
-        assert!(took, "{f:?} took effect on the containers: {repeat}");
+        let tries: Vec<String> = events
+            .iter()
+            .filter(|event| event.process == Process::NEMESIS && event.f == f)
+            .map(|event| {
+                format!("{} ms {:?} {:?} {:?}", event.time_ns / 1_000_000, event.kind, event.value, event.reason)
+            })
+            .collect();
+        assert!(took, "{f:?} took effect on the containers: {repeat}\n{tries:#?}\n{}", finished.stdout);
     }
     let skewed = events.iter().any(|event| {
         event.runner.as_deref() == Some("r1")
