@@ -82,7 +82,12 @@ async fn a_backlog_that_outlasts_the_recovery_limit_stays_unknown() {
     assert_eq!(lost.verdict, "unknown", "{lost:#?}");
     assert!(lost.reason.as_deref().is_some_and(|why| why.contains("recovery limit")), "{lost:#?}");
     let history = finished.history();
-    let running = history.iter().filter(|event| event.f == Op::Final && event.outcome.as_deref() == Some("running"));
-    assert!(running.count() > 0, "jobs were still moving at the limit:\n{}", finished.stdout);
+    // The backlog is still there at the limit. Which of its jobs is running at that instant
+    // (none, when the ones on the free keys sit between a claim and the next) is timing.
+    let unsettled = ["queued", "running", "uncertain"];
+    let left = history.iter().filter(|event| {
+        event.f == Op::Final && event.outcome.as_deref().is_some_and(|state| unsettled.contains(&state))
+    });
+    assert!(left.count() > 0, "jobs were left unsettled at the limit:\n{}", finished.stdout);
     assert!(!finished.stdout.contains("INVALID"), "{}", finished.stdout);
 }

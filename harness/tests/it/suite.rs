@@ -10,6 +10,11 @@ use std::time::Duration;
 const WAIT_MAX: Duration = Duration::from_secs(600);
 
 /// The one fault of the invalid entry: a conflicting result for runner 1's committed job.
+/// The conflict needs a result its runner already committed: it looks for one for at most
+/// two leases, and tries again a lease later while it fits the time limit. The planted bug's
+/// runs last 15 s so that all three tries fit: with 6 s, only the first did, and on a loaded
+/// machine (a soak pass) the runner had committed nothing by then, the bug went unexposed
+/// and the whole suite's table differed from the shards'.
 const CONFLICT_AT_3S: &str = r#"[{"at_ms": 3000, "duration_ms": 0, "kind": "conflicting-results", "runner": 0, "variant": {"how": "conflict"}}]"#;
 
 async fn fencelab(args: &[String]) -> (Option<i32>, String) {
@@ -38,7 +43,7 @@ system = "{}"
 variants = ["overwrite-terminal-result"]
 nemesis = "conflicting-results"
 seeds = [1]
-time_limit = 6
+time_limit = 15
 expect = "invalid"
 args = ["--runners", "1", "--schedule", "{}"]
 [[run]]
@@ -46,7 +51,7 @@ name = "overwrite-expected-valid"
 bugs = ["overwrite-terminal-result"]
 nemesis = "conflicting-results"
 seeds = [1]
-time_limit = 6
+time_limit = 15
 args = ["--runners", "1", "--schedule", "{}"]
 "#,
         super::system::lab_file().display(),
