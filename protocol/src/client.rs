@@ -86,7 +86,7 @@ impl Client {
         if let Some(body) = body {
             request = request.json(body);
         }
-        let transport = |error: reqwest::Error| ClientError::Transport { url: url.clone(), message: error.to_string() };
+        let transport = |error: reqwest::Error| ClientError::Transport { url: url.clone(), message: causes(&error) };
         let response = request.send().await.map_err(transport)?;
         let status = response.status().as_u16();
         let bytes = response.bytes().await.map_err(transport)?;
@@ -208,5 +208,43 @@ impl Client {
     /// One page of the target's step log: the records after the first `after`.
     pub async fn steps_after(&self, after: usize) -> Result<Vec<StepRecord>, ClientError> {
         self.call(reqwest::Method::GET, &format!("/v1/steps?after={after}&limit=10000"), None::<&()>, &[]).await
+    }
+}
+
+/// An error and every cause beneath it, joined: reqwest's own text ("error sending request
+/// for url …") says neither a timeout nor a reset, which its sources do.
+fn causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A transport failure says why there was no answer: a refused connection and a server
+    /// that never answers read differently.
+    #[tokio::test]
+    async fn a_transport_failure_names_its_cause() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = closed.local_addr().unwrap();
+        drop(closed);
+        let refused = Client::new(&format!("http://{addr}"), None, Duration::from_secs(2)).health().await.unwrap_err();
+        assert!(refused.is_transport() && refused.to_string().to_lowercase().contains("refused"), "{refused}");
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = silent.local_addr().unwrap();
+        let client = Client::new(&format!("http://{addr}"), None, Duration::from_millis(300));
+        let timed_out = client.health().await.unwrap_err();
+        assert!(timed_out.is_transport() && timed_out.to_string().contains("timed out"), "{timed_out}");
+        drop(silent);
     }
 }
