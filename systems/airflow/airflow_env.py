@@ -25,20 +25,18 @@ Timings (whole seconds: Airflow's settings are integers), from the run's `{lease
 
 import base64
 import hashlib
-import hmac
 import math
 import os
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), 'observed'))
+from keys import derive  # noqa: E402 (systems/observed/keys.py: a secret for a purpose, from the run's)
+
 DAGS = os.path.join(HERE, 'dags')
 DAG_ID = 'fencelab_deploy'
 TASK_ID = 'deploy'
 EXECUTOR = 'airflow.providers.edge3.executors.EdgeExecutor'
-
-
-def derive(secret, purpose):
-    """A deterministic secret for `purpose`, from the run's secret."""
-    return hmac.new(secret.encode(), purpose.encode(), hashlib.sha256).hexdigest()[:48]
 
 
 def jwt_secret(secret):

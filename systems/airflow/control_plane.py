@@ -42,20 +42,18 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import psycopg2
 import psycopg2.extensions
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), 'observed'))
 import airflow_env  # noqa: E402
-from airflow_env import DAG_ID, TASK_ID, derive  # noqa: E402
+import recorder  # noqa: E402 (systems/observed/recorder.py: what the observed systems' recorders share)
+from airflow_env import DAG_ID, TASK_ID  # noqa: E402
+from recorder import BIN, ApiError, die_with_parent  # noqa: E402
 
-BIN = os.path.dirname(os.path.abspath(sys.executable))
-POLL_S = 0.1
-MAX_BODY = 65536
-U64_MAX = 2**64 - 1
-ID_RE = re.compile(r'^[A-Za-z0-9\-_.:]{1,128}$')
 # A failed try whose own report of its end the API server's log does not (yet) show is
 # recorded as Airflow's own decision only once it ended this long ago: the access log's line
 # is written when the request's answer is sent, a moment after the database's commit.
@@ -75,16 +73,7 @@ STATE_REPORT = re.compile(
 )
 
 
-def log(message):
-    stamp = time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime())
-    sys.stderr.write(f'control_plane: {stamp}Z {message}\n')
-    sys.stderr.flush()
-
-
-class ApiError(Exception):
-    def __init__(self, status, code, message):
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+log = recorder.logger(stamped=True)
 
 
 def ms(instant):
@@ -238,37 +227,16 @@ class ReportLog:
 # ------------------------------------------------------------------ the ledger
 
 
-class Ledger:
+class Ledger(recorder.LedgerFile):
     """The append-only record of Airflow's facts, in ledger.jsonl (one entry a line)."""
 
     def __init__(self, path, dsn, reports):
-        self.path, self.dsn, self.reports = path, dsn, reports
-        self.entries = []
-        self.seen = set()
+        self.dsn, self.reports = dsn, reports
         self.closes = {}  # attempt -> its result or expire entry
-        self.lock = threading.Lock()
-        self.load()
-        self.file = open(path, 'a', encoding='utf-8')
-
-    def load(self):
-        if not os.path.exists(self.path):
-            return
-        with open(self.path, 'rb') as f:
-            data = f.read()
-        good = 0
-        for line in data.split(b'\n'):
-            if not line.endswith(b'}'):
-                break  # a line a kill cut short: dropped, it was never served
-            entry = json.loads(line)
-            self.remember(entry)
-            good += len(line) + 1
-        if good != len(data):
-            with open(self.path, 'r+b') as f:
-                f.truncate(good)
+        super().__init__(path)
 
     def remember(self, entry):
-        self.entries.append(entry)
-        self.seen.add(self.fact_key(entry))
+        super().remember(entry)
         if entry['kind'] in ('result', 'expire'):
             self.closes[entry['attempt']] = entry
 
@@ -307,17 +275,8 @@ class Ledger:
                         entry = self.close_entry(job, tried, claim, now_ms)
                         if entry is not None:
                             facts.append(((entry['received_ms'], 2, tried['try_number']), ('close', attempt), entry))
-            if not facts:
-                return snapshot
-            facts.sort(key=lambda fact: fact[0])
-            lines = []
-            for _, key, entry in facts:
-                entry = {'seq': len(self.entries) + 1, **entry, 'mono_ns': mono}
-                self.remember(entry)
-                lines.append(json.dumps(entry, separators=(',', ':')) + '\n')
-            self.file.write(''.join(lines))
-            self.file.flush()
-            os.fsync(self.file.fileno())
+            if facts:
+                self.append(facts, mono)
             return snapshot
 
     def close_entry(self, job, tried, claim, now_ms):
@@ -345,20 +304,6 @@ class Ledger:
         # the event log's `heartbeat timeout`).
         recorded = 'requeued' if requeued(job, tried) else 'failed'
         return {'kind': 'expire', **claim, 'recorded_as': recorded, 'received_ms': at}
-
-    def page(self, after, limit):
-        with self.lock:
-            if after >= len(self.entries):
-                return []
-            return self.entries[after:after + limit]
-
-    def of_job(self, job):
-        with self.lock:
-            return [entry for entry in self.entries if entry['job'] == job]
-
-    def has_submit(self, job):
-        with self.lock:
-            return ('submit', job) in self.seen
 
     def close_of(self, attempt):
         with self.lock:
@@ -507,23 +452,6 @@ class Airflow:
                 process.kill()
 
 
-def die_with_parent():
-    try:
-        import ctypes
-
-        ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def write_atomically(path, text):
-    with open(path + '.tmp', 'w', encoding='utf-8') as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + '.tmp', path)
-
-
 # ------------------------------------------------------------------ submission: Airflow's REST API
 
 
@@ -560,42 +488,24 @@ class Submitter:
 # ------------------------------------------------------------------ the facade's own state
 
 
-class Facade:
+class Facade(recorder.Facade):
+    one_project = 'the deploy DAG serves one'
+    runners_are = 'the deployment has edge workers'
+
     def __init__(self, options, airflow, ledger, submitter):
-        self.options, self.airflow, self.ledger, self.submitter = options, airflow, ledger, submitter
-        self.state_path = os.path.join(options.data_dir, 'facade.json')
-        self.state = {'project': None, 'runners': {}}
-        if os.path.exists(self.state_path):
-            with open(self.state_path, encoding='utf-8') as f:
-                self.state = json.load(f)
-        self.lock = threading.Lock()
-        self.submit_lock = threading.Lock()
+        super().__init__(options, ledger)
+        self.airflow, self.submitter = airflow, submitter
         self.ready = False
 
-    def save(self):
-        write_atomically(self.state_path, json.dumps(self.state))
-
-    def runner_token(self):
+    def runner_token(self, runner=None):
         """What an edge worker signs its requests to the API server with: the deployment's JWT
         secret, one for every worker (Airflow knows no per-worker credential)."""
         return airflow_env.jwt_secret(self.options.secret)
 
-    def registration_token(self, project):
-        return derive(self.options.secret, f'registration:{project}')
-
-    def who(self, headers):
-        value = (headers.get('Authorization') or '').strip()
-        if not value.startswith('Bearer ') or len(value) == len('Bearer '):
-            raise ApiError(401, 'unauthorized', 'a bearer token is required')
-        token = value[len('Bearer '):]
-        if token == self.options.operator_token:
-            return ('operator', None)
-        project = self.state['project']
-        if project and hmac.compare_digest(token, self.registration_token(project)):
-            return ('registration', project)
+    def runner_of(self, token):
         if self.state['runners'] and hmac.compare_digest(token, self.runner_token()):
             return ('runner', None)
-        raise ApiError(401, 'unauthorized', 'the bearer token is not known')
+        return None
 
     def health(self):
         if not self.ready:
@@ -605,68 +515,15 @@ class Facade:
             self.ready = True  # once up, up for good: a restart is a new process
         return 200, {'status': 'ok'}
 
-    def create_project(self, who, body):
-        fields(body, {'id': str}, {})
-        if who[0] != 'operator':
-            raise ApiError(403, 'forbidden', 'creating a project needs the operator token')
-        check_id(body['id'], 'id')
-        with self.lock:
-            if self.state['project'] is not None:
-                raise ApiError(409, 'exists', f"a project exists ({self.state['project']}); the deploy DAG serves one")
-            self.state['project'] = body['id']
-            self.save()
-        return 201, {'id': body['id'], 'registration_token': self.registration_token(body['id'])}
-
-    def register_runner(self, who, body):
-        fields(body, {'id': str}, {'project': str})
-        check_id(body['id'], 'id')
-        project = body.get('project')
-        if who[0] == 'operator':
-            if project is None:
-                raise ApiError(400, 'missing_field', 'the operator names the project')
-        elif who[0] == 'registration':
-            if project is not None and project != who[1]:
-                raise ApiError(403, 'forbidden', 'the registration token is for another project')
-            project = who[1]
-        else:
-            raise ApiError(403, 'forbidden', 'registering a runner needs the operator or a registration token')
-        with self.lock:
-            if project != self.state['project']:
-                raise ApiError(404, 'unknown_project', f'no project {project}')
-            names = {f'r{k}' for k in range(1, self.options.runners + 1)}
-            if body['id'] not in names:
-                raise ApiError(404, 'unknown_runner', f"the deployment has edge workers r1..r{self.options.runners} only, not {body['id']}")
-            if body['id'] in self.state['runners']:
-                raise ApiError(409, 'exists', f"runner {body['id']} is registered")
-            self.state['runners'][body['id']] = project
-            self.save()
-        return 201, {'id': body['id'], 'project': project, 'token': self.runner_token()}
-
     def submit(self, who, body):
-        fields(body, {'project': str, 'deployment_key': str, 'spec': dict}, {'id': str})
-        fields(body['spec'], {'steps': int, 'step_ms': int}, {})
-        for name in ('steps', 'step_ms'):
-            if body['spec'][name] < 0:
-                raise ApiError(400, 'invalid_body', f'spec.{name} must be an unsigned integer')
-        if who[0] != 'operator':
-            raise ApiError(403, 'forbidden', 'submitting needs the operator token')
-        check_id(body['project'], 'project')
-        check_id(body['deployment_key'], 'deployment_key')
-        if body.get('id') is not None:
-            check_id(body['id'], 'id')
-        steps, step_ms = body['spec']['steps'], body['spec']['step_ms']
-        if not 1 <= steps <= 1000 or step_ms > 600000:
-            raise ApiError(400, 'invalid_field', 'spec.steps must be 1..=1000 and spec.step_ms 0..=600000')
-        if body['project'] != self.state['project']:
-            raise ApiError(404, 'unknown_project', f"no project {body['project']}")
-        job = body.get('id')
+        job, what = self.checked_submission(who, body)
         if job is None:
             with self.submit_lock:  # a fresh id: the next j<n> Airflow has no run of
                 n = self.airflow.runs() + 1
                 while self.airflow.has_run(f'j{n}'):
                     n += 1
                 job = f'j{n}'
-        conf = {'job': job, 'project': body['project'], 'deployment_key': body['deployment_key'], 'steps': steps, 'step_ms': step_ms}
+        conf = {'job': job, **what}
         try:
             status, answer = self.submitter.submit(conf)
         except OSError as error:
@@ -688,93 +545,8 @@ class Facade:
             time.sleep(0.05)
         return 201, {'id': job}
 
-    # A job is shown as of a snapshot the ledger already holds every fact of (the recorder
-    # polls it first): a view never shows what the ledger has not recorded.
-    def jobs(self, who):
-        self.operator(who, 'reading jobs')
-        snapshot = self.ledger.poll()
-        return 200, [job_view(job, False, self.ledger) for job in snapshot.jobs]
-
-    def job(self, who, job_id):
-        self.operator(who, 'reading a job')
-        job = self.ledger.poll().by_job.get(job_id)
-        if job is None:
-            raise ApiError(404, 'unknown_job', f'no job {job_id}')
-        return 200, job_view(job, True, self.ledger)
-
-    def ledger_page(self, who, after, limit):
-        self.operator(who, 'reading the ledger')
-        return 200, self.ledger.page(after, limit)
-
-    @staticmethod
-    def operator(who, what):
-        if who[0] != 'operator':
-            raise ApiError(403, 'forbidden', f'{what} needs the operator token')
-
-
-def check_id(value, name):
-    if not ID_RE.match(value) or not value.isascii():
-        raise ApiError(400, 'invalid_field', f'{name} is not an id (1 to 128 of [A-Za-z0-9-_.:])')
-
-
-def fields(body, required, optional):
-    """The shape check: an object of exactly these fields, each of its type (null = absent for
-    an optional one); ints are JSON integers, never booleans or fractions."""
-    if not isinstance(body, dict):
-        raise ApiError(400, 'invalid_body', 'an object was expected')
-    for name in body:
-        if name not in required and name not in optional:
-            raise ApiError(400, 'invalid_body', f'unknown field {name}')
-    for name, kind in list(required.items()) + list(optional.items()):
-        if name not in body or (name in optional and body[name] is None):
-            if name in required:
-                raise ApiError(400, 'invalid_body', f'missing field {name}')
-            body.pop(name, None)
-            continue
-        value = body[name]
-        if kind is int:
-            ok = isinstance(value, int) and not isinstance(value, bool) and value <= U64_MAX
-        else:
-            ok = isinstance(value, kind)
-        if not ok:
-            raise ApiError(400, 'invalid_body', f'{name} has the wrong type')
-
-
-class Duplicate(ValueError):
-    pass
-
-
-def no_duplicates(pairs):
-    seen = {}
-    for key, value in pairs:
-        if key in seen:
-            raise Duplicate(key)
-        seen[key] = value
-    return seen
-
-
-def no_constant(name):
-    raise ValueError(f'{name} is not JSON')
-
-
-def parse_body(raw):
-    try:
-        text = raw.decode('utf-8')
-        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
-    except Duplicate as error:
-        raise ApiError(400, 'invalid_body', f'duplicate field {error}') from error
-    except ValueError as error:
-        raise ApiError(400, 'malformed_json', f'the body is not JSON ({error})') from error
-
-
-def parse_query(query):
-    values = {}
-    for part in query.split('&') if query else []:
-        name, _, value = part.partition('=')
-        if name not in ('after', 'limit') or name in values or not value.isdigit() or not value.isascii() or int(value) > U64_MAX:
-            raise ApiError(400, 'invalid_query', 'after and limit are decimal integers, each at most once')
-        values[name] = int(value)
-    return values.get('after', 0), min(max(values.get('limit', 1000), 1), 10000)
+    def view(self, job, full):
+        return job_view(job, full, self.ledger)
 
 
 NOT_PROVIDED = {
@@ -784,122 +556,6 @@ NOT_PROVIDED = {
     '/v1/capability': 'Airflow has no capability',
     '/v1/reconcile': 'Airflow has no reconciliation of uncertain tries',
 }
-
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = 'HTTP/1.1'
-    facade: Facade = None
-
-    def log_message(self, format, *args):  # noqa: A002 (the base class's name)
-        pass
-
-    def answer(self, status, body, extra_headers=()):
-        data = json.dumps(body, separators=(',', ':')).encode()
-        self.send_response(status)
-        self.send_header('Content-Type', 'application/json')
-        self.send_header('Content-Length', str(len(data)))
-        for name, value in extra_headers:
-            self.send_header(name, value)
-        self.end_headers()
-        if self.command != 'HEAD':
-            self.wfile.write(data)
-
-    def fail(self, error, extra_headers=()):
-        self.answer(error.status, {'error': error.message, 'code': error.code, 'status': error.status}, extra_headers)
-
-    def do_GET(self):
-        self.route('GET')
-
-    def do_HEAD(self):
-        self.route('GET')
-
-    def do_POST(self):
-        self.route('POST')
-
-    def do_PUT(self):
-        self.route('PUT')
-
-    def do_DELETE(self):
-        self.route('DELETE')
-
-    def do_PATCH(self):
-        self.route('PATCH')
-
-    def read_body(self):
-        length = self.headers.get('Content-Length')
-        if length is None or not length.isdigit():
-            return b''
-        if int(length) > MAX_BODY:
-            self.close_connection = True
-            raise ApiError(413, 'body_too_large', 'the body is over 65536 bytes')
-        return self.rfile.read(int(length))
-
-    def json_body(self):
-        kind = (self.headers.get('Content-Type') or '').split(';')[0].strip().lower()
-        raw = self.read_body()
-        if kind != 'application/json':
-            raise ApiError(415, 'unsupported_media_type', 'the body must be application/json')
-        return parse_body(raw)
-
-    def route(self, method):
-        facade = self.facade
-        target = urllib.parse.urlsplit(self.path)
-        path = target.path
-        try:
-            if path in NOT_PROVIDED:
-                self.read_body()
-                raise ApiError(404, 'not_provided', NOT_PROVIDED[path])
-            posts = {'/v1/projects': facade.create_project, '/v1/runners': facade.register_runner, '/v1/jobs': facade.submit}
-            if path == '/v1/health':
-                self.allow(method, 'GET')
-                return self.answer(*facade.health())
-            if path == '/v1/ledger':
-                self.allow(method, 'GET')
-                after, limit = parse_query(target.query)
-                return self.answer(*facade.ledger_page(facade.who(self.headers), after, limit))
-            if path == '/v1/jobs' and method == 'GET':
-                return self.answer(*facade.jobs(facade.who(self.headers)))
-            if path.startswith('/v1/jobs/') and path.count('/') == 3 and len(path) > len('/v1/jobs/'):
-                self.allow(method, 'GET')
-                try:
-                    job = urllib.parse.unquote(path[len('/v1/jobs/'):], errors='strict')
-                except UnicodeDecodeError as error:
-                    raise ApiError(400, 'invalid_path', 'the job id does not decode to UTF-8') from error
-                return self.answer(*facade.job(facade.who(self.headers), job))
-            if path in posts:
-                self.allow(method, 'POST', also_get=path == '/v1/jobs')
-                who = facade.who(self.headers)
-                return self.answer(*posts[path](who, self.json_body()))
-            raise ApiError(404, 'no_route', f'no endpoint {path}')
-        except ApiError as error:
-            allow = [('Allow', error.allow)] if getattr(error, 'allow', None) else []
-            self.fail(error, allow)
-        except Exception as error:  # noqa: BLE001 (any failure is answered, never a dropped connection)
-            log(f'{method} {path}: {error!r}')
-            self.fail(ApiError(500, 'internal', f'the facade failed ({error})'))
-
-    def allow(self, method, wanted, also_get=False):
-        if method != wanted:
-            error = ApiError(405, 'method_not_allowed', f'{method} is not allowed here')
-            error.allow = 'GET, HEAD, POST' if also_get else ('GET, HEAD' if wanted == 'GET' else wanted)
-            self.read_body()
-            raise error
-
-
-class Server(ThreadingHTTPServer):
-    daemon_threads = True
-    # The harness keeps up to 64 submissions in flight, and Airflow answers each in tens to
-    # hundreds of milliseconds: socketserver's backlog of 5 would refuse connections.
-    request_queue_size = 256
-
-
-def recorder(ledger):
-    while True:
-        try:
-            ledger.poll()
-        except Exception as error:  # noqa: BLE001 (a busy or half-made database: the next poll tries again)
-            log(f'recording: {error!r}')
-        time.sleep(POLL_S)
 
 
 def main():
@@ -918,7 +574,6 @@ def main():
         parser.error('--operator-token and --secret must not be empty, and --runners at least 1')
     if not re.match(r'^[a-z_][a-z0-9_]{0,62}$', options.schema):
         parser.error('--schema must be 1 to 63 of [a-z0-9_], not starting with a digit')
-    host, _, port = options.listen.rpartition(':')
     options.data_dir = os.path.abspath(options.data_dir)
     os.makedirs(options.data_dir, exist_ok=True)
 
@@ -933,10 +588,12 @@ def main():
     signal.signal(signal.SIGINT, stop)
     airflow.prepare()
     ledger = Ledger(os.path.join(options.data_dir, 'ledger.jsonl'), airflow.dsn, ReportLog(airflow.log_path))
-    server = Server((host, int(port)), Handler)
+    # The harness keeps up to 64 submissions in flight, and Airflow answers each in tens to
+    # hundreds of milliseconds: socketserver's backlog of 5 would refuse connections.
+    server = recorder.Server(options.listen, NOT_PROVIDED, log, request_queue_size=256)
     airflow.start()
-    Handler.facade = Facade(options, airflow, ledger, Submitter(options.api_port))
-    threading.Thread(target=recorder, args=(ledger,), daemon=True).start()
+    server.facade = Facade(options, airflow, ledger, Submitter(options.api_port))
+    threading.Thread(target=recorder.keep_recording, args=(ledger, log), daemon=True).start()
     log(f'serving on {options.listen}; Airflow in {airflow.home}, its API server on 127.0.0.1:{options.api_port}')
     server.serve_forever()
 

@@ -15,17 +15,16 @@
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), 'observed'))
 import control_plane  # noqa: E402
+import judge  # noqa: E402 (systems/observed/judge.py: fencelab's checkers on the ledger)
 
-REPO = os.path.dirname(os.path.dirname(HERE))
-FENCELAB = os.environ.get('FENCELAB_BIN') or os.path.join(REPO, 'target', 'debug', 'fencelab')
 T0 = datetime.datetime(2026, 12, 6, 12, 0, 0, tzinfo=datetime.timezone.utc)
 # Two UUIDv7 try ids, the second made 5 s after the first (its generation is higher).
 TRY1 = '01a24c9e-d723-758a-aae8-bbc883ab8c80'
@@ -160,23 +159,7 @@ class RecorderTest(unittest.TestCase):
     # ---------------------------------------------------------------- fencelab, from outside
 
     def judged(self):
-        """fencelab's checkers on the recorder's ledger.jsonl, said to be of a system that
-        grants no lease: results.json's verdicts by checker, and what `check` printed."""
-        self.assertTrue(os.access(FENCELAB, os.X_OK), f'no fencelab binary at {FENCELAB} (cargo build -p harness, or set FENCELAB_BIN)')
-        out = os.path.join(self.dir, 'evidence')
-        made = subprocess.run([FENCELAB, 'evidence', '--ledger', self.ledger_path, '--lacks', 'lease', '--out', out],
-                              capture_output=True, text=True, timeout=120)
-        self.assertEqual(made.returncode, 0, made.stdout + made.stderr)
-        checked = subprocess.run([FENCELAB, 'check', out], capture_output=True, text=True, timeout=120)
-        text = checked.stdout + checked.stderr
-        self.assertIn(checked.returncode, (0, 1, 2), text)
-        with open(os.path.join(out, 'results.json'), encoding='utf-8') as f:
-            results = json.load(f)
-        verdicts = {checker['checker']: checker for checker in results['checkers']}
-        for name, checker in verdicts.items():
-            self.assertNotIn('malformed', json.dumps(checker), f'{name} found the ledger malformed:\n{text}')
-        self.assertEqual(verdicts['single-owner']['verdict'], 'unknown', text)
-        return verdicts, text
+        return judge.judged(self, self.ledger_path, os.path.join(self.dir, 'evidence'))
 
     def test_fencelab_finds_the_retry_of_a_try_airflow_gave_up(self):
         self.heartbeat_timeout_then_retry()

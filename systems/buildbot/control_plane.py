@@ -19,11 +19,9 @@ the build's `builds.id`, Buildbot's one global increasing counter.
 """
 
 import argparse
-import hashlib
 import hmac
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -32,37 +30,18 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BIN = os.path.dirname(os.path.abspath(sys.executable))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), 'observed'))
+import recorder  # noqa: E402 (systems/observed/recorder.py: what the observed systems' recorders share)
+from recorder import BIN, ApiError, derive, die_with_parent, write_atomically  # noqa: E402
 
 # Buildbot's result codes (buildbot/process/results.py).
 SUCCESS, WARNINGS, FAILURE, SKIPPED, EXCEPTION, RETRY, CANCELLED = range(7)
-POLL_S = 0.1
-MAX_BODY = 65536
-U64_MAX = 2**64 - 1
-ID_RE = re.compile(r'^[A-Za-z0-9\-_.:]{1,128}$')
 TRY_USER = 'fencelab-submit'
 # Properties the facade puts on each buildset and reads back; nothing else identifies a job.
 JOB_PROPS = ('job', 'project', 'deployment_key', 'steps', 'step_ms')
-
-
-def derive(secret, purpose):
-    """A deterministic password or token for `purpose`, from the run's secret."""
-    return hmac.new(secret.encode(), purpose.encode(), hashlib.sha256).hexdigest()[:48]
-
-
-def log(message):
-    sys.stderr.write(f'control_plane: {message}\n')
-    sys.stderr.flush()
-
-
-class ApiError(Exception):
-    def __init__(self, status, code, message):
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+log = recorder.logger(stamped=False)
 
 
 # ------------------------------------------------------------------ Buildbot's database
@@ -173,33 +152,12 @@ def job_view(job, full, ledger_entries):
 # ------------------------------------------------------------------ the ledger
 
 
-class Ledger:
+class Ledger(recorder.LedgerFile):
     """The append-only record of Buildbot's facts, in ledger.jsonl (one entry a line)."""
 
     def __init__(self, path, db_path):
-        self.path, self.db_path = path, db_path
-        self.entries = []
-        self.seen = set()
-        self.lock = threading.Lock()
-        self.load()
-        self.file = open(path, 'a', encoding='utf-8')
-
-    def load(self):
-        if not os.path.exists(self.path):
-            return
-        with open(self.path, 'rb') as f:
-            data = f.read()
-        good = 0
-        for line in data.split(b'\n'):
-            if not line.endswith(b'}'):
-                break  # a line a kill cut short: dropped, it was never served
-            entry = json.loads(line)
-            self.entries.append(entry)
-            self.seen.add(self.fact_key(entry))
-            good += len(line) + 1
-        if good != len(data):
-            with open(self.path, 'r+b') as f:
-                f.truncate(good)
+        self.db_path = db_path
+        super().__init__(path)
 
     @staticmethod
     def fact_key(entry):
@@ -231,33 +189,9 @@ class Ledger:
                     if build['complete_at'] is not None and ('close', build['id']) not in self.seen:
                         facts.append(((build['complete_at'], 1, build['id'], 1), ('close', build['id']),
                                       close_entry(claim, build)))
-            if not facts:
-                return snapshot
-            facts.sort(key=lambda fact: fact[0])
-            lines = []
-            for _, key, entry in facts:
-                entry = {'seq': len(self.entries) + 1, **entry, 'mono_ns': mono}
-                self.entries.append(entry)
-                self.seen.add(key)
-                lines.append(json.dumps(entry, separators=(',', ':')) + '\n')
-            self.file.write(''.join(lines))
-            self.file.flush()
-            os.fsync(self.file.fileno())
+            if facts:
+                self.append(facts, mono)
             return snapshot
-
-    def page(self, after, limit):
-        with self.lock:
-            if after >= len(self.entries):
-                return []
-            return self.entries[after:after + limit]
-
-    def of_job(self, job):
-        with self.lock:
-            return [entry for entry in self.entries if entry['job'] == job]
-
-    def has_submit(self, job):
-        with self.lock:
-            return ('submit', job) in self.seen
 
 
 def close_entry(claim, build):
@@ -340,23 +274,6 @@ class Master:
                 self.process.wait(timeout=1.5)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-
-
-def die_with_parent():
-    try:
-        import ctypes
-
-        ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def write_atomically(path, text):
-    with open(path + '.tmp', 'w', encoding='utf-8') as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + '.tmp', path)
 
 
 # ------------------------------------------------------------------ submission: `buildbot try` over PB
@@ -442,98 +359,35 @@ def threads_call(reactor, function, *args):
 # ------------------------------------------------------------------ the facade's own state
 
 
-class Facade:
-    def __init__(self, options, master, ledger, submitter):
-        self.options, self.master, self.ledger, self.submitter = options, master, ledger, submitter
-        self.state_path = os.path.join(options.data_dir, 'facade.json')
-        self.state = {'project': None, 'runners': {}}
-        if os.path.exists(self.state_path):
-            with open(self.state_path, encoding='utf-8') as f:
-                self.state = json.load(f)
-        self.lock = threading.Lock()
-        self.submit_lock = threading.Lock()
+class Facade(recorder.Facade):
+    one_project = "Buildbot's builder serves one"
+    runners_are = 'master.cfg configures workers'
 
-    def save(self):
-        write_atomically(self.state_path, json.dumps(self.state))
+    def __init__(self, options, master, ledger, submitter):
+        super().__init__(options, ledger)
+        self.master, self.submitter = master, submitter
 
     def password(self, runner):
         return derive(self.options.secret, f'worker:{runner}')
 
-    def registration_token(self, project):
-        return derive(self.options.secret, f'registration:{project}')
+    def runner_token(self, runner):
+        return self.password(runner)
 
-    def who(self, headers):
-        value = (headers.get('Authorization') or '').strip()
-        if not value.startswith('Bearer ') or len(value) == len('Bearer '):
-            raise ApiError(401, 'unauthorized', 'a bearer token is required')
-        token = value[len('Bearer '):]
-        if token == self.options.operator_token:
-            return ('operator', None)
-        project = self.state['project']
-        if project and hmac.compare_digest(token, self.registration_token(project)):
-            return ('registration', project)
+    def runner_of(self, token):
         for runner in self.state['runners']:
             if hmac.compare_digest(token, self.password(runner)):
                 return ('runner', runner)
-        raise ApiError(401, 'unauthorized', 'the bearer token is not known')
+        return None
 
-    def create_project(self, who, body):
-        fields(body, {'id': str}, {})
-        if who[0] != 'operator':
-            raise ApiError(403, 'forbidden', 'creating a project needs the operator token')
-        check_id(body['id'], 'id')
-        with self.lock:
-            if self.state['project'] is not None:
-                raise ApiError(409, 'exists', f"a project exists ({self.state['project']}); Buildbot's builder serves one")
-            self.state['project'] = body['id']
-            self.save()
-        return 201, {'id': body['id'], 'registration_token': self.registration_token(body['id'])}
-
-    def register_runner(self, who, body):
-        fields(body, {'id': str}, {'project': str})
-        check_id(body['id'], 'id')
-        project = body.get('project')
-        if who[0] == 'operator':
-            if project is None:
-                raise ApiError(400, 'missing_field', 'the operator names the project')
-        elif who[0] == 'registration':
-            if project is not None and project != who[1]:
-                raise ApiError(403, 'forbidden', 'the registration token is for another project')
-            project = who[1]
-        else:
-            raise ApiError(403, 'forbidden', 'registering a runner needs the operator or a registration token')
-        with self.lock:
-            if project != self.state['project']:
-                raise ApiError(404, 'unknown_project', f'no project {project}')
-            names = {f'r{k}' for k in range(1, self.options.runners + 1)}
-            if body['id'] not in names:
-                raise ApiError(404, 'unknown_runner', f"master.cfg configures workers r1..r{self.options.runners} only, not {body['id']}")
-            if body['id'] in self.state['runners']:
-                raise ApiError(409, 'exists', f"runner {body['id']} is registered")
-            self.state['runners'][body['id']] = project
-            self.save()
-        return 201, {'id': body['id'], 'project': project, 'token': self.password(body['id'])}
+    def health(self):
+        if not self.master.up() or not self.submitter.ready():
+            raise ApiError(503, 'unavailable', 'the buildbot master is not up yet (its try scheduler takes no login)')
+        return 200, {'status': 'ok'}
 
     def submit(self, who, body):
-        fields(body, {'project': str, 'deployment_key': str, 'spec': dict}, {'id': str})
-        fields(body['spec'], {'steps': int, 'step_ms': int}, {})
-        for name in ('steps', 'step_ms'):
-            if body['spec'][name] < 0:
-                raise ApiError(400, 'invalid_body', f'spec.{name} must be an unsigned integer')
-        if who[0] != 'operator':
-            raise ApiError(403, 'forbidden', 'submitting needs the operator token')
-        check_id(body['project'], 'project')
-        check_id(body['deployment_key'], 'deployment_key')
-        if body.get('id') is not None:
-            check_id(body['id'], 'id')
-        steps, step_ms = body['spec']['steps'], body['spec']['step_ms']
-        if not 1 <= steps <= 1000 or step_ms > 600000:
-            raise ApiError(400, 'invalid_field', 'spec.steps must be 1..=1000 and spec.step_ms 0..=600000')
-        if body['project'] != self.state['project']:
-            raise ApiError(404, 'unknown_project', f"no project {body['project']}")
+        job, what = self.checked_submission(who, body)
         with self.submit_lock:
             known = Snapshot(self.master.db_path).by_job
-            job = body.get('id')
             if job is None:
                 n = len(known) + 1
                 while f'j{n}' in known:
@@ -541,7 +395,7 @@ class Facade:
                 job = f'j{n}'
             if job in known:
                 raise ApiError(409, 'exists', f'job {job} exists')
-            properties = {'job': job, 'project': body['project'], 'deployment_key': body['deployment_key'], 'steps': steps, 'step_ms': step_ms}
+            properties = {'job': job, **what}
             try:
                 accepted = self.submitter.submit(properties)
             except Exception as error:  # noqa: BLE001 (any failure of the call)
@@ -558,93 +412,8 @@ class Facade:
                 time.sleep(0.05)
         return 201, {'id': job}
 
-    # A job is shown as of a snapshot the ledger already holds every fact of (the recorder
-    # polls it first): a view never shows what the ledger has not recorded.
-    def jobs(self, who):
-        self.operator(who, 'reading jobs')
-        snapshot = self.ledger.poll()
-        return 200, [job_view(job, False, []) for job in snapshot.jobs]
-
-    def job(self, who, job_id):
-        self.operator(who, 'reading a job')
-        job = self.ledger.poll().by_job.get(job_id)
-        if job is None:
-            raise ApiError(404, 'unknown_job', f'no job {job_id}')
-        return 200, job_view(job, True, self.ledger.of_job(job_id))
-
-    def ledger_page(self, who, after, limit):
-        self.operator(who, 'reading the ledger')
-        return 200, self.ledger.page(after, limit)
-
-    @staticmethod
-    def operator(who, what):
-        if who[0] != 'operator':
-            raise ApiError(403, 'forbidden', f'{what} needs the operator token')
-
-
-def check_id(value, name):
-    if not ID_RE.match(value) or not value.isascii():
-        raise ApiError(400, 'invalid_field', f'{name} is not an id (1 to 128 of [A-Za-z0-9-_.:])')
-
-
-def fields(body, required, optional):
-    """The shape check: an object of exactly these fields, each of its type (null = absent for
-    an optional one); ints are JSON integers, never booleans or fractions."""
-    if not isinstance(body, dict):
-        raise ApiError(400, 'invalid_body', 'an object was expected')
-    for name in body:
-        if name not in required and name not in optional:
-            raise ApiError(400, 'invalid_body', f'unknown field {name}')
-    for name, kind in list(required.items()) + list(optional.items()):
-        if name not in body or (name in optional and body[name] is None):
-            if name in required:
-                raise ApiError(400, 'invalid_body', f'missing field {name}')
-            body.pop(name, None)
-            continue
-        value = body[name]
-        if kind is int:
-            ok = isinstance(value, int) and not isinstance(value, bool) and value <= U64_MAX
-        else:
-            ok = isinstance(value, kind)
-        if not ok:
-            raise ApiError(400, 'invalid_body', f'{name} has the wrong type')
-
-
-class Duplicate(ValueError):
-    pass
-
-
-def no_duplicates(pairs):
-    seen = {}
-    for key, value in pairs:
-        if key in seen:
-            raise Duplicate(key)
-        seen[key] = value
-    return seen
-
-
-def no_constant(name):
-    raise ValueError(f'{name} is not JSON')
-
-
-def parse_body(raw):
-    try:
-        text = raw.decode('utf-8')
-        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
-    except Duplicate as error:
-        raise ApiError(400, 'invalid_body', f'duplicate field {error}') from error
-    except ValueError as error:
-        raise ApiError(400, 'malformed_json', f'the body is not JSON ({error})') from error
-
-
-def parse_query(query):
-    values = {}
-    for part in query.split('&') if query else []:
-        name, _, value = part.partition('=')
-        if name not in ('after', 'limit') or name in values or not value.isdigit() or not value.isascii() or int(value) > U64_MAX:
-            raise ApiError(400, 'invalid_query', 'after and limit are decimal integers, each at most once')
-        values[name] = int(value)
-    return values.get('after', 0), min(max(values.get('limit', 1000), 1), 10000)
+    def view(self, job, full):
+        return job_view(job, full, self.ledger.of_job(job['job']) if full else [])
 
 
 NOT_PROVIDED = {
@@ -654,117 +423,6 @@ NOT_PROVIDED = {
     '/v1/capability': 'Buildbot has no capability',
     '/v1/reconcile': 'Buildbot has no reconciliation of uncertain attempts',
 }
-
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = 'HTTP/1.1'
-    facade: Facade = None
-
-    def log_message(self, format, *args):  # noqa: A002 (the base class's name)
-        pass
-
-    def answer(self, status, body, extra_headers=()):
-        data = json.dumps(body, separators=(',', ':')).encode()
-        self.send_response(status)
-        self.send_header('Content-Type', 'application/json')
-        self.send_header('Content-Length', str(len(data)))
-        for name, value in extra_headers:
-            self.send_header(name, value)
-        self.end_headers()
-        if self.command != 'HEAD':
-            self.wfile.write(data)
-
-    def fail(self, error, extra_headers=()):
-        self.answer(error.status, {'error': error.message, 'code': error.code, 'status': error.status}, extra_headers)
-
-    def do_GET(self):
-        self.route('GET')
-
-    def do_HEAD(self):
-        self.route('GET')
-
-    def do_POST(self):
-        self.route('POST')
-
-    def do_PUT(self):
-        self.route('PUT')
-
-    def do_DELETE(self):
-        self.route('DELETE')
-
-    def do_PATCH(self):
-        self.route('PATCH')
-
-    def read_body(self):
-        length = self.headers.get('Content-Length')
-        if length is None or not length.isdigit():
-            return b''
-        if int(length) > MAX_BODY:
-            self.close_connection = True
-            raise ApiError(413, 'body_too_large', 'the body is over 65536 bytes')
-        return self.rfile.read(int(length))
-
-    def json_body(self):
-        kind = (self.headers.get('Content-Type') or '').split(';')[0].strip().lower()
-        raw = self.read_body()
-        if kind != 'application/json':
-            raise ApiError(415, 'unsupported_media_type', 'the body must be application/json')
-        return parse_body(raw)
-
-    def route(self, method):
-        facade = self.facade
-        target = urllib.parse.urlsplit(self.path)
-        path = target.path
-        try:
-            if path in NOT_PROVIDED:
-                self.read_body()
-                raise ApiError(404, 'not_provided', NOT_PROVIDED[path])
-            posts = {'/v1/projects': facade.create_project, '/v1/runners': facade.register_runner, '/v1/jobs': facade.submit}
-            if path == '/v1/health':
-                self.allow(method, 'GET')
-                if not facade.master.up() or not facade.submitter.ready():
-                    raise ApiError(503, 'unavailable', 'the buildbot master is not up yet (its try scheduler takes no login)')
-                return self.answer(200, {'status': 'ok'})
-            if path == '/v1/ledger':
-                self.allow(method, 'GET')
-                after, limit = parse_query(target.query)
-                return self.answer(*facade.ledger_page(facade.who(self.headers), after, limit))
-            if path == '/v1/jobs' and method == 'GET':
-                return self.answer(*facade.jobs(facade.who(self.headers)))
-            if path.startswith('/v1/jobs/') and path.count('/') == 3 and len(path) > len('/v1/jobs/'):
-                self.allow(method, 'GET')
-                try:
-                    job = urllib.parse.unquote(path[len('/v1/jobs/'):], errors='strict')
-                except UnicodeDecodeError as error:
-                    raise ApiError(400, 'invalid_path', 'the job id does not decode to UTF-8') from error
-                return self.answer(*facade.job(facade.who(self.headers), job))
-            if path in posts:
-                self.allow(method, 'POST', also_get=path == '/v1/jobs')
-                who = facade.who(self.headers)
-                return self.answer(*posts[path](who, self.json_body()))
-            raise ApiError(404, 'no_route', f'no endpoint {path}')
-        except ApiError as error:
-            allow = [('Allow', error.allow)] if getattr(error, 'allow', None) else []
-            self.fail(error, allow)
-        except Exception as error:  # noqa: BLE001 (any failure is answered, never a dropped connection)
-            log(f'{method} {path}: {error!r}')
-            self.fail(ApiError(500, 'internal', f'the facade failed ({error})'))
-
-    def allow(self, method, wanted, also_get=False):
-        if method != wanted:
-            error = ApiError(405, 'method_not_allowed', f'{method} is not allowed here')
-            error.allow = 'GET, HEAD, POST' if also_get else ('GET, HEAD' if wanted == 'GET' else wanted)
-            self.read_body()
-            raise error
-
-
-def recorder(ledger):
-    while True:
-        try:
-            ledger.poll()
-        except Exception as error:  # noqa: BLE001 (a busy or half-made database: the next poll tries again)
-            log(f'recording: {error!r}')
-        time.sleep(POLL_S)
 
 
 def main():
@@ -781,14 +439,12 @@ def main():
     options = parser.parse_args()
     if not options.operator_token or not options.secret or options.runners < 1:
         parser.error('--operator-token and --secret must not be empty, and --runners at least 1')
-    host, _, port = options.listen.rpartition(':')
     os.makedirs(options.data_dir, exist_ok=True)
 
     master = Master(options)
     master.prepare()
     ledger = Ledger(os.path.join(options.data_dir, 'ledger.jsonl'), master.db_path)
-    server = ThreadingHTTPServer((host, int(port)), Handler)
-    server.daemon_threads = True
+    server = recorder.Server(options.listen, NOT_PROVIDED, log)
 
     def stop(signum, frame):
         master.stop()
@@ -797,8 +453,8 @@ def main():
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     master.start()
-    Handler.facade = Facade(options, master, ledger, Submitter(options.pb_port, derive(options.secret, 'try')))
-    threading.Thread(target=recorder, args=(ledger,), daemon=True).start()
+    server.facade = Facade(options, master, ledger, Submitter(options.pb_port, derive(options.secret, 'try')))
+    threading.Thread(target=recorder.keep_recording, args=(ledger, log), daemon=True).start()
     log(f'serving on {options.listen}; buildbot master in {master.basedir}, PB on 127.0.0.1:{options.pb_port}')
     server.serve_forever()
 

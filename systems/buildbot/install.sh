@@ -1,17 +1,8 @@
 #!/usr/bin/env bash
 # Installs the observed Buildbot (master and worker, requirements.txt) into systems/buildbot/.venv
 # from PyPI, pinned. Idempotent: a stamp holding the requirements' hash skips a second install,
-# and a changed requirements.txt makes a fresh venv. Nothing else is downloaded.
+# and a changed requirements.txt makes a fresh venv. Nothing else is downloaded
+# (systems/observed/install-venv.sh).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-venv="$here/.venv"
-stamp="$venv/.fencelab-requirements.sha256"
-want="$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)"
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$venv/bin/python" ]]; then
-  exit 0
-fi
-rm -rf "$venv"
-python3 -m venv "$venv"
-"$venv/bin/python" -m pip install --disable-pip-version-check -q --no-input -r "$here/requirements.txt"
-echo "$want" > "$stamp"
-echo "buildbot installed in $venv" >&2
+exec "$here/../observed/install-venv.sh" "$here" buildbot

@@ -20,15 +20,15 @@ import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), 'observed'))
 
 import control_plane  # noqa: E402 (the recorder under test, from this directory)
+import judge  # noqa: E402 (systems/observed/judge.py: fencelab's checkers on the ledger)
 from buildbot.process.results import RETRY, SUCCESS  # noqa: E402 (Buildbot's own codes, not the recorder's)
 from buildbot.util.sautils import hash_columns  # noqa: E402 (Buildbot's own name and stamp hashes)
 
 BUILDBOT = os.path.join(HERE, '.venv', 'bin', 'buildbot')
-FENCELAB = os.environ.get('FENCELAB_BIN') or os.path.join(REPO, 'target', 'debug', 'fencelab')
 WORKERS = ('r1', 'r2', 'r3')
 # What control_plane.py's Submitter sends as the try call's properties for one job.
 JOB = {'job': 'j', 'project': 'fencelab', 'deployment_key': 'k1', 'steps': 3, 'step_ms': 100}
@@ -275,24 +275,7 @@ class RecorderTest(unittest.TestCase):
     # ---------------------------------------------------------------- fencelab, from outside
 
     def judged(self):
-        """fencelab's checkers on the recorder's ledger.jsonl, said to be of a system that
-        grants no lease: results.json's verdicts by checker, and what `check` printed."""
-        self.assertTrue(os.access(FENCELAB, os.X_OK), f'no fencelab binary at {FENCELAB} (cargo build -p harness, or set FENCELAB_BIN)')
-        out = os.path.join(self.dir, 'evidence')
-        made = subprocess.run([FENCELAB, 'evidence', '--ledger', self.ledger_path, '--lacks', 'lease', '--out', out],
-                              capture_output=True, text=True, timeout=120)
-        self.assertEqual(made.returncode, 0, made.stdout + made.stderr)
-        checked = subprocess.run([FENCELAB, 'check', out], capture_output=True, text=True, timeout=120)
-        text = checked.stdout + checked.stderr
-        # 1 invalid, 2 unknown (a ledger alone leaves most rules unjudged); never an error.
-        self.assertIn(checked.returncode, (0, 1, 2), text)
-        with open(os.path.join(out, 'results.json'), encoding='utf-8') as f:
-            results = json.load(f)
-        verdicts = {checker['checker']: checker for checker in results['checkers']}
-        for name, checker in verdicts.items():
-            self.assertNotIn('malformed', json.dumps(checker), f'{name} found the ledger malformed:\n{text}')
-        self.assertEqual(verdicts['single-owner']['verdict'], 'unknown', text)  # no lease to judge owners by
-        return verdicts, text
+        return judge.judged(self, self.ledger_path, os.path.join(self.dir, 'evidence'))
 
     def test_fencelab_finds_the_requeue_of_a_lost_worker(self):
         self.lost_worker()

@@ -15,6 +15,7 @@ mod evidence;
 mod links;
 mod liveness;
 mod matrix;
+mod observed;
 mod pgboss;
 mod replicas;
 mod report;
