@@ -588,16 +588,29 @@ pub async fn audit(
     let client = Client::new(&options.url, Some(&options.token), options.request_timeout);
     if saved.is_none() {
         // The first page before anything is written: a wrong address or token changes nothing.
-        match client.ledger_page(0, 1).await {
-            Err(ClientError::Refused(body)) if (400..500).contains(&body.status) => {
-                let said = format!(
-                    "--url {}: the control plane refused the ledger read: {} {}",
-                    options.url, body.status, body.code
-                );
-                return Err(bad(said));
+        // A follow of a live system may start while its control plane restarts: no answer is
+        // tried again (as a read during the audit is), a refusal is not.
+        let tries_max = if options.follow.is_some() { READ_TRIES_MAX } else { 1 };
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match client.ledger_page(0, 1).await {
+                Err(ClientError::Refused(body)) if (400..500).contains(&body.status) => {
+                    let said = format!(
+                        "--url {}: the control plane refused the ledger read: {} {}",
+                        options.url, body.status, body.code
+                    );
+                    return Err(bad(said));
+                }
+                Err(error) if error.is_transport() && tries < tries_max => {
+                    tokio::time::sleep(READ_RETRY_WAIT).await;
+                }
+                Err(error) => {
+                    let tried = if tries > 1 { format!(" ({tries} tries)") } else { String::new() };
+                    return Err(bad(format!("--url {}: {error}{tried}", options.url)));
+                }
+                Ok(_) => break,
             }
-            Err(error) => return Err(bad(format!("--url {}: {error}", options.url))),
-            Ok(_) => {}
         }
     }
     std::fs::create_dir_all(&options.out).map_err(|error| bad(format!("--out {}: {error}", options.out.display())))?;

@@ -548,3 +548,37 @@ async fn the_collector_reads_jobs_and_ledger_as_one_snapshot_while_the_system_st
     let torn: Vec<&str> = records.jobs.iter().map(|job| job.id.as_str()).filter(|id| !submitted.contains(id)).collect();
     assert!(torn.is_empty(), "jobs read without their ledger entries: {torn:?}");
 }
+
+/// A follow that starts while the control plane does not answer yet (a restart, a slow
+/// start) tries its first read again instead of refusing the address: here the server only
+/// listens after a second and a half. Without the retry it exited 254 at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follow_started_before_the_control_plane_answers_waits_for_it() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = free.local_addr().unwrap();
+    drop(free);
+    let server = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut request = vec![0_u8; 4096];
+                // One read holds a small GET; every request gets an empty ledger page.
+                if stream.read(&mut request).await.unwrap_or(0) > 0 {
+                    let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n[]";
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                }
+            });
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("audit");
+    let url = format!("http://{addr}");
+    let (code, said, _) =
+        audit_at(&url, "operator-local", &out, &["--follow", "--interval-ms", "200", "--time-limit", "3"]).await;
+    server.abort();
+    assert_ne!(code, Some(254), "the follow refused an address that answers a second and a half later:\n{said}");
+    assert!(out.join("cursor.json").exists(), "the follow read and saved its cursor:\n{said}");
+}
