@@ -354,8 +354,11 @@ async fn an_unanswered_capability_request_is_retried_while_heartbeats_go_on() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_runner_holds_one_claim_at_a_time() {
     let seen = run_scripted(Script { grants_max: 2, ..Script::default() }, 2).await;
-    let order: Vec<&str> =
+    let mut order: Vec<&str> =
         seen.iter().map(String::as_str).filter(|what| matches!(*what, "claim-granted" | "result")).collect();
+    // A result whose answer was late is sent again (a duplicate the contract allows; seen on
+    // a loaded machine): one claim's results count once.
+    order.dedup();
     assert_eq!(order, ["claim-granted", "result", "claim-granted", "result"], "{seen:?}");
     assert_eq!(seen.iter().filter(|what| what.starts_with("claim")).count(), 2, "a claim while one was held: {seen:?}");
 }
