@@ -22,17 +22,14 @@ pub fn invalid_checkers(folder: &Path) -> Option<BTreeSet<String>> {
     Some(anomaly_kinds(folder)?.into_iter().map(|(checker, _)| checker).collect())
 }
 
-/// The `fencelab run` arguments of a recorded run, built from its typed `config.json`,
-/// with its realised schedule and a new store.
+/// The `fencelab run` command's words of a recorded run, written from its typed
+/// `config.json`, with its realised schedule and a new store.
 pub fn replay_args(folder: &Path, store: &Path) -> Result<Vec<String>, String> {
     let run_folder = RunFolder::at(folder);
     let config = run_folder.run_config()?;
-    let mut args = vec!["run".to_string()];
-    args.extend(config.run.args());
     let schedule = run_folder.schedule_path();
     let schedule = std::fs::canonicalize(&schedule).map_err(|error| format!("{}: {error}", schedule.display()))?;
-    args.extend(["--schedule".into(), schedule.display().to_string(), "--store".into(), store.display().to_string()]);
-    Ok(args)
+    Ok(config.run.command_words(Some(store), Some(&schedule)))
 }
 
 /// Replays the run in `folder` once, into `store`.
@@ -54,7 +51,7 @@ pub async fn replay(program: &Path, folder: &Path, store: PathBuf) -> Result<Rep
         checkers: vec![],
         first_anomaly_s: None,
         folder: None,
-        command: format!("fencelab {}", args.join(" ")),
+        command: engine::run::config::command_line(&args),
     };
     read_results(&store.join("latest"), &mut cell);
     let checkers: BTreeSet<String> = cell.checkers.iter().cloned().collect();

@@ -410,7 +410,10 @@ mod tests {
         assert_eq!(file.run.system, Some(PathBuf::from("/work/main/examples/python/system.toml")));
         assert_eq!((file.run.seed, file.run.time_limit_ms, file.system.name.as_str()), (3, 5_000, "python-lab"));
         let system = ["--system", "/work/main/examples/python/system.toml"];
-        assert!(file.run.args().windows(2).any(|pair| pair == system), "a replay of it names the system file");
+        assert!(
+            file.run.command_words(None, None).windows(2).any(|pair| pair == system),
+            "a replay of it names the system file"
+        );
         let shown: serde_json::Value = serde_json::from_str(FLAT).unwrap();
         assert_eq!(file.flat(), shown, "the reports show an older run's config as it was written");
     }

@@ -303,14 +303,15 @@ mod tests {
         run: RunArgs,
     }
 
-    fn parse(args: &[String]) -> RunArgs {
-        let words = std::iter::once("run".to_string()).chain(args.iter().cloned());
+    /// The flags of a `fencelab run` command's words (`run` first, in the place of the
+    /// program's name).
+    fn parse(words: &[String]) -> RunArgs {
         Wrapper::try_parse_from(words).expect("the command parses").run
     }
 
     #[test]
     fn the_default_is_what_no_flag_gives() {
-        let config = parse(&[]).config(0).unwrap();
+        let config = parse(&["run".to_string()]).config(0).unwrap();
         assert_eq!(config, RunConfig::default());
     }
 
@@ -341,12 +342,13 @@ mod tests {
             database_url: Some("postgres://postgres@127.0.0.1:5432/postgres".into()),
             variants: vec!["accept-stale-result".into()],
             control_planes: 3,
+            store: PathBuf::from("elsewhere"),
             ..RunConfig::default()
         };
-        assert_eq!(parse(&config.args()).config(0).unwrap(), config);
-        let command = config.command();
-        let words: Vec<String> = command.split(' ').skip(2).map(str::to_string).collect();
-        assert_eq!(words, config.args(), "the printed command is the arguments");
+        let words = config.command_words(Some(&config.store), None);
+        assert_eq!(parse(&words).config(0).unwrap(), config);
+        let command = config.command_in(std::path::Path::new("unused"));
+        assert_eq!(command, format!("fencelab {}", words.join(" ")), "the printed command is the words");
     }
 
     #[test]

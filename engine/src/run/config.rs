@@ -2,7 +2,7 @@
 //! names known) and is what the rest of a run takes; what the user typed is the command
 //! line's (`harness`), which builds a `RunConfig` and has it [`RunConfig::validate`]d.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use lab::bugs::Bug;
 use lab::target::Mode;
@@ -71,6 +71,11 @@ pub struct RunConfig {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stop_at_first: bool,
     pub version: String,
+}
+
+/// A `fencelab` command as one line: its words after `fencelab`, joined by spaces.
+pub fn command_line(words: &[String]) -> String {
+    format!("fencelab {}", words.join(" "))
 }
 
 fn one() -> u32 {
@@ -253,9 +258,26 @@ impl RunConfig {
         }
     }
 
-    /// The `fencelab run` arguments (after `run`) that give this configuration back, built
-    /// from the fields: `--store` and `--schedule` are the caller's to add.
-    pub fn args(&self) -> Vec<String> {
+    /// The words of the `fencelab run` command that gives this configuration back, after
+    /// `fencelab` (`run` first): **the one writer of that command line**, built from the
+    /// fields, for the command a run prints and for every child a campaign starts. Where
+    /// the run's folder goes and the file its fault schedule is read from are the caller's:
+    /// `--store` is written when `store` is given, `--schedule` when `schedule` is.
+    pub fn command_words(&self, store: Option<&Path>, schedule: Option<&Path>) -> Vec<String> {
+        let mut words = vec!["run".to_string()];
+        words.extend(self.flags());
+        if let Some(store) = store {
+            words.extend(["--store".to_string(), store.display().to_string()]);
+        }
+        if let Some(schedule) = schedule {
+            words.extend(["--schedule".to_string(), schedule.display().to_string()]);
+        }
+        words
+    }
+
+    /// The flags of every field but the store and the schedule, in the order the printed
+    /// command has always had.
+    fn flags(&self) -> Vec<String> {
         let nemesis: Vec<&str> = self.nemesis.iter().map(|kind| kind.name()).collect();
         let nemesis = if nemesis.is_empty() { "none".to_string() } else { nemesis.join(",") };
         let mut args: Vec<String> = [
@@ -311,23 +333,12 @@ impl RunConfig {
         args
     }
 
-    /// The command that repeats this run.
-    pub fn command(&self) -> String {
-        format!("fencelab run {}", self.args().join(" "))
-    }
-
     /// The command that repeats this run, whose folder is `folder`: with its store when it
     /// is not the default, and its schedule when it was given one.
-    pub fn command_in(&self, folder: &std::path::Path) -> String {
-        let mut command = self.command();
-        if self.store != RunConfig::default().store {
-            command.push_str(&format!(" --store {}", self.store.display()));
-        }
-        if self.schedule.is_some() {
-            let schedule = crate::folder::RunFolder::at(folder).schedule_path();
-            command.push_str(&format!(" --schedule {}", schedule.display()));
-        }
-        command
+    pub fn command_in(&self, folder: &Path) -> String {
+        let store = (self.store != RunConfig::default().store).then_some(self.store.as_path());
+        let schedule = self.schedule.is_some().then(|| crate::folder::RunFolder::at(folder).schedule_path());
+        command_line(&self.command_words(store, schedule.as_deref()))
     }
 
     /// Whether the planned jobs can drain: each deployment key runs one attempt at a time
