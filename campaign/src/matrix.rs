@@ -5,9 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
+use engine::run::config::{Db, RunConfig};
 use lab::bugs::Bug;
 use serde::Serialize;
-use workloads::faults::{Fault, FaultKind};
+use workloads::faults::{Fault, FaultKind, EVERY_FAULT};
 
 pub use crate::runs::{run_child, Cell, RunSpec};
 
@@ -33,23 +34,35 @@ pub struct Options {
 /// The faults that expose each planted bug: its variant's `nemesis` in `systems/lab.toml`.
 pub fn exposing_faults(bug: Bug) -> String {
     let lab = system::SystemFile::lab();
-    lab.variants.get(bug.name()).and_then(|variant| variant.nemesis.clone()).unwrap_or_else(|| "all".to_string())
+    lab.variants.get(bug.name()).and_then(|variant| variant.nemesis.clone()).unwrap_or_else(|| EVERY_FAULT.to_string())
 }
 
-/// The `fencelab run` flags a planted bug needs beyond its faults: a bug that needs
-/// PostgreSQL (its variant's `db`) runs there with three replicas.
-pub fn store_args(bug: Bug) -> Vec<String> {
-    let lab = system::SystemFile::lab();
-    match lab.variants.get(bug.name()).and_then(|variant| variant.db) {
-        Some(db) => {
-            vec!["--db".into(), db.name().into(), "--control-planes".into(), DB_BUG_CONTROL_PLANES.to_string()]
-        }
-        None => vec![],
+/// The store a planted bug needs (its variant's `db`), if it needs one: such a bug runs
+/// there with [`DB_BUG_CONTROL_PLANES`] replicas.
+pub fn store_of(bug: Bug) -> Option<Db> {
+    system::SystemFile::lab().variants.get(bug.name()).and_then(|variant| variant.db)
+}
+
+/// What every run of a matrix shares besides its row and seed.
+#[derive(Clone, Debug)]
+struct Settings {
+    time_limit_s: u64,
+    system: Option<PathBuf>,
+    /// The store; none: the one the system file declares.
+    db: Option<Db>,
+    control_planes: u32,
+    stop_at_first: bool,
+}
+
+impl Settings {
+    fn of(time_limit_s: u64, system: Option<&Path>) -> Settings {
+        let system = system.map(Path::to_path_buf);
+        Settings { time_limit_s, system, db: None, control_planes: 1, stop_at_first: false }
     }
 }
 
 /// Runs one matrix cell: `fencelab run` of the bug (or the correct lab) under `nemesis`,
-/// on the store the bug needs ([`store_args`]).
+/// on the store the bug needs ([`store_of`]).
 pub async fn run_cell(
     program: &Path,
     store: &Path,
@@ -58,10 +71,13 @@ pub async fn run_cell(
     seed: u64,
     time_limit: u64,
 ) -> Cell {
-    let exposing = bug.map(exposing_faults).unwrap_or_else(|| "all".to_string());
+    let exposing = bug.map(exposing_faults).unwrap_or_else(|| EVERY_FAULT.to_string());
     let row = Line { name: bug.map(|bug| bug.name().to_string()), bug, nemesis: nemesis.to_string(), exposing };
-    let extra = bug.map(store_args).unwrap_or_default();
-    run_line(program, store, None, &row, seed, time_limit, extra).await
+    let mut settings = Settings::of(time_limit, None);
+    if let Some(db) = bug.and_then(store_of) {
+        (settings.db, settings.control_planes) = (Some(db), DB_BUG_CONTROL_PLANES);
+    }
+    run_line(program, store, &row, seed, &settings).await
 }
 
 /// Runs one matrix cell of a system file's variant under the faults it declares (its
@@ -76,9 +92,9 @@ pub async fn run_variant_cell(
 ) -> anyhow::Result<Cell> {
     let file = system::SystemFile::read(system)?;
     file.check_variants(&[variant.to_string()])?;
-    let exposing = file.variants[variant].nemesis.clone().unwrap_or_else(|| "all".to_string());
+    let exposing = file.variants[variant].nemesis.clone().unwrap_or_else(|| EVERY_FAULT.to_string());
     let line = Line { name: Some(variant.to_string()), bug: None, nemesis: exposing.clone(), exposing };
-    Ok(run_line(program, store, Some(system), &line, seed, time_limit, vec![]).await)
+    Ok(run_line(program, store, &line, seed, &Settings::of(time_limit, Some(system))).await)
 }
 
 /// One row of the matrix: a planted bug of the lab, a variant of a system file, or the
@@ -92,34 +108,48 @@ struct Line {
     exposing: String,
 }
 
-async fn run_line(
-    program: &Path,
-    store: &Path,
-    system: Option<&Path>,
-    line: &Line,
-    seed: u64,
-    time_limit: u64,
-    extra: Vec<String>,
-) -> Cell {
+/// The validated configuration of one cell; the error says why it cannot run.
+fn config_of(line: &Line, seed: u64, settings: &Settings) -> Result<RunConfig, String> {
     let variants = match (&line.name, line.bug) {
         (Some(name), None) => vec![name.clone()],
         _ => vec![],
     };
-    let spec = RunSpec {
-        test_name: line.name.clone().unwrap_or_else(|| "correct".to_string()),
-        bugs: line.bug.into_iter().collect(),
-        system: system.map(Path::to_path_buf),
-        variants,
-        nemesis: line.nemesis.clone(),
-        seed,
-        time_limit,
-        extra,
+    let db = match settings.db {
+        Some(db) => db,
+        None => system::SystemFile::store_of(settings.system.as_deref(), None).map_err(|error| error.to_string())?,
     };
-    run_child(program, store, &spec).await
+    RunConfig {
+        test_name: line.name.clone().unwrap_or_else(|| "correct".to_string()),
+        seed,
+        time_limit_ms: settings.time_limit_s.saturating_mul(1_000),
+        bugs: line.bug.into_iter().collect(),
+        system: settings.system.clone(),
+        variants,
+        db,
+        control_planes: settings.control_planes,
+        stop_at_first: settings.stop_at_first,
+        ..RunConfig::default()
+    }
+    .with_nemesis(&line.nemesis)?
+    .validate()
+}
+
+async fn run_line(program: &Path, store: &Path, line: &Line, seed: u64, settings: &Settings) -> Cell {
+    match config_of(line, seed, settings) {
+        Ok(config) => run_child(program, store, &RunSpec { config, nemesis: line.nemesis.clone() }).await,
+        Err(why) => {
+            let name = line.name.clone().unwrap_or_else(|| "correct".to_string());
+            let refused = RunConfig { test_name: name, seed, ..RunConfig::default() };
+            let mut cell = Cell::not_run(&RunSpec { config: refused, nemesis: line.nemesis.clone() }, String::new());
+            cell.bug = line.name.clone();
+            cell.verdict = results::RunVerdict::Error(why);
+            cell
+        }
+    }
 }
 
 /// Replicas of the control plane the planted bugs that need a database server are set to
-/// be caught with (their races run across replicas): `store_args`'s, README's.
+/// be caught with (their races run across replicas): `store_of`'s, README's.
 const DB_BUG_CONTROL_PLANES: u32 = 3;
 
 /// What the table says of the lab's rows that run with fewer replicas than their bugs are
@@ -174,8 +204,8 @@ fn lines(args: &Options) -> anyhow::Result<(Vec<Line>, Vec<String>)> {
             continue;
         }
         let declared = file.variants[&name].nemesis.clone();
-        let exposing = declared.clone().unwrap_or_else(|| "all".to_string());
-        let nemesis = args.nemesis.clone().or(declared).unwrap_or_else(|| "all".to_string());
+        let exposing = declared.clone().unwrap_or_else(|| EVERY_FAULT.to_string());
+        let nemesis = args.nemesis.clone().or(declared).unwrap_or_else(|| EVERY_FAULT.to_string());
         lines.push(Line { name: Some(name), bug: None, nemesis, exposing });
     }
     Ok((lines, skipped))
@@ -275,18 +305,18 @@ pub async fn run(args: &Options, program: &Path) -> anyhow::Result<Matrix> {
     std::fs::create_dir_all(&args.store)?;
     let (lines, skipped) = lines(args)?;
     let notes: Vec<String> = replicas_note(args, &lines).into_iter().collect();
-    let mut extra = vec!["--db".to_string(), args.db.name().to_string()];
-    if args.control_planes > 1 {
-        extra.extend(["--control-planes".to_string(), args.control_planes.to_string()]);
-    }
-    if args.stop_at_first {
-        extra.push("--stop-at-first".to_string());
-    }
+    let settings = Settings {
+        time_limit_s: args.time_limit,
+        system: args.system.clone(),
+        db: Some(args.db),
+        control_planes: args.control_planes,
+        stop_at_first: args.stop_at_first,
+    };
     let mut plan: Vec<(Line, u64)> = Vec::new();
     for line in &lines {
         plan.extend((0..args.seeds).map(|i| (line.clone(), args.first_seed + i)));
     }
-    let nemesis = args.nemesis.clone().unwrap_or_else(|| "all".to_string());
+    let nemesis = args.nemesis.clone().unwrap_or_else(|| EVERY_FAULT.to_string());
     let correct = Line { name: None, bug: None, nemesis: nemesis.clone(), exposing: nemesis };
     plan.extend((0..args.correct_seeds).map(|i| (correct.clone(), args.first_seed + i)));
     let mut cells = Vec::new();
@@ -295,10 +325,8 @@ pub async fn run(args: &Options, program: &Path) -> anyhow::Result<Matrix> {
         if running.len() >= args.parallel.max(1) {
             cells.push(running.join_next().await.expect("a running cell")?);
         }
-        let (program, store, time_limit) = (program.to_path_buf(), args.store.clone(), args.time_limit);
-        let (system, extra) = (args.system.clone(), extra.clone());
-        running
-            .spawn(async move { run_line(&program, &store, system.as_deref(), &line, seed, time_limit, extra).await });
+        let (program, store, settings) = (program.to_path_buf(), args.store.clone(), settings.clone());
+        running.spawn(async move { run_line(&program, &store, &line, seed, &settings).await });
     }
     while let Some(cell) = running.join_next().await {
         cells.push(cell?);

@@ -4,44 +4,16 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lab::bugs::Bug;
+use engine::run::config::{command_line, RunConfig};
 use serde::{Deserialize, Serialize};
 
-/// What to run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// What to run: a validated configuration, whose command line its one writer
+/// (`RunConfig::command_words`) gives the child, and the faults as they were asked for.
+#[derive(Clone, Debug, PartialEq)]
 pub struct RunSpec {
-    pub test_name: String,
-    pub bugs: Vec<Bug>,
-    /// The system file (none: the built-in lab).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system: Option<PathBuf>,
-    /// Variants of the system switched on.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub variants: Vec<String>,
+    pub config: RunConfig,
+    /// The faults as the matrix or suite names them (`all`, a list): what a cell shows.
     pub nemesis: String,
-    pub seed: u64,
-    pub time_limit: u64,
-    /// Further `fencelab run` flags, verbatim.
-    pub extra: Vec<String>,
-}
-
-impl RunSpec {
-    pub fn args(&self, store: &Path) -> Vec<String> {
-        let mut args = vec!["run".to_string(), "--test-name".into(), self.test_name.clone()];
-        args.extend(["--seed".into(), self.seed.to_string(), "--time-limit".into(), self.time_limit.to_string()]);
-        args.extend(["--nemesis".into(), self.nemesis.clone(), "--store".into(), store.display().to_string()]);
-        for bug in &self.bugs {
-            args.extend(["--bug".into(), bug.name().to_string()]);
-        }
-        if let Some(system) = &self.system {
-            args.extend(["--system".into(), system.display().to_string()]);
-        }
-        for variant in &self.variants {
-            args.extend(["--variant".into(), variant.clone()]);
-        }
-        args.extend(self.extra.iter().cloned());
-        args
-    }
 }
 
 /// One finished run.
@@ -63,6 +35,23 @@ pub struct Cell {
 }
 
 impl Cell {
+    /// The cell of `spec` before it ran, with the command that runs it.
+    pub fn not_run(spec: &RunSpec, command: String) -> Cell {
+        let config = &spec.config;
+        let bug = config.bugs.first().map(|bug| bug.name().to_string()).or_else(|| config.variants.first().cloned());
+        Cell {
+            test_name: config.test_name.clone(),
+            bug,
+            nemesis: spec.nemesis.clone(),
+            seed: config.seed,
+            verdict: results::RunVerdict::Error("not run".into()),
+            checkers: vec![],
+            first_anomaly_s: None,
+            folder: None,
+            command,
+        }
+    }
+
     pub fn detected(&self) -> bool {
         self.verdict.is(results::Overall::Invalid)
     }
@@ -79,20 +68,11 @@ pub fn child(program: &Path, args: &[String]) -> tokio::process::Command {
 
 /// Runs `spec` as `fencelab run` in the store `store/<test-name>-s<seed>`, bounded in time.
 pub async fn run_child(program: &Path, store: &Path, spec: &RunSpec) -> Cell {
-    let store = store.join(format!("{}-s{}", spec.test_name, spec.seed));
-    let args = spec.args(&store);
-    let mut cell = Cell {
-        test_name: spec.test_name.clone(),
-        bug: spec.bugs.first().map(|bug| bug.name().to_string()).or_else(|| spec.variants.first().cloned()),
-        nemesis: spec.nemesis.clone(),
-        seed: spec.seed,
-        verdict: results::RunVerdict::Error("not run".into()),
-        checkers: vec![],
-        first_anomaly_s: None,
-        folder: None,
-        command: format!("fencelab {}", args.join(" ")),
-    };
-    let bound = Duration::from_secs(spec.time_limit + 180);
+    let store = store.join(format!("{}-s{}", spec.config.test_name, spec.config.seed));
+    let config = RunConfig { store: store.clone(), ..spec.config.clone() };
+    let args = config.command_words(Some(&store), None);
+    let mut cell = Cell::not_run(spec, command_line(&args));
+    let bound = Duration::from_secs(config.time_limit_ms / 1_000 + 180);
     let output = child(program, &args).output();
     match tokio::time::timeout(bound, output).await {
         Ok(Ok(output)) => {

@@ -9,7 +9,6 @@ use clap::Args;
 use engine::run::config::{Db, RunConfig};
 use lab::bugs::Bug;
 use lab::target::Mode;
-use workloads::faults::FaultKind;
 
 /// The defaults of every flag, from [`RunConfig::default`]: the one place they live.
 fn defaults() -> RunConfig {
@@ -37,7 +36,7 @@ pub struct RunArgs {
     #[arg(long = "rate", default_value_t = defaults().rate_per_s)]
     pub rate_per_s: f64,
     /// Faults: `all`, or a comma-separated list of names (see `--help`), or `none`.
-    #[arg(long, default_value = "all")]
+    #[arg(long, default_value = workloads::faults::EVERY_FAULT)]
     pub nemesis: String,
     /// Planted bugs to switch on in the lab (repeatable).
     #[arg(long = "bug")]
@@ -113,19 +112,8 @@ impl RunArgs {
     /// The configuration these flags give, validated; `seed_default` is the seed when none
     /// is given. Every error names the flag.
     pub fn config(&self, seed_default: u64) -> Result<RunConfig, String> {
-        let mut nemesis = if self.nemesis.trim() == "none" {
-            vec![]
-        } else {
-            FaultKind::parse_list(&self.nemesis).map_err(|error| format!("--nemesis: {error}"))?
-        };
-        if self.control_planes > 1 && self.nemesis.trim() == "all" {
-            nemesis.extend(FaultKind::REPLICAS);
-        }
         let db = system::SystemFile::store_of(self.system.as_deref(), self.db)
             .map_err(|error| format!("--system {error}"))?;
-        if db == Db::Postgres && self.nemesis.trim() == "all" {
-            nemesis.extend(FaultKind::DATABASE);
-        }
         let bugs = self
             .bugs
             .iter()
@@ -143,7 +131,6 @@ impl RunArgs {
             runners: self.runners,
             keys: self.keys,
             rate_per_s: self.rate_per_s,
-            nemesis,
             bugs,
             target_mode: self.target_mode,
             steps_min: self.steps_min,
@@ -163,8 +150,45 @@ impl RunArgs {
             ..RunConfig::default()
         }
         .with_lease(self.lease_ms, self.heartbeat_interval_ms, self.reconcile_after_ms)
+        .with_nemesis(&self.nemesis)?
         .validate()
     }
+}
+
+/// A suite's `[[run]]` as the configuration of its runs (seed 0: each entry sets its own):
+/// its `args`, further `fencelab run` flags, read by this parser, so that they mean what
+/// they mean to `fencelab run`; then its own fields. A flag its fields always set
+/// (`--test-name`, `--seed`, `--time-limit`, `--nemesis`, `--store`; `--system` when it
+/// names one) is refused in `args`; its bugs and variants come before those of `args`.
+pub fn suite_config(run: &campaign::suite::SuiteRun) -> Result<RunConfig, String> {
+    use clap::{Args, FromArgMatches};
+    let command = RunArgs::augment_args(clap::Command::new("run").no_binary_name(true).allow_negative_numbers(true));
+    let said = |error: clap::Error| {
+        let text = error.to_string();
+        format!("args: {}", text.lines().next().unwrap_or_default().trim_start_matches("error: "))
+    };
+    let matches = command.try_get_matches_from(&run.args).map_err(said)?;
+    let owned = [
+        ("test_name", "--test-name", "name"),
+        ("seed", "--seed", "seeds"),
+        ("time_limit_s", "--time-limit", "time_limit"),
+        ("nemesis", "--nemesis", "nemesis"),
+        ("store", "--store", "the suite's --out"),
+        ("system", "--system", "system"),
+    ];
+    for (id, flag, field) in owned.into_iter().filter(|(id, ..)| *id != "system" || run.system.is_some()) {
+        if matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine) {
+            return Err(format!("args: {flag} is set by the run's own `{field}`"));
+        }
+    }
+    let mut flags = RunArgs::from_arg_matches(&matches).map_err(said)?;
+    flags.test_name = run.name.clone();
+    flags.time_limit_s = run.time_limit.unwrap_or(flags.time_limit_s);
+    flags.nemesis = run.nemesis.clone().unwrap_or(flags.nemesis);
+    flags.bugs = run.bugs.iter().map(|bug| bug.name().to_string()).chain(flags.bugs).collect();
+    flags.system = run.system.clone().or(flags.system);
+    flags.variants = run.variants.iter().cloned().chain(flags.variants).collect();
+    flags.config(0)
 }
 
 fn read_schedule(path: &std::path::Path) -> Result<Vec<workloads::faults::Fault>, String> {
@@ -325,7 +349,7 @@ mod tests {
             runners: 5,
             keys: 7,
             rate_per_s: 3.5,
-            nemesis: vec![FaultKind::Kill, FaultKind::ClockSkew],
+            nemesis: vec![workloads::faults::FaultKind::Kill, workloads::faults::FaultKind::ClockSkew],
             bugs: vec![Bug::AcceptStaleResult, Bug::RequeueOnExpiry],
             target_mode: Mode::Unfenced,
             lease_ms: 800,
@@ -349,6 +373,47 @@ mod tests {
         assert_eq!(parse(&words).config(0).unwrap(), config);
         let command = config.command_in(std::path::Path::new("unused"));
         assert_eq!(command, format!("fencelab {}", words.join(" ")), "the printed command is the words");
+    }
+
+    fn words(words: &[&str]) -> Vec<String> {
+        words.iter().map(|word| word.to_string()).collect()
+    }
+
+    #[test]
+    fn a_suite_run_means_what_its_flags_mean_to_fencelab_run() {
+        let text = "name = \"a\"\nseeds = [1]\nnemesis = \"all\"\nbugs = [\"accept-stale-result\"]\n\
+                    args = [\"--target-mode\", \"idempotent\", \"--control-planes\", \"2\", \"--bug\", \"unscoped-fence\"]";
+        let run: campaign::suite::SuiteRun = toml::from_str(text).unwrap();
+        let flags = words(&["run", "--test-name", "a", "--nemesis", "all", "--bug", "accept-stale-result"]);
+        let flags = [flags, run.args.clone()].concat();
+        let config = suite_config(&run).unwrap();
+        assert_eq!(config, parse(&flags).config(0).unwrap());
+        assert!(config.nemesis.contains(&workloads::faults::FaultKind::KillReplica), "`all` on two replicas");
+        let owned = campaign::suite::SuiteRun { args: words(&["--nemesis", "kill"]), ..run.clone() };
+        assert_eq!(suite_config(&owned).unwrap_err(), "args: --nemesis is set by the run's own `nemesis`");
+        let unknown = campaign::suite::SuiteRun { args: words(&["--colour", "red"]), ..run };
+        assert!(suite_config(&unknown).unwrap_err().contains("--colour"));
+    }
+
+    #[test]
+    fn every_shipped_suite_reads_and_fits_its_budget() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../suites");
+        let mut read = 0;
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let suite = campaign::suite::read(&entry.path(), suite_config).unwrap_or_else(|error| panic!("{error}"));
+            // An entry is budgeted at twice its time limit (start, recovery and checking).
+            let plan = campaign::suite::plan(&suite, None);
+            let planned_s: u64 = plan.iter().map(|(_, run, _)| 2 * run.config.time_limit_ms / 1_000).sum();
+            let wall_s = planned_s / suite.parallel.max(1) as u64;
+            assert!(
+                wall_s <= suite.time_budget_s,
+                "{}: {wall_s} s planned, {} s budget",
+                suite.name,
+                suite.time_budget_s
+            );
+            read += 1;
+        }
+        assert!(read >= 1);
     }
 
     #[test]

@@ -628,11 +628,9 @@ fn suite_command(
     stop_at_first: bool,
     history: Option<campaign::trends::History>,
 ) -> Result<Exit, CommandError> {
-    let mut suite = campaign::suite::read(file).map_err(bad)?;
-    if stop_at_first {
-        for run in suite.runs.iter_mut().filter(|run| !run.args.iter().any(|arg| arg == "--stop-at-first")) {
-            run.args.push("--stop-at-first".to_string());
-        }
+    let mut suite = campaign::suite::read(file, crate::args::suite_config).map_err(bad)?;
+    for run in &mut suite.runs {
+        run.config.stop_at_first |= stop_at_first;
     }
     let shard = shard.map(campaign::suite::parse_shard).transpose().map_err(bad)?;
     let default_out = match shard {

@@ -520,7 +520,11 @@ impl SystemFile {
             }
         }
         for (name, variant) in &raw.variants {
-            if let Some(nemesis) = variant.nemesis.as_deref().filter(|text| !["all", "none"].contains(&text.trim())) {
+            if let Some(nemesis) = variant
+                .nemesis
+                .as_deref()
+                .filter(|text| ![workloads::faults::EVERY_FAULT, workloads::faults::NO_FAULT].contains(&text.trim()))
+            {
                 workloads::faults::FaultKind::parse_list(nemesis)
                     .map_err(|why| error(None, format!("variant `{name}`: nemesis: {why}")))?;
             }

@@ -33,6 +33,13 @@ pub enum FaultKind {
     Partition,
 }
 
+/// The word for every fault, as `--nemesis`, a suite's `nemesis` and a system file's
+/// variant take it: the default faults of a run.
+pub const EVERY_FAULT: &str = "all";
+
+/// The word for no fault at all.
+pub const NO_FAULT: &str = "none";
+
 impl FaultKind {
     pub const ALL: [FaultKind; 11] = [
         FaultKind::DelayedHeartbeats,
@@ -90,7 +97,7 @@ impl FaultKind {
     /// Parses `a,b,...` or `all`; an unknown or empty name is an error that lists the known
     /// ones.
     pub fn parse_list(list: &str) -> Result<Vec<FaultKind>, String> {
-        if list.trim() == "all" {
+        if list.trim() == EVERY_FAULT {
             return Ok(FaultKind::ALL.to_vec());
         }
         let mut kinds = Vec::new();

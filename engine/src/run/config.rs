@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use lab::bugs::Bug;
 use lab::target::Mode;
 use serde::{Deserialize, Serialize};
-use workloads::faults::FaultKind;
+use workloads::faults::{FaultKind, EVERY_FAULT, NO_FAULT};
 
 /// Most runners one run starts (each a process with two proxied links).
 pub const RUNNERS_MAX: u32 = 512;
@@ -167,6 +167,25 @@ impl RunConfig {
         self
     }
 
+    /// Sets the faults from the words `--nemesis` takes: `all` (every fault, with the
+    /// replicas' when there are several control planes and the database's on PostgreSQL:
+    /// `control_planes` and `db` are set first), `none`, or a comma-separated list.
+    pub fn with_nemesis(mut self, words: &str) -> Result<RunConfig, String> {
+        self.nemesis = match words.trim() {
+            NO_FAULT => vec![],
+            words => FaultKind::parse_list(words).map_err(|error| format!("--nemesis: {error}"))?,
+        };
+        if words.trim() == EVERY_FAULT {
+            if self.control_planes > 1 {
+                self.nemesis.extend(FaultKind::REPLICAS);
+            }
+            if self.db == Db::Postgres {
+                self.nemesis.extend(FaultKind::DATABASE);
+            }
+        }
+        Ok(self)
+    }
+
     /// Checks a configuration built from flags or from a scenario: timings consistent,
     /// names known to the system it names; every error names the flag that sets the field.
     pub fn validate(self) -> Result<RunConfig, String> {
@@ -275,11 +294,20 @@ impl RunConfig {
         words
     }
 
+    /// The faults as `--nemesis` names them: `none`, or the list.
+    pub fn nemesis_words(&self) -> String {
+        let nemesis: Vec<&str> = self.nemesis.iter().map(|kind| kind.name()).collect();
+        if nemesis.is_empty() {
+            NO_FAULT.to_string()
+        } else {
+            nemesis.join(",")
+        }
+    }
+
     /// The flags of every field but the store and the schedule, in the order the printed
     /// command has always had.
     fn flags(&self) -> Vec<String> {
-        let nemesis: Vec<&str> = self.nemesis.iter().map(|kind| kind.name()).collect();
-        let nemesis = if nemesis.is_empty() { "none".to_string() } else { nemesis.join(",") };
+        let nemesis = self.nemesis_words();
         let mut args: Vec<String> = [
             ("--test-name", self.test_name.clone()),
             ("--seed", self.seed.to_string()),

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use campaign::matrix::{exposing_faults, run_cell, store_args, Cell};
+use campaign::matrix::{exposing_faults, run_cell, store_of, Cell};
 use lab::bugs::Bug;
 
 /// Seconds of each run.
@@ -110,7 +110,7 @@ async fn every_planted_bug_is_caught_and_the_correct_lab_is_not() {
         let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
         assert!(!require_all, "PostgreSQL is not installed (Debian: postgresql), and FENCELAB_REQUIRE_ALL=1");
         eprintln!("SKIPPED: the planted bugs that need PostgreSQL: {why}");
-        work.retain(|bug| bug.is_none_or(|bug| store_args(bug).is_empty()));
+        work.retain(|bug| bug.is_none_or(|bug| store_of(bug).is_none()));
     }
     work.push(None);
     for bug in work {
