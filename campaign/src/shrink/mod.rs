@@ -310,13 +310,8 @@ pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, Str
         control_planes: config.control_planes,
     };
     let runners = config.runners;
-    let mut system_args = Vec::new();
-    if let Some(system) = &config.system {
-        system_args.extend(["--system".to_string(), system.display().to_string()]);
-    }
-    for variant in &config.variants {
-        system_args.extend(["--variant".to_string(), variant.clone()]);
-    }
+    let choice = engine::scenario::SystemChoice { system: config.system.clone(), variants: config.variants.clone() };
+    let system_args = choice.args();
     Ok(Original {
         system_args,
         header,

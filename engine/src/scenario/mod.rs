@@ -105,16 +105,22 @@ pub struct SystemChoice {
 }
 
 impl SystemChoice {
-    /// The flags that name it again, each preceded by a space.
-    pub fn words(&self) -> String {
-        let mut out = String::new();
+    /// The flags of `fencelab scenario run` that name it again (`--system`, `--variant`):
+    /// the one writer of them, for a shrink's tries and the command a scenario prints.
+    pub fn args(&self) -> Vec<String> {
+        let mut args = Vec::new();
         if let Some(system) = &self.system {
-            out.push_str(&format!(" --system {}", system.display()));
+            args.extend(["--system".to_string(), system.display().to_string()]);
         }
         for variant in &self.variants {
-            out.push_str(&format!(" --variant {variant}"));
+            args.extend(["--variant".to_string(), variant.clone()]);
         }
-        out
+        args
+    }
+
+    /// [`SystemChoice::args`], each preceded by a space.
+    pub fn words(&self) -> String {
+        self.args().iter().map(|word| format!(" {word}")).collect()
     }
 }
 
