@@ -167,16 +167,22 @@ pub fn suite_config(run: &campaign::suite::SuiteRun) -> Result<RunConfig, String
         let text = error.to_string();
         format!("args: {}", text.lines().next().unwrap_or_default().trim_start_matches("error: "))
     };
-    let matches = command.try_get_matches_from(&run.args).map_err(said)?;
+    let long = |id: &str| command.get_arguments().find(|arg| arg.get_id() == id).and_then(|arg| arg.get_long());
     let owned = [
-        ("test_name", "--test-name", "name"),
-        ("seed", "--seed", "seeds"),
-        ("time_limit_s", "--time-limit", "time_limit"),
-        ("nemesis", "--nemesis", "nemesis"),
-        ("store", "--store", "the suite's --out"),
-        ("system", "--system", "system"),
+        ("test_name", "name"),
+        ("seed", "seeds"),
+        ("time_limit_s", "time_limit"),
+        ("nemesis", "nemesis"),
+        ("store", "the suite's --out"),
+        ("system", "system"),
     ];
-    for (id, flag, field) in owned.into_iter().filter(|(id, ..)| *id != "system" || run.system.is_some()) {
+    let owned: Vec<(&str, String, &str)> = owned
+        .into_iter()
+        .filter(|(id, _)| *id != "system" || run.system.is_some())
+        .map(|(id, field)| (id, format!("--{}", long(id).unwrap_or(id)), field))
+        .collect();
+    let matches = command.clone().try_get_matches_from(&run.args).map_err(said)?;
+    for (id, flag, field) in owned {
         if matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine) {
             return Err(format!("args: {flag} is set by the run's own `{field}`"));
         }
@@ -223,7 +229,7 @@ pub struct ConformArgs {
     pub out: Option<PathBuf>,
     /// The store folder, as every other command takes it: each session gets a new folder
     /// `conform/<system>-<time>` in it.
-    #[arg(long, conflicts_with = "out", default_value = "store")]
+    #[arg(long, conflicts_with = "out", default_value_os_t = defaults().store)]
     pub store: PathBuf,
 }
 
@@ -384,13 +390,18 @@ mod tests {
         let text = "name = \"a\"\nseeds = [1]\nnemesis = \"all\"\nbugs = [\"accept-stale-result\"]\n\
                     args = [\"--target-mode\", \"idempotent\", \"--control-planes\", \"2\", \"--bug\", \"unscoped-fence\"]";
         let run: campaign::suite::SuiteRun = toml::from_str(text).unwrap();
-        let flags = words(&["run", "--test-name", "a", "--nemesis", "all", "--bug", "accept-stale-result"]);
-        let flags = [flags, run.args.clone()].concat();
         let config = suite_config(&run).unwrap();
-        assert_eq!(config, parse(&flags).config(0).unwrap());
+        let expected = RunConfig {
+            test_name: "a".into(),
+            bugs: vec![Bug::AcceptStaleResult, Bug::UnscopedFence],
+            target_mode: Mode::Idempotent,
+            control_planes: 2,
+            ..RunConfig::default()
+        };
+        assert_eq!(config, expected.with_nemesis("all").unwrap().validate().unwrap());
         assert!(config.nemesis.contains(&workloads::faults::FaultKind::KillReplica), "`all` on two replicas");
-        let owned = campaign::suite::SuiteRun { args: words(&["--nemesis", "kill"]), ..run.clone() };
-        assert_eq!(suite_config(&owned).unwrap_err(), "args: --nemesis is set by the run's own `nemesis`");
+        let owned = campaign::suite::SuiteRun { args: words(&["--seed", "3"]), ..run.clone() };
+        assert_eq!(suite_config(&owned).unwrap_err(), "args: --seed is set by the run's own `seeds`");
         let unknown = campaign::suite::SuiteRun { args: words(&["--colour", "red"]), ..run };
         assert!(suite_config(&unknown).unwrap_err().contains("--colour"));
     }

@@ -226,7 +226,7 @@ enum ScenarioCommand {
     Run {
         file: std::path::PathBuf,
         /// Where run folders go (`STORE/scenario-NAME/START-TIME`).
-        #[arg(long, default_value = "store")]
+        #[arg(long, default_value_os_t = engine::run::config::RunConfig::default().store)]
         store: std::path::PathBuf,
         #[command(flatten)]
         system: SystemArgs,

@@ -99,10 +99,10 @@ struct ControlPlaneArgs {
     #[arg(long, env = "FENCELAB_CAPABILITY_SECRET")]
     secret: String,
     /// Lease length on the server's clock.
-    #[arg(long, default_value_t = 2_000)]
+    #[arg(long, default_value_t = Policy::default().lease_ms)]
     lease_ms: u64,
     /// Life of a capability; it may outlive the lease (the target enforces the fence).
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, default_value_t = Policy::default().capability_ttl_ms)]
     capability_ttl_ms: u64,
     /// How often lapsed leases are marked uncertain.
     #[arg(long, default_value_t = 50)]

@@ -40,7 +40,7 @@ impl LabOptions {
             program: program.to_path_buf(),
             program_args: vec![],
             dir: dir.to_path_buf(),
-            lease_ms: 2_000,
+            lease_ms: crate::control::Policy::default().lease_ms,
             mode: Mode::Fenced,
             bugs: vec![],
             database_url: None,
@@ -241,7 +241,7 @@ pub struct DemoArgs {
     steps: u32,
     #[arg(long, default_value_t = 20)]
     step_ms: u64,
-    #[arg(long, default_value_t = 2_000)]
+    #[arg(long, default_value_t = crate::control::Policy::default().lease_ms)]
     lease_ms: u64,
     /// Where the store and logs go (default: a new folder under the system's temp dir).
     #[arg(long)]
