@@ -6,7 +6,8 @@
 //! network, process, clock or runtime; every Rust file opens with a `//!` comment;
 //! operation names are written only through `history::Op`, never as string literals
 //! compared against an event; a run folder's files are named only by its owner
-//! (`engine::folder`); and the figures the documents state (checkers, fault variants,
+//! (`engine::folder`); the `fencelab run` command line is written only by its one writer
+//! (`RunConfig::command_words`); and the figures the documents state (checkers, fault variants,
 //! conformance cases) are the code's.
 
 use std::path::{Path, PathBuf};
@@ -172,6 +173,47 @@ fn run_folder_violations(path: &str, text: &str) -> Vec<String> {
     found
 }
 
+/// Flags of `fencelab run` that no other command takes (besides `fencelab matrix
+/// --nemesis`, whose command line nothing writes), which only `RUN_COMMAND_WRITER` writes.
+const RUN_FLAGS: &[&str] = &[
+    "--test-name",
+    "--runners",
+    "--keys",
+    "--rate",
+    "--nemesis",
+    "--target-mode",
+    "--heartbeat-interval-ms",
+    "--reconcile-after-ms",
+    "--steps-min",
+    "--steps-max",
+    "--step-ms-min",
+    "--step-ms-max",
+    "--recovery-limit",
+    "--toxiproxy-url",
+    "--toxiproxy-image",
+    "--schedule",
+    "--control-planes",
+    "--stop-at-first",
+];
+
+/// The one writer of the `fencelab run` command line (`RunConfig::command_words`).
+const RUN_COMMAND_WRITER: &str = "engine/src/run/config.rs";
+
+/// A flag of `fencelab run` written as a whole string literal (a word of a command line)
+/// outside its one writer; an error message that names a flag is not a word.
+fn run_command_violations(path: &str, text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (number, line) in text.lines().enumerate().filter(|(_, line)| !line.trim_start().starts_with("//")) {
+        for flag in RUN_FLAGS.iter().filter(|flag| line.contains(&format!("\"{flag}\""))) {
+            found.push(format!(
+                "{path}:{}: writes `fencelab run`'s {flag}, which only {RUN_COMMAND_WRITER} does",
+                number + 1
+            ));
+        }
+    }
+    found
+}
+
 fn relative(path: &Path) -> String {
     path.strip_prefix(workspace()).unwrap_or(path).display().to_string()
 }
@@ -236,6 +278,9 @@ fn tidy_rules_catch_planted_violations() {
     assert_eq!(op_literal_violations("x.rs", "if event.f == Op::Heartbeat {").len(), 0);
     assert_eq!(run_folder_violations("x.rs", "let path = folder.join(\"config.json\");").len(), 1);
     assert_eq!(run_folder_violations("x.rs", "format!(\"{} holds no results.json\", folder)").len(), 0);
+    assert_eq!(run_command_violations("x.rs", "args.extend([\"--nemesis\".into(), nemesis]);").len(), 1);
+    assert_eq!(run_command_violations("x.rs", "vec![\"--db\".into(), \"--control-planes\".into()]").len(), 1);
+    assert_eq!(run_command_violations("x.rs", "Err(\"--runners must be 1..=512\".into())").len(), 0);
 }
 
 /// The workspace's crates (every folder with a Cargo.toml), in name order.
@@ -332,6 +377,11 @@ fn the_workspace_keeps_its_architecture_invariants() {
     }
     for file in files.iter().map(|file| relative(file)).filter(|path| path != RUN_FOLDER_OWNER) {
         violations.extend(run_folder_violations(&file, &std::fs::read_to_string(root.join(&file)).unwrap()));
+    }
+    for file in
+        files.iter().map(|file| relative(file)).filter(|path| path.contains("/src/") && path != RUN_COMMAND_WRITER)
+    {
+        violations.extend(run_command_violations(&file, &std::fs::read_to_string(root.join(&file)).unwrap()));
     }
     for krate in crates() {
         rust_files(&root.join(&krate).join("tests"), &mut files);
