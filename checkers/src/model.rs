@@ -315,11 +315,10 @@ pub struct Index {
     pub attempts: Slots<Attempt>,
     pub jobs: Slots<Job>,
     pub seen: Seen,
-    /// The target's mode from the harness's `config` event (`fenced` when absent).
-    pub target_mode: Option<String>,
-    /// The optional parts of the contract the system lacks, from the `config` event's
-    /// `system.absent` (`docs/system.md`).
-    pub absent: Vec<String>,
+    /// The run's configuration, from the harness's `config` event: the target's mode
+    /// (`fenced` when absent), the lease, the optional parts of the contract the system
+    /// lacks (`system.absent`, `docs/system.md`).
+    pub config: history::Config,
     /// The first malformed event and why.
     pub malformed: Option<String>,
     /// The sources of evidence seen so far (`history::Source::of` of each event).
@@ -376,10 +375,6 @@ fn is_pause(event: &Event) -> bool {
 
 fn value_u64(event: &Event, field: &str) -> Option<u64> {
     event.value.as_ref()?.get(field)?.as_u64()
-}
-
-fn value_str<'a>(event: &'a Event, field: &str) -> Option<&'a str> {
-    event.value.as_ref()?.get(field)?.as_str()
 }
 
 /// Whether the fields a source must carry are present; if not, why not. A claim of a system
@@ -451,12 +446,7 @@ impl Index {
             return None;
         }
         if src == Source::Config {
-            self.target_mode = value_str(event, "target_mode").map(str::to_string);
-            let absent = event.value.as_ref().and_then(|value| value.pointer("/system/absent"));
-            self.absent = absent
-                .and_then(|list| list.as_array())
-                .map(|list| list.iter().filter_map(|part| part.as_str().map(str::to_string)).collect())
-                .unwrap_or_default();
+            self.config = history::Config::of(event).unwrap_or_default();
         }
         let ev = Observed {
             index: event.index,
@@ -533,12 +523,12 @@ impl Index {
 
     /// Whether the system lacks the optional part `part` (`target`, `ledger`, …).
     pub fn lacks(&self, part: &str) -> bool {
-        self.absent.iter().any(|absent| absent == part)
+        self.config.absent().iter().any(|absent| absent == part)
     }
 
     /// Whether the target ran without fencing (the harness's `config` says so).
     pub fn target_unfenced(&self) -> bool {
-        self.target_mode.as_deref() == Some("unfenced")
+        self.config.target_unfenced()
     }
 }
 

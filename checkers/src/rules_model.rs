@@ -153,7 +153,7 @@ impl Check for RulesModel {
 
     fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
         match ev.src {
-            Source::Config => self.lease_ms = ev.raw.value.as_ref().and_then(|v| v.get("lease_ms")?.as_i64()),
+            Source::Config => self.lease_ms = ctx.config.lease_ms.and_then(|ms| i64::try_from(ms).ok()),
             Source::OperatorReconcile => {
                 if let Some(attempt) = ev.attempt {
                     self.decided.entry(attempt).or_default().push(ev.raw.time_ns);

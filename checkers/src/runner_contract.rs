@@ -128,9 +128,8 @@ impl Check for RunnerContract {
 
     fn observe(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
         if ev.src == Source::Config {
-            let value = |field: &str| ev.raw.value.as_ref()?.get(field)?.as_u64();
-            self.lease_ns = value("lease_ms").map(|ms| ms * 1_000_000);
-            self.margin_ns = value("renewal_margin_ms").map(|ms| ms * 1_000_000);
+            self.lease_ns = ctx.config.lease_ms.map(|ms| ms * 1_000_000);
+            self.margin_ns = ctx.config.renewal_margin_ms.map(|ms| ms * 1_000_000);
             return;
         }
         if let Some(stop) = stop_of(ev) {

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use checkers::Verdict;
-use history::{Event, EventType, Op, Process};
+use history::Event;
 
 use super::case::{CaseResult, Status};
 use super::session::Session;
@@ -25,9 +25,8 @@ async fn history(s: &Session) -> Result<(Vec<Event>, usize, usize), String> {
     if !records.unreadable.is_empty() {
         return Err(records.unreadable.join("; "));
     }
-    let mut config = Event::new(0, Process::HARNESS, EventType::Ok, Op::Config);
-    config.value = Some(serde_json::json!({"lease_ms": s.lease_ms}));
-    let mut events = vec![config];
+    let config = history::Config { lease_ms: Some(s.lease_ms), ..history::Config::default() };
+    let mut events = vec![config.event()];
     events.extend(s.decisions());
     let ledger = records.ledger.iter().map(|entry| system::collect::ledger_event(entry, s.rebase(entry.mono_ns)));
     events.extend(ledger);

@@ -101,8 +101,8 @@ pub async fn drive(
     };
     run_folder.write_endpoints(&endpoints)?;
     run_folder.write_config(&file)?;
-    let shown = file.flat();
-    recorder.record(Process::HARNESS, EventType::Ok, Op::Config, |event| event.value = Some(shown.clone()));
+    let said = file.said().event();
+    recorder.record(said.process, said.kind, said.f, |event| event.value = said.value.clone());
     let shared: Shared = Arc::new(State {
         config: Arc::new(config),
         recorder,

@@ -19,7 +19,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use history::{Event, EventType, Op, Process, Source};
+use history::{Event, Op, Source};
 use protocol::{JobView, LedgerEntry, StepRecord};
 use system::Feature;
 
@@ -143,16 +143,9 @@ pub fn history_of(given: &Given<'_>) -> Vec<Event> {
 
 /// The lease policy and the parts the system lacks as a `config` event: each only when given.
 fn config_event(lease_ms: Option<u64>, lacks: &[Feature]) -> Event {
-    let mut value = serde_json::Map::new();
-    if let Some(lease_ms) = lease_ms {
-        value.insert("lease_ms".into(), lease_ms.into());
-    }
-    if !lacks.is_empty() {
-        value.insert("system".into(), serde_json::json!({ "absent": lacks }));
-    }
-    let mut event = Event::new(0, Process::HARNESS, EventType::Ok, Op::Config);
-    event.value = Some(serde_json::Value::Object(value));
-    event
+    let absent = lacks.iter().map(|part| part.name().to_string()).collect();
+    let system = (!lacks.is_empty()).then(|| history::SystemConfig { absent: Some(absent), ..Default::default() });
+    history::Config { lease_ms, system, ..history::Config::default() }.event()
 }
 
 #[cfg(test)]

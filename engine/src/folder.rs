@@ -138,6 +138,12 @@ impl ConfigFile {
         serde_json::to_value(flat).expect("a run's config serialises")
     }
 
+    /// The configuration as the history's `config` event says it: [`ConfigFile::flat`] in
+    /// the event's one typed shape.
+    pub fn said(&self) -> history::Config {
+        serde_json::from_value(self.flat()).expect("a run's config is the config event's shape")
+    }
+
     /// Reads `config.json`'s text in either shape it has had.
     fn parse(text: &str) -> Result<ConfigFile, serde_json::Error> {
         let shape: ConfigShape = serde_json::from_str(text)?;

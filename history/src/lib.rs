@@ -21,12 +21,14 @@
 //! assert!(history::read(&dialect[..]).unwrap_err().to_string().starts_with("history line 1:"));
 //! ```
 
+mod config;
 mod event;
 mod exit;
 mod io;
 mod quick;
 mod vocab;
 
+pub use config::{Config, SystemConfig};
 pub use event::{Decision, Event, EventType};
 pub use exit::Exit;
 pub use io::{is_blank, log_line, parse_line, read, Error, Order, Reader, Writer};

@@ -74,15 +74,11 @@ pub fn coverage(schedule: &serde_json::Value, events: &[Event]) -> BTreeMap<Stri
 /// The faults the run's `config` event says were not run — a whole kind, or one variant of
 /// it by name — with why (the part each needs, in runs recorded before the reason was).
 fn not_run(events: &[Event]) -> Vec<(FaultKind, Option<String>, String)> {
-    let config = events.iter().find(|event| event.process == Process::HARNESS && event.f == history::Op::Config);
-    let Some(list) =
-        config.and_then(|event| event.value.as_ref()).and_then(|value| value.pointer("/system/faults_not_run"))
-    else {
+    let config = events.iter().find_map(history::Config::of);
+    let Some(list) = config.and_then(|config| config.system?.faults_not_run) else {
         return vec![];
     };
-    list.as_array()
-        .into_iter()
-        .flatten()
+    list.iter()
         .filter_map(|entry| {
             let kind: FaultKind = serde_json::from_value(entry.get("fault")?.clone()).ok()?;
             let variant = entry.get("variant").and_then(|variant| variant.as_str()).map(str::to_string);

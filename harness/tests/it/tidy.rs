@@ -7,7 +7,8 @@
 //! operation names are written only through `history::Op`, never as string literals
 //! compared against an event; a run folder's files are named only by its owner
 //! (`engine::folder`); the `fencelab run` command line is written only by its one writer
-//! (`RunConfig::command_words`); and the figures the documents state (checkers, fault variants,
+//! (`RunConfig::command_words`); the history's `config` event is built and read only through
+//! its one type (`history::Config`); and the figures the documents state (checkers, fault variants,
 //! conformance cases) are the code's.
 
 use std::path::{Path, PathBuf};
@@ -214,6 +215,37 @@ fn run_command_violations(path: &str, text: &str) -> Vec<String> {
     found
 }
 
+/// The one module that builds and reads the history's `config` event (`history::Config`).
+const CONFIG_EVENT_OWNER: &str = "history/src/config.rs";
+
+/// How a reader would take a key of the `config` event by hand.
+const CONFIG_EVENT_KEYS: &[&str] =
+    &["get(\"lease_ms\")", "get(\"renewal_margin_ms\")", "get(\"target_mode\")", "pointer(\"/system/"];
+
+/// The crates whose verdicts and reports read the `config` event: only through its type.
+const CONFIG_EVENT_READERS: &[&str] = &["checkers/", "results/"];
+
+/// A `config` event built (`Event::new` or a recorder's `record` given `Op::Config`)
+/// outside its owner, or, in a checker or report, one of its keys read by hand; a file's
+/// tests (after its first `#[cfg(test)]`) may build one by hand.
+fn config_event_violations(path: &str, text: &str) -> Vec<String> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+    let reader = CONFIG_EVENT_READERS.iter().any(|krate| path.starts_with(krate));
+    let mut found = Vec::new();
+    for (number, line) in code.lines().enumerate().filter(|(_, line)| !line.trim_start().starts_with("//")) {
+        let built = line.contains("Op::Config") && (line.contains("Event::new(") || line.contains(".record("));
+        let read = reader && CONFIG_EVENT_KEYS.iter().any(|key| line.contains(key));
+        if built || read {
+            found.push(format!(
+                "{path}:{}: builds or reads the `config` event by hand, which only {CONFIG_EVENT_OWNER} does: {}",
+                number + 1,
+                line.trim()
+            ));
+        }
+    }
+    found
+}
+
 fn relative(path: &Path) -> String {
     path.strip_prefix(workspace()).unwrap_or(path).display().to_string()
 }
@@ -281,6 +313,12 @@ fn tidy_rules_catch_planted_violations() {
     assert_eq!(run_command_violations("x.rs", "args.extend([\"--nemesis\".into(), nemesis]);").len(), 1);
     assert_eq!(run_command_violations("x.rs", "vec![\"--db\".into(), \"--control-planes\".into()]").len(), 1);
     assert_eq!(run_command_violations("x.rs", "Err(\"--runners must be 1..=512\".into())").len(), 0);
+    let config = "let mut config = Event::new(0, Process::HARNESS, EventType::Ok, Op::Config);";
+    assert_eq!(config_event_violations("x.rs", config).len(), 1);
+    let read = "let lease = value.get(\"lease_ms\")?.as_u64();";
+    assert_eq!(config_event_violations("checkers/src/x.rs", read).len(), 1);
+    assert_eq!(config_event_violations("system/src/x.rs", read).len(), 0, "a system file's placeholder");
+    assert_eq!(config_event_violations("x.rs", &format!("//! a module\n#[cfg(test)]\n{config}")).len(), 0);
 }
 
 /// The workspace's crates (every folder with a Cargo.toml), in name order.
@@ -382,6 +420,11 @@ fn the_workspace_keeps_its_architecture_invariants() {
         files.iter().map(|file| relative(file)).filter(|path| path.contains("/src/") && path != RUN_COMMAND_WRITER)
     {
         violations.extend(run_command_violations(&file, &std::fs::read_to_string(root.join(&file)).unwrap()));
+    }
+    for file in
+        files.iter().map(|file| relative(file)).filter(|path| path.contains("/src/") && path != CONFIG_EVENT_OWNER)
+    {
+        violations.extend(config_event_violations(&file, &std::fs::read_to_string(root.join(&file)).unwrap()));
     }
     for krate in crates() {
         rust_files(&root.join(&krate).join("tests"), &mut files);
