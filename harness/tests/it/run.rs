@@ -212,7 +212,41 @@ async fn a_replayed_result_is_acknowledged_as_a_duplicate() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_response_makes_the_runner_retry_into_a_duplicate() {
-    let finished = one_fault(fault("duplicate-results", Some(0), 2_000, 1_500, json!({"how": "lost-response"}))).await;
+    // Jobs of one 4-s step, so that the window opens (at 2 s) while r1 is inside its first
+    // job's only step, its capability already redeemed: whatever a loaded machine delays,
+    // its success is sent inside the window, before its deadline (a 6-s lease), and one of
+    // its 8 tries (4.5 s of back-off) lands after the heal (at 7 s).
+    let dir = tempfile::tempdir().unwrap();
+    let lost = fault("duplicate-results", Some(0), 2_000, 5_000, json!({"how": "lost-response"}));
+    let schedule = schedule_file(dir.path(), &[lost]);
+    let args = [
+        "--seed",
+        "1",
+        "--time-limit",
+        "8",
+        "--runners",
+        "2",
+        "--keys",
+        "2",
+        "--rate",
+        "4",
+        "--lease-ms",
+        "6000",
+        "--steps-min",
+        "1",
+        "--steps-max",
+        "1",
+        "--step-ms-min",
+        "4000",
+        "--step-ms-max",
+        "4000",
+        "--recovery-limit",
+        "60",
+        "--schedule",
+        &schedule,
+    ];
+    let finished = run(&args).await;
+    assert_eq!(finished.code, Some(0), "{}", context(&finished));
     let events = finished.history();
     let duplicates: Vec<&Event> = ledger(&events, Op::Result)
         .filter(|event| event.runner.as_deref() == Some("r1") && event.decision == Some(Decision::Duplicate))
