@@ -50,6 +50,38 @@ pub fn conform_cases(said: &str, verdict: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// The line conform printed for `case`.
+pub fn line<'a>(said: &'a str, case: &str) -> &'a str {
+    said.lines().find(|line| line.split_whitespace().nth(1) == Some(case)).unwrap_or_default()
+}
+
+/// Whether a conform line has findings and every one is `excused`: a job system's own
+/// finding (one that fails another case whatever the timing) that a slow machine brought into
+/// a case about something else.
+pub fn only_findings_among(line: &str, excused: impl Fn(&str) -> bool) -> bool {
+    // The verdict, the case, then the findings.
+    let case_on = line.trim_start().split_once(char::is_whitespace).map(|(_, rest)| rest.trim_start());
+    let Some((_, findings)) = case_on.and_then(|rest| rest.split_once(char::is_whitespace)) else {
+        return false;
+    };
+    let Some(findings) = findings.trim().strip_prefix("rules model: ") else { return false };
+    findings.split("; rules model: ").all(excused)
+}
+
+/// Whether a finding is an expiry recorded as a requeue, and nothing else.
+pub fn requeued(finding: &str) -> bool {
+    finding.contains("'s expiry was recorded as `requeued`") && !finding.contains("; ")
+}
+
+/// Whether every finding of a conform line is BullMQ's requeue of a stalled job
+/// (`rule/no-requeue-on-expiry`): on a slow machine a case's lease (1.5 s) can lapse before
+/// its report comes, and BullMQ's stall check moves the job back to its queue. A report
+/// accepted late is not excused: BullMQ's lock lapses on time, so that would be the
+/// adapter's.
+fn only_slow_machine_findings(line: &str) -> bool {
+    only_findings_among(line, requeued)
+}
+
 /// The conform cases BullMQ fails whatever the timing (docs/analyses/bullmq.md): it requeues
 /// a stalled job, and it refuses every result once the first one released its lock.
 const CONFORM_FAILS: [&str; 6] = [
@@ -62,7 +94,8 @@ const CONFORM_FAILS: [&str; 6] = [
 ];
 
 /// The cases the adapter itself answers for (bodies, tokens, routes, reads): BullMQ decides
-/// none of them, so each must pass.
+/// none of them, so each must pass, unless a slow machine let BullMQ's requeue into one
+/// ([`only_slow_machine_findings`]).
 const CONFORM_PASSES: [&str; 6] = [
     "endpoint/health",
     "endpoint/projects",
@@ -96,7 +129,8 @@ async fn bullmq_starts_and_conform_finds_what_its_analysis_says() {
         assert!(failed.contains(case), "{case} fails on BullMQ:\n{said}");
     }
     for case in CONFORM_PASSES {
-        assert!(passed.contains(case), "{case} passes on BullMQ:\n{said}");
+        let slow = failed.contains(case) && only_slow_machine_findings(line(&said, case));
+        assert!(passed.contains(case) || slow, "{case} passes on BullMQ:\n{said}");
     }
     let bad_input: Vec<&String> = failed.iter().filter(|case| case.starts_with("input/")).collect();
     assert!(bad_input.is_empty(), "the adapter answers every bad input as documented: {bad_input:?}\n{said}");
@@ -249,4 +283,22 @@ async fn the_adapters_node_tests_pass() {
     let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "node --test {}:\n{said}", folder.display());
     assert!(said.contains("# pass 2") && said.contains("# fail 0"), "{said}");
+}
+
+/// Only BullMQ's requeue is a slow-machine finding: a late report accepted, a finding of
+/// another kind beside it, or no finding at all is not.
+#[test]
+fn slow_machine_findings_are_only_bullmqs_requeue() {
+    let requeue = "FAIL  rule/runner-clock-ahead   rules model: c21.j1-a1 (fence 3)'s expiry was recorded as `requeued`: a lapsed lease is not a stopped process, the job is uncertain";
+    assert!(only_slow_machine_findings(requeue));
+    assert!(only_slow_machine_findings(&format!("    {requeue}")));
+    let late = "FAIL  rule/runner-clock-ahead   rules model: c21.j1-a1 (fence 3)'s result was accepted; the rules decide rejected (expired)";
+    assert!(!only_slow_machine_findings(late), "BullMQ's lock lapses on time: a late acceptance is the adapter's");
+    let both = format!(
+        "{requeue}; rules model: c21.j1-a1 (fence 3)'s result was accepted; the rules decide rejected (expired)"
+    );
+    assert!(!only_slow_machine_findings(&both));
+    let other = "FAIL  rule/runner-clock-ahead   a success inside the renewed lease, observed 30 days ahead, was rejected (stale_fence)";
+    assert!(!only_slow_machine_findings(other));
+    assert!(!only_slow_machine_findings("FAIL  rule/runner-clock-ahead"));
 }

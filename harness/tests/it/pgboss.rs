@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::bullmq::{answers, conform_cases, kinds, skip_for};
+use super::bullmq::{answers, conform_cases, kinds, line, only_findings_among, requeued, skip_for};
 use super::run::postgres_or_skip;
 
 pub fn pgboss_system() -> PathBuf {
@@ -111,24 +111,11 @@ const ACCEPTED_BY_JOB_ID: [(&str, &str); 2] =
 /// its lease ended (more than the 3 s lease late) accepted because pg-boss's maintenance had
 /// not run yet, or that maintenance's requeue. Any other finding, or none, is not.
 fn only_slow_machine_findings(line: &str) -> bool {
-    // The verdict, the case, then the findings.
-    let case_on = line.trim_start().split_once(char::is_whitespace).map(|(_, rest)| rest.trim_start());
-    let Some((_, findings)) = case_on.and_then(|rest| rest.split_once(char::is_whitespace)) else {
-        return false;
-    };
-    let Some(findings) = findings.trim().strip_prefix("rules model: ") else { return false };
-    findings.split("; rules model: ").all(|finding| {
+    only_findings_among(line, |finding| {
         let late =
             |report: &str| finding.ends_with(&format!("'s {report} was accepted; the rules decide rejected (expired)"));
-        late("result")
-            || late("heartbeat")
-            || (finding.contains("'s expiry was recorded as `requeued`") && !finding.contains("; "))
+        late("result") || late("heartbeat") || requeued(finding)
     })
-}
-
-/// The line conform printed for `case`.
-fn line<'a>(said: &'a str, case: &str) -> &'a str {
-    said.lines().find(|line| line.split_whitespace().nth(1) == Some(case)).unwrap_or_default()
 }
 
 /// Reports pg-boss matches to its job by the job's id alone: a heartbeat naming another
