@@ -3,11 +3,16 @@
 //! steps at their times) and its runners, played by the scenario engine with the run's
 //! automatic operator. Every try writes the case as a scenario file and runs it as a real
 //! `fencelab scenario run`; the anomaly persists when the scenario's expectation (the target
-//! checkers answer invalid) holds. The passes, in order: cut everything after the anomaly
-//! was complete; then rounds of removing faults, keeping only the jobs the anomaly names,
-//! removing jobs, starting earlier (so later tries are shorter) and removing runners,
-//! until a round removes nothing. A bounded number of tries; then the smallest case is confirmed by
+//! checkers answer invalid) holds. The history says where to cut first (`story`): each
+//! target anomaly's jobs, the runners that held them and the faults that touched them, a few
+//! seconds long, is tried alone (then with what was beside it); only when none reproduces
+//! does the shrink fall back to cutting everything after the anomaly was complete. Then
+//! rounds of removing faults, keeping only the jobs the anomaly names, removing jobs,
+//! starting earlier (so later tries are shorter) and removing runners, until a round
+//! removes nothing. A bounded number of tries; then the smallest case is confirmed by
 //! running it again, falling back to a larger accepted case when it does not reproduce.
+
+mod story;
 
 use history::{Op, Process};
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,6 +35,8 @@ pub const TRIES_MAX: u32 = 500;
 pub const CONFIRM_MAX: u32 = 20;
 /// Steps start at least this long after the scenario began, so the cluster is up.
 const WARM_UP_MS: u64 = 500;
+/// Most anomalies whose stories are tried alone before the wider cuts.
+const STORIES_MAX: usize = 3;
 /// Claims are pinned only in cases of at most this many jobs: a pinned submit holds the
 /// idle runners for a moment, which many pinned jobs would turn into a different workload.
 const PIN_JOBS_MAX: usize = 8;
@@ -263,6 +270,8 @@ pub struct Original {
     pub claims: BTreeMap<String, u32>,
     /// `--system FILE` and `--variant NAME` words for every try: the system the run attacked.
     pub system_args: Vec<String>,
+    /// What the history says about each target anomaly, the smallest first.
+    pub stories: Vec<story::Story>,
 }
 
 /// Reads a run folder: its configuration, jobs, schedule and anomalies. `checkers` names
@@ -312,8 +321,10 @@ pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, Str
     let runners = config.runners;
     let choice = engine::scenario::SystemChoice { system: config.system.clone(), variants: config.variants.clone() };
     let system_args = choice.args();
+    let stories = stories(folder, &targets, &jobs, &faults, config.lease_ms)?;
     Ok(Original {
         system_args,
+        stories,
         header,
         case: Case { runners, jobs, faults, pins: BTreeMap::new() },
         claims: first_claims(folder)?,
@@ -321,6 +332,30 @@ pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, Str
         complete_ms: complete_s.map(|seconds| (seconds * 1_000.0).ceil() as u64),
         jobs: named,
     })
+}
+
+/// The stories of the target checkers' anomalies: the smallest first (fewest jobs, runners
+/// and faults), one per set of jobs; an anomaly whose jobs the history does not show has
+/// none.
+fn stories(
+    folder: &Path,
+    targets: &[String],
+    planned: &[PlannedJob],
+    schedule: &[Fault],
+    lease_ms: u64,
+) -> Result<Vec<story::Story>, String> {
+    let events = RunFolder::at(folder).history()?;
+    let timeline = story::Timeline::read(&events, schedule);
+    let doc = crate::runs::results_of(folder)?;
+    let anomalies = doc.checkers.iter().filter(|checker| targets.contains(&checker.checker));
+    let mut stories: Vec<story::Story> = anomalies
+        .flat_map(|checker| checker.anomalies.iter())
+        .filter_map(|anomaly| timeline.story(anomaly, planned, lease_ms))
+        .collect();
+    stories.sort_by_key(|story| (story.jobs.len(), story.runners.len(), story.touching.len(), story.until_ms));
+    let mut seen = BTreeSet::new();
+    stories.retain(|story| seen.insert(story.jobs.clone()));
+    Ok(stories)
 }
 
 /// Job → the runner (0-based) that claimed its first attempt, from the run's final events;
@@ -521,6 +556,31 @@ impl Shrinker<'_> {
         }
     }
 
+    /// The first case that reproduces, narrowest first: each story alone (at most
+    /// [`STORIES_MAX`]), the first story with what was beside it, everything up to the
+    /// anomaly's completion, the whole run.
+    async fn start(&mut self) {
+        let original = self.original;
+        let (planned, lease_ms) = (&original.case.jobs, original.header.lease_ms);
+        for story in original.stories.iter().take(STORIES_MAX) {
+            println!("story     {} on {}", story.about, story.jobs.iter().cloned().collect::<Vec<_>>().join(", "));
+            if self.attempt("story", story.focus(planned, lease_ms)).await {
+                return;
+            }
+        }
+        if let Some(story) = original.stories.first() {
+            if self.attempt("beside", story.context(planned, lease_ms, original.case.runners)).await {
+                return;
+            }
+        }
+        if let Some(complete_ms) = original.complete_ms {
+            if self.attempt("cut", original.case.until(complete_ms)).await {
+                return;
+            }
+        }
+        self.attempt("whole", original.case.clone()).await;
+    }
+
     /// Confirms the smallest accepted case; when it reproduces in fewer than half of the
     /// confirmation runs, the next larger accepted case is confirmed instead (at most two
     /// steps back). When none reaches half, the one that reproduced most often is chosen.
@@ -577,12 +637,7 @@ pub async fn shrink(program: &Path, options: &Options) -> Result<Shrunk, String>
         tried: vec![],
         tries: vec![],
     };
-    if let Some(complete_ms) = original.complete_ms {
-        shrinker.attempt("cut", original.case.until(complete_ms)).await;
-    }
-    if shrinker.accepted.is_empty() {
-        shrinker.attempt("whole", original.case.clone()).await;
-    }
+    shrinker.start().await;
     if !shrinker.accepted.is_empty() {
         // Rounds until one removes nothing: fewer runners can let fewer jobs reproduce.
         loop {

@@ -19,8 +19,10 @@ async fn shrink(folder: &Path, args: &[&str]) -> (Option<i32>, String) {
 }
 
 /// `overwrite-terminal-result` under a conflicting result, with a harmless latency fault on
-/// the other runner before it: the shrink drops that fault and the jobs submitted after the
-/// anomaly, and the scenario it writes still finds the overwritten outcome on its own.
+/// the other runner before it: the shrink starts from what the history says about the
+/// anomaly (its job, the runner that held it, the conflicting result that named it), so
+/// its first try is already that job alone with that fault, at most two jobs and two
+/// runners; the scenario it writes still finds the overwritten outcome on its own.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_that_found_a_bug_shrinks_to_a_smaller_scenario_that_still_finds_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -51,8 +53,12 @@ async fn a_run_that_found_a_bug_shrinks_to_a_smaller_scenario_that_still_finds_i
     assert!(after["jobs"].as_u64() < before["jobs"].as_u64(), "{report}\n{repeat}");
     assert!(after["steps"].as_u64() < before["steps"].as_u64(), "{report}\n{repeat}");
     assert_eq!(report["confirmed"], json!([1, 1]), "{report}\n{repeat}");
+    assert!(after["jobs"].as_u64() <= Some(2) && after["runners"].as_u64() <= Some(2), "{report}\n{repeat}");
     let tries = report["tries"].as_array().unwrap();
     assert!(!tries.is_empty() && tries.len() <= 8, "{report}");
+    // The first try is the anomaly's story, and it reproduced: nothing was halved to find it.
+    assert_eq!((tries[0]["pass"].as_str(), tries[0]["reproduced"].as_bool()), (Some("story"), Some(true)), "{report}");
+    assert!(tries[0]["size"]["jobs"].as_u64() <= Some(2), "{report}");
     assert!(text.contains("size") && text.contains("before") && text.contains("after"), "{text}");
     // The written scenario is a scenario: it parses, holds the remaining fault, and expects the anomaly.
     let scenario = std::fs::read_to_string(&out).unwrap();
