@@ -162,11 +162,10 @@ impl Timeline {
         };
         let phase = value.get("phase").and_then(serde_json::Value::as_str);
         let effective = value.get("effective").and_then(serde_json::Value::as_bool) == Some(true);
-        if effective && event.kind == EventType::Invoke && matches!(phase, None | Some("start")) {
-            if !self.faults.iter().any(same) {
-                let started = Fault { at_ms: ms(event), ..fault.clone() };
-                self.faults.push(Realised { fault: started, scheduled_ms: fault.at_ms, jobs: BTreeSet::new() });
-            }
+        let start = effective && event.kind == EventType::Invoke && matches!(phase, None | Some("start"));
+        if start && !self.faults.iter().any(same) {
+            let started = Fault { at_ms: ms(event), ..fault.clone() };
+            self.faults.push(Realised { fault: started, scheduled_ms: fault.at_ms, jobs: BTreeSet::new() });
         }
         let held = value.get("held").and_then(|held| held.get("attempt")).and_then(serde_json::Value::as_str);
         let attempts = [event.attempt.as_deref(), held].into_iter().flatten();
