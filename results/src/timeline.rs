@@ -248,11 +248,11 @@ fn build_lanes<'a>(events: &[Event], attempts: &'a [Attempt]) -> Lanes<'a> {
         lanes.runner(&a.runner).bars.push(Bar { attempt: a, label: format!("{} {fence}", a.job) });
     }
     for e in events {
-        let kind = match (e.kind, e.f.as_str()) {
-            (EventType::Ledger, "heartbeat") => MarkKind::Heartbeat(e.decision == Some(Decision::Accepted)),
-            (EventType::Ledger, "result") => MarkKind::Result(e.decision),
-            (EventType::Ledger, "expire") => MarkKind::Expire,
-            (EventType::Ledger, "reconcile") => MarkKind::Reconcile,
+        let kind = match (e.kind, e.f) {
+            (EventType::Ledger, Op::Heartbeat) => MarkKind::Heartbeat(e.decision == Some(Decision::Accepted)),
+            (EventType::Ledger, Op::Result) => MarkKind::Result(e.decision),
+            (EventType::Ledger, Op::Expire) => MarkKind::Expire,
+            (EventType::Ledger, Op::Reconcile) => MarkKind::Reconcile,
             (EventType::Step, _) => MarkKind::Step(e.decision == Some(Decision::Accepted)),
             _ => continue,
         };

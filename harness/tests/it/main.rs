@@ -2,6 +2,7 @@
 //! links going through the embedded proxy so that faults are real TCP faults.
 
 mod airflow;
+mod architecture;
 mod audit;
 #[path = "../../../results/tests/support/browser.rs"]
 mod browser;

@@ -38,7 +38,7 @@ const FORBIDDEN_PATHS: &[&str] =
 
 /// Every workspace crate and the workspace crates it may depend on (normal dependencies).
 /// ARCHITECTURE.md draws this table; a dependency outside it fails.
-const ALLOWED: &[(&str, &[&str])] = &[
+pub const ALLOWED: &[(&str, &[&str])] = &[
     ("history", &[]),
     ("protocol", &["history"]),
     ("checkers", &["history"]),
@@ -131,12 +131,35 @@ fn builds_with_literal_op(line: &str) -> bool {
     arguments.split(',').nth(3).is_some_and(|op| op.trim_start().starts_with('"'))
 }
 
+/// `line` with the contents of its string literals removed (the quotes stay).
+fn without_literals(line: &str) -> String {
+    let (mut code, mut inside, mut escaped) = (String::new(), false, false);
+    for c in line.chars() {
+        match (inside, escaped, c) {
+            (true, false, '\\') => escaped = true,
+            (true, true, _) => escaped = false,
+            (_, _, '"') => {
+                inside = !inside;
+                code.push(c);
+            }
+            (false, _, _) => code.push(c),
+            (true, false, _) => {}
+        }
+    }
+    code
+}
+
 /// An operation compared or built as a string literal (an event's `f` compared with a
-/// literal, or `Event::new` given one) outside the `history` crate.
+/// literal, directly or through `as_str()`, matched as a word, or `Event::new` given one)
+/// outside the `history` crate.
 fn op_literal_violations(path: &str, text: &str) -> Vec<String> {
     let mut found = Vec::new();
     for (number, line) in text.lines().enumerate().filter(|(_, line)| !line.trim_start().starts_with("//")) {
-        let compared = [".f == \"", ".f != \""].iter().any(|p| line.contains(p));
+        let compared =
+            [".f == \"", ".f != \"", ".f.as_str() == \"", ".f.as_str() != \""].iter().any(|p| line.contains(p)) || {
+                let code = without_literals(line);
+                code.contains("match ") && code.contains(".f.as_str()")
+            };
         let built = builds_with_literal_op(line);
         if compared || built {
             found.push(format!("{path}:{}: an operation written as a string literal: {}", number + 1, line.trim()));
@@ -306,6 +329,9 @@ fn tidy_rules_catch_planted_violations() {
     assert_eq!(pure_source_violations("x.rs", "//! ok\n// std::fs in a comment is fine\n").len(), 0);
     assert!(module_doc_violation("x.rs", "use std::fmt;\n").is_some());
     assert_eq!(op_literal_violations("x.rs", "if event.f == \"heartbeat\" {").len(), 1);
+    assert_eq!(op_literal_violations("x.rs", "let kind = match (e.kind, e.f.as_str()) {").len(), 1);
+    assert_eq!(op_literal_violations("x.rs", "if e.f.as_str() == \"expire\" {").len(), 1);
+    assert!(op_literal_violations("x.rs", "esc(e.f.as_str()),").is_empty(), "showing the word is not matching on it");
     assert_eq!(op_literal_violations("x.rs", "Event::new(0, p, EventType::Ok, \"claim\")").len(), 1);
     assert_eq!(op_literal_violations("x.rs", "if event.f == Op::Heartbeat {").len(), 0);
     assert_eq!(run_folder_violations("x.rs", "let path = folder.join(\"config.json\");").len(), 1);
