@@ -116,7 +116,9 @@ async fn containers_are_started_faulted_and_stopped_leaving_none() {
     ];
     std::fs::write(&schedule, serde_json::to_vec(&faults).unwrap()).unwrap();
     let mut args = words(&["--seed", "1", "--time-limit", "8", "--runners", "2", "--keys", "2", "--rate", "4"]);
-    args.extend(words(&["--lease-ms", "600", "--recovery-limit", "60", "--nemesis", "all"]));
+    // A fault on a runner waits up to two leases for it to hold a claim: with a 2-s lease a
+    // loaded machine's slow container starts still leave r1 a claim to skew inside the run.
+    args.extend(words(&["--lease-ms", "2000", "--recovery-limit", "60", "--nemesis", "all"]));
     args.extend(["--system".to_string(), system.display().to_string()]);
     args.extend(["--schedule".to_string(), schedule.display().to_string()]);
     let repeat = format!("fencelab run {}", args.join(" "));
