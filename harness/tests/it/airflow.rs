@@ -1,15 +1,17 @@
 //! Apache Airflow 3.3.2, unmodified and observed (`systems/airflow/`): its own scheduler, API
 //! server and DAG processor on the run's PostgreSQL, its own edge workers as the runners,
 //! each worker's HTTP link through its own fault proxy, judged on what Airflow's own records
-//! say. A chaos run ends with a verdict that names what it cannot judge, and nothing of
-//! Airflow is left after a run, after Ctrl-C and after a failed start.
+//! say. Its scenarios pass (a worker killed mid-try, two runs for one key), a chaos run ends
+//! with a verdict that names what it cannot judge, and nothing of Airflow is left after a
+//! run, after Ctrl-C and after a failed start.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::bullmq::skip_for;
 use super::observed::{
-    interrupt, none_left, processes_of, run_until_progress, start_with_a_failing_target, system_dir,
+    every_scenario_passes, interrupt, none_left, processes_of, run_until_progress, start_with_a_failing_target,
+    system_dir,
 };
 
 /// A run of Airflow: its database, scheduler, API server and workers start in about 30 s
@@ -29,6 +31,18 @@ fn airflow_missing() -> bool {
         (!airflow.exists()).then_some("systems/airflow/.venv is absent (run systems/airflow/install.sh)"),
         postgres.as_deref(),
     ])
+}
+
+/// Every scenario in `systems/airflow/scenarios/` passes against Airflow: the only edge
+/// worker killed mid-try (the try failed on its stopped heartbeats and the task tried again,
+/// never uncertain), and two DAG runs for one deployment key (both tries deploy it at once:
+/// `claim-key-held`, and their steps interleave on the unfenced target).
+#[tokio::test(flavor = "multi_thread")]
+async fn every_airflow_scenario_passes_and_leaves_nothing() {
+    if airflow_missing() {
+        return;
+    }
+    every_scenario_passes("airflow", 2, AIRFLOW_WAIT_MAX).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

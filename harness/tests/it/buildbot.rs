@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use super::bullmq::skip_for;
 use super::observed::{
-    interrupt, none_left, processes_of, run_until_progress, start_with_a_failing_target, system_dir,
+    every_scenario_passes, interrupt, none_left, processes_of, run_until_progress, start_with_a_failing_target,
+    system_dir,
 };
 
 /// A run or scenario of Buildbot: its master and workers start in a few seconds; the bound
@@ -37,31 +38,7 @@ async fn every_buildbot_scenario_passes_and_leaves_nothing() {
     if buildbot_missing() {
         return;
     }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(buildbot_dir().join("scenarios"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "toml"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 2, "{files:?}");
-    let system = buildbot_dir().join("system.toml");
-    for scenario in files {
-        let store = tempfile::tempdir().unwrap();
-        let args = [
-            "scenario".as_ref(),
-            "run".as_ref(),
-            scenario.as_os_str(),
-            "--system".as_ref(),
-            system.as_os_str(),
-            "--store".as_ref(),
-            store.path().as_os_str(),
-        ];
-        let (code, text) = super::fencelab_output(&args, BUILDBOT_WAIT_MAX).await;
-        let repeat = format!("fencelab scenario run {} --system {}", scenario.display(), system.display());
-        assert_eq!(code, Some(0), "{text}\nrepeat with: {repeat}");
-        assert!(!text.contains("FAILED"), "{text}\nrepeat with: {repeat}");
-        none_left(store.path()).await;
-    }
+    every_scenario_passes("buildbot", 2, BUILDBOT_WAIT_MAX).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

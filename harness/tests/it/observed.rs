@@ -27,6 +27,38 @@ pub fn processes_of(dir: &Path) -> Vec<String> {
     found
 }
 
+/// Runs every scenario in the observed system `name`'s `scenarios/` folder (at least
+/// `count_min` of them) against its system file, each in a store of its own; each must pass
+/// and leave none of the system's processes behind.
+pub async fn every_scenario_passes(name: &str, count_min: usize, wait_max: Duration) {
+    let dir = system_dir(name);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("scenarios"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= count_min, "{files:?}");
+    let system = dir.join("system.toml");
+    for scenario in files {
+        let store = tempfile::tempdir().unwrap();
+        let args = [
+            "scenario".as_ref(),
+            "run".as_ref(),
+            scenario.as_os_str(),
+            "--system".as_ref(),
+            system.as_os_str(),
+            "--store".as_ref(),
+            store.path().as_os_str(),
+        ];
+        let (code, text) = super::fencelab_output(&args, wait_max).await;
+        let repeat = format!("fencelab scenario run {} --system {}", scenario.display(), system.display());
+        assert_eq!(code, Some(0), "{text}\nrepeat with: {repeat}");
+        assert!(!text.contains("FAILED"), "{text}\nrepeat with: {repeat}");
+        none_left(store.path()).await;
+    }
+}
+
 /// Waits (bounded) until no process of the run is left: a stopped group is reaped a moment
 /// later, and a PID namespace's processes after its first.
 pub async fn none_left(dir: &Path) {
