@@ -99,11 +99,12 @@ impl Default for RunConfig {
             nemesis: FaultKind::ALL.to_vec(),
             bugs: Vec::new(),
             target_mode: Mode::Fenced,
-            lease_ms: 1_000,
-            heartbeat_interval_ms: 1_000 / 4,
-            reconcile_after_ms: 1_000,
-            renewal_margin_ms: 1_000 / 5,
-            request_timeout_ms: 2 * 1_000,
+            // The lease and the timings it implies are set by `with_lease` below.
+            lease_ms: 0,
+            heartbeat_interval_ms: 0,
+            reconcile_after_ms: 0,
+            renewal_margin_ms: 0,
+            request_timeout_ms: 0,
             steps_min: 3,
             steps_max: 6,
             step_ms_min: 100,
@@ -120,6 +121,7 @@ impl Default for RunConfig {
             stop_at_first: false,
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
+        .with_lease(1_000, None, None)
     }
 }
 
