@@ -25,9 +25,19 @@
 //! than unanswered claims means a claim was applied twice (a claim transaction run again
 //! after its COMMIT's answer was lost grants a second attempt).
 //!
-//! And every result gets a ruling: one answered with an error that names a verdict's reason
-//! (`409 not_current` as an error body, no `decision`, no `ledger_seq`) was decided and kept
-//! nowhere (`result-not-ruled`).
+//! Every answer counts, whoever received it: a runner's (its log), the nemesis's for a report
+//! it sent itself (`value.ledger_seq` of its `ok`), the operator's for a reconcile (the entry
+//! the answer's view shows, `value.ledger_seq`; without one, a reconcile entry of the attempt
+//! with the same finding, one per answer). An acknowledged `duplicate` is an entry as any
+//! ruling is.
+//!
+//! And every report gets a ruling: one answered with an error where the contract rules — a
+//! 4xx whose code is none of the errors that come before a ruling (the body, the token, the
+//! runner, the job in the runner's project), a 409 error body (`409 not_current`, no
+//! `decision`, no `ledger_seq`), or one of those errors where the history shows it untrue (a
+//! runner token `forbidden`, its own runner's report a `runner_mismatch`, a job the ledger
+//! holds in the runner's project `unknown_job`) — was decided and kept nowhere
+//! (`result-not-ruled`; a heartbeat's or capability's, `report-not-ruled`).
 
 use crate::driver::{Check, Findings, Found};
 use crate::model::{FxMap, Index, Observed, Op, Source};
@@ -41,20 +51,64 @@ pub fn check(events: &[history::Event]) -> crate::CheckerResult {
     crate::driver::single(Box::<LedgerCompleteness>::default(), events)
 }
 
-/// What a ledger entry or an answer says: kind, attempt, decision.
+/// What a ledger entry or an answer says: kind, attempt, decision (a reconcile: its finding).
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Says {
     op: Op,
     attempt: Option<u32>,
     decision: Option<Decision>,
+    finding: Option<u32>,
 }
+
+/// Who received an answer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sender {
+    Runner,
+    Nemesis,
+    Operator,
+}
+
+impl Sender {
+    fn of(ev: &Observed) -> Sender {
+        match ev.src {
+            Source::NemesisAnswer => Sender::Nemesis,
+            Source::OperatorAnswer => Sender::Operator,
+            _ => Sender::Runner,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Sender::Runner => "a runner",
+            Sender::Nemesis => "the nemesis",
+            Sender::Operator => "the operator",
+        }
+    }
+}
+
+/// One answer: what it says, its event, who received it.
+type Answer = (Says, u64, Sender);
 
 #[derive(Default)]
 pub(crate) struct LedgerCompleteness {
     /// Ledger report entries not yet matched by an answer, by seq.
     entries: FxMap<u64, (Says, u64)>,
-    /// Answers whose entry had not been seen yet, by seq: what they say, event.
-    waiting: FxMap<u64, Vec<(Says, u64)>>,
+    /// Answers whose entry had not been seen yet, by seq.
+    waiting: FxMap<u64, Vec<Answer>>,
+    /// The largest ledger `seq` seen: an answer left waiting for one below it names an entry
+    /// that is not its own (another report's, or one an earlier answer already named).
+    seq_max: u64,
+    /// Reconcile entries per attempt and finding, and the operator's answers naming no entry
+    /// (matched by count at the end).
+    reconciles: FxMap<(u32, Option<u32>), u64>,
+    reconciles_answered: Vec<(u32, Option<u32>, u64)>,
+    /// Reports answered `404 unknown_job` (judged at the end, when every job's project is
+    /// known): the job, the reporting runner, the attempt, the event.
+    unknown_job: Vec<(Op, u32, u32, u32, u64)>,
+    /// Each job's and each runner's project, from the ledger (an index into `projects`).
+    job_project: FxMap<u32, u32>,
+    runner_project: FxMap<u32, u32>,
+    projects: Vec<String>,
     answers: u64,
     /// Per attempt (its id is its place), per report kind ([`REPORTS`]).
     applied: crate::model::Slots<[Applied; 3]>,
@@ -136,22 +190,84 @@ fn sent_kind(ev: &Observed) -> Op {
     named.filter(|op| op.is_report()).unwrap_or(Op::Result)
 }
 
-/// A result answered with an error naming a ruling's reason (`409 not_current: …`, or the
-/// bare code): the server decided the result and kept no ruling. The contract answers every
-/// result of a claim with a verdict and a ledger entry, a late one as a late observation.
-fn not_ruled(ev: &Observed, ctx: &Index, attempt: u32, out: &mut Findings) {
-    let Some(said) = ev.raw.reason.as_deref() else { return };
-    let code = said.strip_prefix("409 ").unwrap_or(said);
-    let code = code.split(':').next().unwrap_or(code).trim();
-    let ruled = said.starts_with("409 ") || (code == said.trim() && history::Reason::parse(code).is_some());
-    if !ruled || history::Reason::parse(code).is_none() {
-        return;
+/// The contract's errors that come before a report is ruled (`docs/protocol.md`, "Errors" and
+/// "Authentication"): the request's head and body, the token, the runner the body names, the
+/// job in the runner's project. Any other error answer to a report is a refusal where the
+/// contract rules.
+const BEFORE_RULING: [&str; 12] = [
+    "malformed_request",
+    "malformed_json",
+    "invalid_body",
+    "invalid_field",
+    "missing_field",
+    "unauthorized",
+    "forbidden",
+    "runner_mismatch",
+    "unknown_job",
+    "body_too_large",
+    "unsupported_media_type",
+    "headers_too_large",
+];
+
+/// An error answer's status and code: `409 not_current: …` is (409, `not_current`),
+/// `unexpected answer 410 from URL: …` (410, ``), and a bare verdict reason `not_current` (a
+/// recorder that keeps the code alone) (409, `not_current`).
+fn status_and_code(said: &str) -> Option<(u16, &str)> {
+    let said = said.trim();
+    if history::Reason::parse(said).is_some() {
+        return Some((409, said));
     }
+    if let Some(rest) = said.strip_prefix("unexpected answer ") {
+        return Some((rest.split_whitespace().next()?.parse().ok()?, ""));
+    }
+    let (status, rest) = said.split_once(' ')?;
+    let code = rest.split(':').next().unwrap_or(rest).trim();
+    Some((status.parse().ok()?, code))
+}
+
+/// The runner whose token sent a report: a runner's own (its log's process), or the one the
+/// nemesis names (`value.token_of`).
+fn token_of<'a>(ev: &'a Observed) -> Option<&'a str> {
+    match &ev.raw.process {
+        history::Process::Runner(id) => Some(id.as_str()),
+        _ => ev.raw.value.as_ref()?.get("token_of")?.as_str(),
+    }
+}
+
+/// The kind of a report left unruled: a result's, or a heartbeat's or capability's.
+fn unruled_kind(op: Op) -> &'static str {
+    if op == Op::Result {
+        "result-not-ruled"
+    } else {
+        "report-not-ruled"
+    }
+}
+
+fn op_name(op: Op) -> &'static str {
+    match op {
+        Op::Heartbeat => "heartbeat",
+        Op::Capability => "capability request",
+        Op::Reconcile => "reconcile",
+        _ => "result",
+    }
+}
+
+/// A report of `sender`'s answered with an error that says what a ruling says, or with an
+/// error the contract does not answer a report with: the server decided it and kept no
+/// ruling. The contract answers every report of a claim past the request's own checks with a
+/// verdict and a ledger entry (a late result as a late observation).
+fn unruled(op: Op, attempt: u32, said: &str, why: &str, ev: &Observed, ctx: &Index, out: &mut Findings) {
+    let sender = match ev.src {
+        Source::NemesisAnswer => "the nemesis",
+        _ => "a runner",
+    };
     let message = format!(
-        "the result for {} was answered with the error `{said}`: no ruling and no ledger entry, where the contract rules every result (a late one as a late observation)",
+        "{sender}'s {} for {} was answered with the error `{said}`{why}: no ruling and no ledger entry, where the \
+         contract rules every report past its request's own checks (a late result as a late observation)",
+        op_name(op),
         ctx.label(attempt)
     );
-    let found = Found::new(NAME, "result-not-ruled").job(ctx, ev.job).attempt(ctx, attempt).reported(ctx, ev);
+    let found = Found::new(NAME, unruled_kind(op)).job(ctx, ev.job).attempt(ctx, attempt).reported(ctx, ev);
     out.push(found.events(&[ev.index]).says(message));
 }
 
@@ -167,6 +283,7 @@ impl Check for LedgerCompleteness {
             ("applied-more-than-sent", &[history::Source::RunnerLogs, history::Source::Nemesis]),
             ("foreign-report-applied", &[history::Source::RunnerLogs, history::Source::Nemesis]),
             ("result-not-ruled", &[history::Source::RunnerLogs]),
+            ("report-not-ruled", &[history::Source::RunnerLogs]),
         ]
     }
 
@@ -212,25 +329,46 @@ impl Check for LedgerCompleteness {
         if ev.op == Op::Claim {
             self.observe_claim(ev);
         }
-        if !ev.op.is_report() {
+        if ev.src == Source::Ledger {
+            self.observe_project(ev);
+            self.seq_max = self.seq_max.max(ev.seq.unwrap_or(0));
+        }
+        // What an entry or an answer is about: a report, or an operator's reconcile.
+        let op = match ev.src {
+            Source::NemesisAnswer => sent_kind(ev),
+            Source::OperatorAnswer => Op::Reconcile,
+            _ => ev.op,
+        };
+        let answer = matches!(ev.src, Source::RunnerResponse | Source::NemesisAnswer | Source::OperatorAnswer);
+        let reconcile = op == Op::Reconcile && matches!(ev.src, Source::Ledger | Source::OperatorAnswer);
+        if !(op.is_report() && (answer || ev.src == Source::Ledger) || reconcile) {
             return;
         }
-        if let (Source::RunnerResponse, Op::Result, None, Some(attempt)) = (ev.src, ev.op, ev.decision, ev.attempt) {
-            not_ruled(ev, ctx, attempt, out);
+        if let (true, true, None, Some(attempt)) = (answer, op.is_report(), ev.decision, ev.attempt) {
+            self.refusal(ev, ctx, op, attempt, out);
         }
-        let says = Says { op: ev.op, attempt: ev.attempt, decision: ev.decision };
+        let finding = if reconcile { ev.outcome } else { None };
+        let says = Says { op, attempt: ev.attempt, decision: ev.decision, finding };
+        if let (true, Some(attempt)) = (reconcile, ev.attempt) {
+            match (ev.src, ev.ledger_seq) {
+                (Source::Ledger, _) => *self.reconciles.entry((attempt, finding)).or_default() += 1,
+                (_, None) => self.reconciles_answered.push((attempt, finding, ev.index)),
+                _ => {}
+            }
+        }
         match (ev.src, ev.seq, ev.ledger_seq) {
             (Source::Ledger, Some(seq), _) => {
-                for (answer, at) in self.waiting.remove(&seq).unwrap_or_default() {
-                    judge(ctx, at, seq, answer, Some((says, ev.index)), out);
+                for waiting in self.waiting.remove(&seq).unwrap_or_default() {
+                    judge(ctx, waiting, seq, Some((says, ev.index)), out, true);
                 }
                 self.entries.insert(seq, (says, ev.index));
             }
-            (Source::RunnerResponse, _, Some(seq)) => {
+            (_, _, Some(seq)) if answer => {
                 self.answers += 1;
+                let answer = (says, ev.index, Sender::of(ev));
                 match self.entries.remove(&seq) {
-                    Some((entry, at)) => judge(ctx, ev.index, seq, says, Some((entry, at)), out),
-                    None => self.waiting.entry(seq).or_default().push((says, ev.index)),
+                    Some(entry) => judge(ctx, answer, seq, Some(entry), out, true),
+                    None => self.waiting.entry(seq).or_default().push(answer),
                 }
             }
             _ => {}
@@ -239,6 +377,10 @@ impl Check for LedgerCompleteness {
 
     fn finish(&mut self, ctx: &Index, out: &mut Findings) {
         self.claims_applied_twice(ctx, out);
+        self.unknown_jobs_known(ctx, out);
+        if ctx.seen.ledger > 0 {
+            self.reconciles_unrecorded(ctx, out);
+        }
         if self.sent > 0 {
             // Judged in place, then read in the same order.
             let counts: Vec<(u64, u64)> =
@@ -259,7 +401,7 @@ impl Check for LedgerCompleteness {
                 .collect();
             over.sort_unstable_by_key(|(_, applied, _)| applied.entries.first().copied());
             for ((op, attempt), applied, (ledgered, sent)) in over {
-                let what = describe(ctx, Says { op, attempt: Some(attempt), decision: None });
+                let what = describe(ctx, Says { op, attempt: Some(attempt), decision: None, finding: None });
                 let what = what.trim_start_matches("`undecided` to ");
                 let (kind, message, mut events) = if applied.foreign.is_empty() {
                     let why = "a request was applied more than once";
@@ -284,11 +426,14 @@ impl Check for LedgerCompleteness {
         if ctx.seen.ledger_seqs == 0 {
             return;
         }
-        let mut waiting: Vec<(u64, Vec<(Says, u64)>)> = std::mem::take(&mut self.waiting).into_iter().collect();
+        let mut waiting: Vec<(u64, Vec<Answer>)> = std::mem::take(&mut self.waiting).into_iter().collect();
         waiting.sort_unstable_by_key(|(seq, _)| *seq);
         for (seq, answers) in waiting {
-            for (says, at) in answers {
-                judge(ctx, at, seq, says, None, out);
+            for answer in answers {
+                // An entry the ledger holds that is not this answer's: another report's, or
+                // one an earlier answer already named.
+                let held = seq > 0 && seq <= self.seq_max;
+                judge(ctx, answer, seq, None, out, held);
             }
         }
     }
@@ -299,6 +444,99 @@ impl LedgerCompleteness {
     fn applied_mut(&mut self, op: Op, attempt: u32) -> &mut Applied {
         let kind = REPORTS.iter().position(|&report| report == op).expect("a report kind");
         &mut self.applied.slot(attempt as usize)[kind]
+    }
+
+    /// An answer to a report with no decision: an error. Judged unless it is one of the
+    /// contract's errors before a ruling that the history does not show untrue.
+    fn refusal(&mut self, ev: &Observed, ctx: &Index, op: Op, attempt: u32, out: &mut Findings) {
+        let Some(said) = ev.raw.reason.as_deref() else { return };
+        let Some((status, code)) = status_and_code(said) else { return };
+        let sender = token_of(ev);
+        // A report sent with another runner's token: its `403 runner_mismatch` is the answer.
+        if !(400..500).contains(&status) || sender.is_some_and(|sender| Some(sender) != ev.raw.runner.as_deref()) {
+            return;
+        }
+        let why = match code {
+            _ if status == 409 => " (a 409 error body: what a verdict says, with no verdict)",
+            "forbidden" => " (a runner's token is the kind a report needs)",
+            "runner_mismatch" if sender.is_some() => " (the report named the runner whose token sent it)",
+            "unknown_job" => {
+                if let (Some(job), Some(runner)) = (ev.job, ev.runner) {
+                    self.unknown_job.push((op, job, runner, attempt, ev.index));
+                }
+                return;
+            }
+            code if BEFORE_RULING.contains(&code) => return,
+            _ => " (an error the contract never answers a report with)",
+        };
+        unruled(op, attempt, said, why, ev, ctx, out);
+    }
+
+    /// Each job's project (its submit's or claim's) and each runner's (its claims').
+    fn observe_project(&mut self, ev: &Observed) {
+        let Some(project) = ev.raw.project.as_deref() else { return };
+        if !matches!(ev.op, Op::Submit | Op::Claim) {
+            return;
+        }
+        let id = match self.projects.iter().position(|known| known == project) {
+            Some(id) => id as u32,
+            None => {
+                self.projects.push(project.to_string());
+                self.projects.len() as u32 - 1
+            }
+        };
+        if let Some(job) = ev.job {
+            self.job_project.entry(job).or_insert(id);
+        }
+        if let (Op::Claim, Some(runner)) = (ev.op, ev.runner) {
+            self.runner_project.entry(runner).or_insert(id);
+        }
+    }
+
+    /// Reports answered `404 unknown_job` for a job the ledger holds in the reporting runner's
+    /// own project: the job exists there, so the contract rules the report.
+    fn unknown_jobs_known(&mut self, ctx: &Index, out: &mut Findings) {
+        for (op, job, runner, attempt, at) in std::mem::take(&mut self.unknown_job) {
+            let project = self.job_project.get(&job);
+            if project.is_none() || project != self.runner_project.get(&runner) {
+                continue;
+            }
+            let message = format!(
+                "{}'s {} for {} was answered `404 unknown_job`, but the ledger holds job {} in that runner's own \
+                 project: no ruling and no ledger entry, where the contract rules every report of a job in the \
+                 runner's project",
+                ctx.runner_name(runner),
+                op_name(op),
+                ctx.label(attempt),
+                ctx.jobs_names.name(job)
+            );
+            let found =
+                Found::new(NAME, unruled_kind(op)).job(ctx, Some(job)).attempt(ctx, attempt).runner(ctx, runner);
+            out.push(found.events(&[at]).says(message));
+        }
+    }
+
+    /// The operator's reconciles answered with no entry named: each needs a reconcile entry of
+    /// its attempt with its finding, one per answer.
+    fn reconciles_unrecorded(&mut self, ctx: &Index, out: &mut Findings) {
+        let mut answered = std::mem::take(&mut self.reconciles_answered);
+        answered.sort_unstable_by_key(|(_, _, at)| *at);
+        for (attempt, finding, at) in answered {
+            let entries = self.reconciles.entry((attempt, finding)).or_default();
+            if *entries > 0 {
+                *entries -= 1;
+                continue;
+            }
+            let says = Says { op: Op::Reconcile, attempt: Some(attempt), decision: None, finding };
+            let message = format!(
+                "the operator was answered {} as applied, but the ledger holds no such reconcile entry for it",
+                describe(ctx, says)
+            );
+            let found = Found::new(NAME, "answer-missing-from-ledger")
+                .attempt(ctx, attempt)
+                .job(ctx, ctx.attempt(attempt).claim.map(|claim| claim.job));
+            out.push(found.events(&[at]).says(message));
+        }
     }
 
     fn observe_claim(&mut self, ev: &Observed) {
@@ -350,23 +588,39 @@ impl LedgerCompleteness {
     }
 }
 
-fn judge(ctx: &Index, at: u64, seq: u64, says: Says, entry: Option<(Says, u64)>, out: &mut Findings) {
+fn judge(
+    ctx: &Index,
+    (says, at, sender): Answer,
+    seq: u64,
+    entry: Option<(Says, u64)>,
+    out: &mut Findings,
+    held: bool,
+) {
     if entry.is_some_and(|(entry, _)| entry == says) {
         return;
     }
     let what = describe(ctx, says);
+    let who = sender.name();
     let (kind, message, events) = match entry {
         Some((other, entry_at)) => (
             "answer-differs-from-ledger",
             format!(
-                "a runner was answered {what} recorded as ledger entry {seq}, but that entry is {}",
+                "{who} was answered {what} recorded as ledger entry {seq}, but that entry is {}",
                 describe(ctx, other)
             ),
             vec![entry_at, at],
         ),
+        None if held => (
+            "answer-missing-from-ledger",
+            format!(
+                "{who} was answered {what} recorded as ledger entry {seq}, which is no entry of its own: that entry \
+                 records another report, or an earlier answer named it"
+            ),
+            vec![at],
+        ),
         None => (
             "answer-missing-from-ledger",
-            format!("a runner was answered {what} recorded as ledger entry {seq}, which the ledger does not hold"),
+            format!("{who} was answered {what} recorded as ledger entry {seq}, which the ledger does not hold"),
             vec![at],
         ),
     };
@@ -379,12 +633,16 @@ fn judge(ctx: &Index, at: u64, seq: u64, says: Says, entry: Option<(Says, u64)>,
 }
 
 fn describe(ctx: &Index, says: Says) -> String {
+    let attempt = says.attempt.map_or("an unnamed attempt", |attempt| ctx.attempt_name(attempt));
+    if says.op == Op::Reconcile {
+        let finding = says.finding.map_or("no finding", |finding| ctx.outcome_name(finding));
+        return format!("the finding `{finding}` of a reconcile of {attempt}");
+    }
     let op = match says.op {
         Op::Heartbeat => "heartbeat",
         Op::Capability => "capability",
         _ => "result",
     };
-    let attempt = says.attempt.map_or("an unnamed attempt", |attempt| ctx.attempt_name(attempt));
     let decision = says.decision.map_or("undecided", crate::terminal_stability::decision_name);
     format!("`{decision}` to a {op} for {attempt}")
 }

@@ -204,6 +204,14 @@ pub enum Source {
     /// A result the nemesis sent for a claim with the token of another runner than the one
     /// the claim names (`value.token_of`): a report nobody entitled to it made.
     ForeignReport,
+    /// The control plane's answer to a report the nemesis sent itself (`ok` with the verdict
+    /// and `value.ledger_seq`, or `fail` with the error, of `duplicate-results` or
+    /// `conflicting-results`; `value.report` names the report's kind, `value.token_of` whose
+    /// token it carried).
+    NemesisAnswer,
+    /// The control plane's answer to an operator's reconcile (`operator`, `ok`, `reconcile`):
+    /// the finding in `outcome`, `value.ledger_seq` the entry the answer's view shows for it.
+    OperatorAnswer,
     /// The client's acknowledged submit (`client`, `ok`, `submit`).
     SubmitOk,
     /// The harness's final state of one job (`harness`, `ok`, `final`).
@@ -243,7 +251,7 @@ pub struct Observed<'a> {
     pub outcome: Option<u32>,
     /// `value.seq` of a ledger entry.
     pub seq: Option<u64>,
-    /// `value.ledger_seq` of a runner's answer.
+    /// `value.ledger_seq` of an answer: a runner's, the nemesis's or the operator's.
     pub ledger_seq: Option<u64>,
     pub recorded_as: Option<RecordedAs>,
     /// `recorded_as`, interned with the outcomes (a reconcile's `succeeded`/`failed`).
@@ -350,6 +358,14 @@ fn classify(event: &Event) -> Source {
                 _ => Source::ReportSent,
             }
         }
+        EventType::Ok | EventType::Fail
+            if event.process == Process::NEMESIS
+                && matches!(event.f, Op::DuplicateResults | Op::ConflictingResults)
+                && event.attempt.is_some() =>
+        {
+            Source::NemesisAnswer
+        }
+        EventType::Ok if event.process == Process::OPERATOR && event.f == Op::Reconcile => Source::OperatorAnswer,
         EventType::Ok if event.process == Process::CLIENT && event.f == Op::Submit => Source::SubmitOk,
         EventType::Ok if event.process == Process::HARNESS && event.f == Op::Final => Source::Final,
         EventType::Ok if event.process == Process::HARNESS && event.f == Op::Config => Source::Config,
@@ -463,7 +479,12 @@ impl Index {
             decision: event.decision,
             outcome: event.outcome.as_deref().map(|name| self.outcome_names.id(name)),
             seq: if src == Source::Ledger { value_u64(event, "seq") } else { None },
-            ledger_seq: if src == Source::RunnerResponse { value_u64(event, "ledger_seq") } else { None },
+            ledger_seq: match src {
+                Source::RunnerResponse | Source::NemesisAnswer | Source::OperatorAnswer => {
+                    value_u64(event, "ledger_seq")
+                }
+                _ => None,
+            },
             recorded_as: if src == Source::Ledger { event.recorded_as() } else { None },
             recorded: None,
             raw: event,

@@ -122,6 +122,8 @@ pub(crate) struct RulesModel {
     decided: FxMap<u32, Vec<u64>>,
     /// Ledger reconcile entries: attempt, receipt (run clock), the anomaly if unauthorised.
     reconciled: Vec<(u32, u64, crate::Anomaly)>,
+    /// Attempts a decision found lapsed with no expiry recorded (each reported once).
+    unexpired: std::collections::HashSet<u32>,
 }
 
 /// A divergence: the rule the ledger broke, in a kind and a sentence.
@@ -144,6 +146,7 @@ impl Check for RulesModel {
             ("reconcile-unauthorised", &[history::Source::Operator]),
             ("lease-not-the-policys", &[history::Source::Config, history::Source::Leases]),
             ("expired-early", &[history::Source::Leases]),
+            ("expiry-not-recorded", &[history::Source::Leases]),
             ("heartbeat-accepted-wrongly", &[history::Source::Leases]),
             ("capability-accepted-wrongly", &[history::Source::Leases]),
             ("final-not-the-ledgers", &[history::Source::Finals, history::Source::Ledger]),
@@ -160,6 +163,9 @@ impl Check for RulesModel {
                 }
             }
             Source::Ledger => {
+                if let Some(anomaly) = self.expiry_not_recorded(ev, ctx) {
+                    out.push(anomaly);
+                }
                 if let Some(divergence) = self.replay(ev, ctx) {
                     out.push(self.anomaly(ev, ctx, divergence));
                 }
@@ -202,6 +208,46 @@ impl RulesModel {
         }
         found = found.events(&events);
         found.says(divergence.message)
+    }
+
+    /// A refused report, or a reconcile, decided on a job whose current attempt the ledger
+    /// still holds running with its lease ended at the entry's receipt: the rules expire a
+    /// lapsed attempt in the transaction that decides on its job, before deciding (`docs/protocol.md`,
+    /// "Expiry": no decision is taken on a lapsed attempt that still says running), and append
+    /// the expiry's entry before the decision's. None precedes this one: the expiry was dropped
+    /// (or never run). An accepted report on a lapsed lease is its own finding
+    /// (`heartbeat-accepted-wrongly`, …). Reported once per attempt; the replay follows the
+    /// ledger (the attempt stays running in it).
+    fn expiry_not_recorded(&mut self, ev: &Observed, ctx: &Index) -> Option<crate::Anomaly> {
+        let decided = (ev.op.is_report() && !ev.accepted()) || ev.op == Op::Reconcile;
+        if !decided || ctx.lacks("lease") {
+            return None;
+        }
+        let job = ev.job?;
+        let current = self.job(job).current?;
+        let facts = self.attempt(current);
+        let received = ev.received_ms?;
+        if facts.state != AttemptState::Running || facts.lease_end_ms > received || facts.job != job {
+            return None;
+        }
+        if !self.unexpired.insert(current) {
+            return None;
+        }
+        let at = crate::moment::Moment::of(ev, "server", received);
+        let what = match ev.op {
+            Op::Reconcile => "reconcile".to_string(),
+            op => format!("{} {op} of {}", ev.decision.map_or("undecided", decision_name), ctx.label(ev.attempt?)),
+        };
+        let message = format!(
+            "the {what} was decided on job {} at {at}, when its current attempt {}'s lease had ended (at {}) and the \
+             ledger still held it running: the rules expire it in that transaction, before deciding, and the ledger \
+             holds no expiry of it",
+            ctx.jobs_names.name(job),
+            ctx.label(current),
+            at.then(facts.lease_end_ms)
+        );
+        let found = Found::new(NAME, "expiry-not-recorded").job(ctx, Some(job)).key(ctx, ev.key).attempt(ctx, current);
+        Some(found.events(&[ev.index, facts.claimed_at]).says(message))
     }
 
     fn job_mut(&mut self, job: u32) -> &mut Job {

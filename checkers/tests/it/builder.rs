@@ -379,6 +379,24 @@ impl H {
         self.push(sent)
     }
 
+    /// The control plane's answer to a report of kind `report` the nemesis sent for `c` with
+    /// runner `token_of`'s token: its `ok` with the verdict and the ledger entry it names, or
+    /// its `fail` with the error said; returns its index.
+    pub fn nemesis_answer(&mut self, c: &C, report: Op, token_of: &str, answer: Result<(Decision, u64), &str>) -> u64 {
+        let kind = if answer.is_ok() { EventType::Ok } else { EventType::Fail };
+        let mut event = Event::new(0, Process::NEMESIS, kind, Op::ConflictingResults)
+            .with_claim(&c.job, &c.attempt, &c.runner, c.fence);
+        event.value = Some(json!({ "token_of": token_of, "report": report.as_str() }));
+        match answer {
+            Ok((decision, seq)) => {
+                event.decision = Some(decision);
+                event.value.as_mut().unwrap()["ledger_seq"] = json!(seq);
+            }
+            Err(said) => event.reason = Some(said.into()),
+        }
+        self.push(event)
+    }
+
     /// The harness's word that recovery did not settle every job (`recovery`, `info`).
     pub fn recovery_unsettled(&mut self, why: &str) -> u64 {
         let mut event = Event::new(0, Process::HARNESS, EventType::Info, Op::Recovery);

@@ -205,7 +205,8 @@ fn without_the_runners_logs_or_the_lease_the_rules_are_not_judged() {
 }
 
 /// `ledger-completeness`'s `result-not-ruled`: a result answered with an error naming a
-/// ruling's reason, in the lab's form (`409 CODE: sentence`) and as a bare code.
+/// ruling's reason, in the lab's form (`409 CODE: sentence`) and as a bare code; or with an
+/// error the contract has (`403 forbidden`) that a runner's own report never deserves.
 #[test]
 fn a_result_answered_with_an_error_instead_of_a_ruling_is_flagged() {
     let answered = |reason: &str| {
@@ -224,7 +225,7 @@ fn a_result_answered_with_an_error_instead_of_a_ruling_is_flagged() {
     };
     assert_eq!(kinds(&answered("409 not_current: the result is not current")), ["result-not-ruled"]);
     assert_eq!(kinds(&answered("superseded")), ["result-not-ruled"]);
-    assert!(kinds(&answered("403 forbidden: not this runner's claim")).is_empty());
+    assert_eq!(kinds(&answered("403 forbidden: not this runner's claim")), ["result-not-ruled"]);
     assert!(kinds(&answered("400 invalid_field: outcome")).is_empty());
 }
 

@@ -567,3 +567,215 @@ fn ledger_completeness_judges_no_runner_whose_log_is_missing() {
     h.ledger_report(Op::Heartbeat, &b, 1_500, 1_500, Accepted, None, None, Some(3_500), None);
     check(&finish(h, &a1), "ledger-completeness", &[]);
 }
+
+/// Issue 39: the nemesis's own reports are answered like a runner's, and each answer is held
+/// against the ledger: an acknowledged duplicate is an entry.
+#[test]
+fn ledger_completeness_the_nemesis_answers_are_held_against_the_ledger() {
+    // A replay of j1-a1's accepted result: recorded as a duplicate, answered with its entry.
+    let replayed = |h: &mut H, a1: &C| {
+        h.capability(a1, 1_100, 1_100, Accepted, Some(3_000));
+        h.step(a1, 1_110, Accepted, None);
+        let accepted = h.result(a1, 1_200, 1_200, "succeeded", Accepted, None);
+        h.nemesis_result(a1, "succeeded", "r1");
+        accepted
+    };
+    let (mut h, a1) = start();
+    replayed(&mut h, &a1);
+    let duplicate = h.ledger_report(Op::Result, &a1, 1_300, 1_300, Duplicate, None, Some("succeeded"), None, None);
+    h.nemesis_answer(&a1, Op::Result, "r1", Ok((Duplicate, duplicate)));
+    h.final_state("j1", Some("j1-a1"), "succeeded");
+    crate::all_valid(&h.build());
+    // Acknowledged with no entry of its own, naming the accepted result's entry.
+    let (mut h, a1) = start();
+    let accepted = replayed(&mut h, &a1);
+    let answer = h.nemesis_answer(&a1, Op::Result, "r1", Ok((Duplicate, accepted)));
+    h.final_state("j1", Some("j1-a1"), "succeeded");
+    let anomalies = check(&h.build(), "ledger-completeness", &["answer-missing-from-ledger"]);
+    assert_eq!(anomalies[0].events, [answer]);
+    let said = &anomalies[0].message;
+    assert!(said.starts_with("the nemesis was answered `duplicate` to a result for j1-a1"), "{said}");
+    assert!(said.contains("no entry of its own"), "{said}");
+    // Naming it before any other answer did (the runner's was lost): the entry says
+    // `accepted`, not `duplicate`.
+    let (mut h, a1) = start();
+    h.capability(&a1, 1_100, 1_100, Accepted, Some(3_000));
+    h.step(&a1, 1_110, Accepted, None);
+    let mut sent =
+        Event::new(0, Process::runner("r1"), EventType::Request, Op::Result).with_claim("j1", "j1-a1", "r1", 7);
+    sent.outcome = Some("succeeded".into());
+    h.push(sent.clone());
+    let accepted = h.ledger_report(Op::Result, &a1, 1_200, 1_200, Accepted, None, Some("succeeded"), None, None);
+    h.push(Event { kind: EventType::Info, reason: Some("no answer from http://cp: timed out".into()), ..sent });
+    h.nemesis_result(&a1, "succeeded", "r1");
+    h.nemesis_answer(&a1, Op::Result, "r1", Ok((Duplicate, accepted)));
+    h.final_state("j1", Some("j1-a1"), "succeeded");
+    check(&h.build(), "ledger-completeness", &["answer-differs-from-ledger"]);
+    // ... or naming an entry the ledger never holds.
+    let (mut h, a1) = start();
+    replayed(&mut h, &a1);
+    h.nemesis_answer(&a1, Op::Result, "r1", Ok((Duplicate, 0)));
+    h.final_state("j1", Some("j1-a1"), "succeeded");
+    check(&h.build(), "ledger-completeness", &["answer-missing-from-ledger"]);
+    // Without the runners' logs the rule is not judged: unknown, never valid.
+    let (mut h, a1) = start();
+    replayed(&mut h, &a1);
+    h.nemesis_answer(&a1, Op::Result, "r1", Ok((Duplicate, 0)));
+    h.final_state("j1", Some("j1-a1"), "succeeded");
+    let keep = [history::Source::Ledger, history::Source::Nemesis].into_iter().collect();
+    let result = checkers::check_one("ledger-completeness", &history::cut(&h.build(), &keep)).unwrap();
+    assert!(matches!(result.verdict, checkers::Verdict::Unknown { .. }), "{result:?}");
+}
+
+/// Issue 39: an answered refusal of any code is a ruling the ledger keeps. A report of a
+/// claim answered with an error the contract does not answer reports with, or with one of
+/// the errors before a ruling where the history shows it untrue, was decided and kept nowhere.
+#[test]
+fn ledger_completeness_a_refusal_of_any_code_is_a_ruling_kept_somewhere() {
+    let refused = |sender: &str, report: Op, said: &str| {
+        let (mut h, a1) = start();
+        let b = claim("j1", "j1-a1", "r2", 7);
+        match sender {
+            "runner" => {
+                let mut request =
+                    Event::new(0, Process::runner("r1"), EventType::Request, report).with_claim("j1", "j1-a1", "r1", 7);
+                request.outcome = (report == Op::Result).then(|| "failed".to_string());
+                h.push(request.clone());
+                h.push(Event { kind: EventType::Response, reason: Some(said.into()), ..request });
+            }
+            "borrowed" => {
+                h.nemesis_borrowed(&b, report);
+                h.nemesis_answer(&b, report, "r2", Err(said));
+            }
+            _ => {
+                h.nemesis_result(&a1, "failed", "r2");
+                h.nemesis_answer(&a1, report, "r2", Err(said));
+            }
+        }
+        let mut kinds: Vec<String> = match checkers::check_one("ledger-completeness", &finish(h, &a1)).unwrap().verdict
+        {
+            checkers::Verdict::Invalid { anomalies } => anomalies.into_iter().map(|anomaly| anomaly.kind).collect(),
+            _ => Vec::new(),
+        };
+        kinds.dedup();
+        kinds
+    };
+    let gone = "410 stale_report: the attempt no longer takes results";
+    assert_eq!(refused("runner", Op::Result, gone), ["result-not-ruled"]);
+    assert_eq!(refused("borrowed", Op::Result, gone), ["result-not-ruled"]);
+    assert_eq!(refused("borrowed", Op::Heartbeat, "422 late_heartbeat: too late"), ["report-not-ruled"]);
+    assert_eq!(refused("runner", Op::Capability, "409 expired: the lease ended"), ["report-not-ruled"]);
+    assert_eq!(
+        refused("runner", Op::Result, "unexpected answer 410 from http://cp/v1/result: gone"),
+        ["result-not-ruled"]
+    );
+    // Errors before a ruling that the history shows untrue.
+    assert_eq!(refused("runner", Op::Result, "403 forbidden: not yours"), ["result-not-ruled"]);
+    assert_eq!(refused("borrowed", Op::Result, "403 runner_mismatch: not r2"), ["result-not-ruled"]);
+    assert_eq!(refused("runner", Op::Result, "404 unknown_job: no job j1 in demo"), ["result-not-ruled"]);
+    // The contract's own answers: another runner's token, a body it refuses, no decision made.
+    assert!(refused("impersonated", Op::Result, "403 runner_mismatch: token belongs to r2").is_empty());
+    assert!(refused("runner", Op::Result, "400 invalid_field: fence").is_empty());
+    assert!(refused("runner", Op::Result, "401 unauthorized: the bearer token is not known").is_empty());
+    assert!(refused("borrowed", Op::Result, "500 internal: the store failed").is_empty());
+    assert!(refused("runner", Op::Heartbeat, "503 unavailable: no database").is_empty());
+    // A job the ledger does not hold in the runner's project: `unknown_job` is the answer.
+    let (mut h, a1) = start();
+    let mut request =
+        Event::new(0, Process::runner("r1"), EventType::Request, Op::Result).with_claim("j9", "j9-a1", "r1", 7);
+    request.outcome = Some("failed".into());
+    h.push(request.clone());
+    h.push(Event { kind: EventType::Response, reason: Some("404 unknown_job: no job j9".into()), ..request });
+    check(&finish(h, &a1), "ledger-completeness", &[]);
+}
+
+/// Issue 39: the operator's reconcile answers are held against the ledger too: the entry the
+/// answer names, or (when it names none) a reconcile entry of its attempt with its finding.
+#[test]
+fn ledger_completeness_the_operators_reconciles_are_held_against_the_ledger() {
+    let answered = |seq: Option<u64>, recorded: bool| {
+        let (mut h, a1) = start();
+        h.expire(&a1, 3_050, 3_000, "uncertain");
+        let mut op =
+            Event::new(0, Process::OPERATOR, EventType::Invoke, Op::Reconcile).with_claim("j1", "j1-a1", "r1", 7);
+        op.outcome = Some("stopped".into());
+        h.push(op.clone());
+        if recorded {
+            let mut entry = Event::new(0, Process::CONTROL_PLANE, EventType::Ledger, Op::Reconcile)
+                .with_claim("j1", "j1-a1", "r1", 7);
+            entry.key = Some("prod".into());
+            entry.received_ms = Some(3_100);
+            entry.outcome = Some("stopped".into());
+            h.ledger(entry);
+        }
+        let mut ok = Event { kind: EventType::Ok, ..op };
+        ok.value = seq.map(|seq| serde_json::json!({ "ledger_seq": seq }));
+        h.push(ok);
+        h.final_state("j1", Some("j1-a1"), "queued");
+        h.build()
+    };
+    // Submit 1, claim 2, expire 3, reconcile 4.
+    check(&answered(Some(4), true), "ledger-completeness", &[]);
+    check(&answered(None, true), "ledger-completeness", &[]);
+    let anomalies = check(&answered(Some(3), true), "ledger-completeness", &["answer-missing-from-ledger"]);
+    assert!(anomalies[0].message.contains("ledger entry 3, which is no entry of its own"), "{}", anomalies[0].message);
+    let anomalies = check(&answered(None, false), "ledger-completeness", &["answer-missing-from-ledger"]);
+    assert!(
+        anomalies[0].message.starts_with("the operator was answered the finding `stopped`"),
+        "{}",
+        anomalies[0].message
+    );
+    check(&answered(Some(4), false), "ledger-completeness", &["answer-missing-from-ledger"]);
+}
+
+/// Issue 39: every expiry the rules imply has its entry. A report refused (or a reconcile)
+/// on a job whose current attempt's lease had ended, with no expiry before it in the ledger:
+/// the transaction that decided it expired nothing, or dropped what it expired.
+#[test]
+fn rules_model_a_decision_on_a_lapsed_attempt_with_no_expiry_recorded() {
+    // Refused as expired at 3050, the lease having ended at 3000: the expiry comes first.
+    let (mut h, a1) = start();
+    h.expire(&a1, 3_050, 3_000, "uncertain");
+    h.heartbeat_refused(&a1, 3_050, 3_040, Reason::Expired);
+    check(&h.build(), "rules-model", &[]);
+    // Without it: the expiry the rules imply is missing, once per attempt.
+    let (mut h, a1) = start();
+    h.heartbeat_refused(&a1, 3_050, 3_040, Reason::Expired);
+    h.heartbeat_refused(&a1, 3_060, 3_050, Reason::Expired);
+    let anomalies = check(&h.build(), "rules-model", &["expiry-not-recorded"]);
+    assert!(anomalies[0].message.contains("j1-a1 (fence 7)'s lease had ended"), "{}", anomalies[0].message);
+    assert_eq!(anomalies[0].attempts, ["j1-a1"]);
+    // A report naming j1 with another job's attempt decides on j1 all the same.
+    let (mut h, _) = start();
+    let a2 = claim("j2", "j2-a1", "r2", 8);
+    h.submit("j2", "staging", 950);
+    h.ledger_claim(&a2, 1_100, 3_100);
+    let crossed = claim("j1", "j2-a1", "r2", 8);
+    h.ledger_report(
+        Op::Result,
+        &crossed,
+        3_050,
+        3_050,
+        Rejected,
+        Some(Reason::NotCurrent),
+        Some("succeeded"),
+        None,
+        Some("late_observation"),
+    );
+    let anomalies = check(&h.build(), "rules-model", &["expiry-not-recorded"]);
+    assert_eq!(anomalies[0].attempts, ["j1-a1"]);
+    // An accepted report on a lapsed lease is its own finding, not this one.
+    let (mut h, a1) = start();
+    h.heartbeat(&a1, 3_050, 3_050, Accepted, Some(5_050));
+    check(&h.build(), "rules-model", &["heartbeat-accepted-wrongly"]);
+    // A system that grants no lease has nothing to lapse.
+    let mut h = H::new();
+    h.config_lacking(&["lease"]);
+    let a1 = claim("j1", "j1-a1", "r1", 7);
+    h.submit("j1", "prod", 900);
+    h.ledger_claim(&a1, 1_000, 3_000);
+    h.heartbeat_refused(&a1, 3_050, 3_040, Reason::Expired);
+    let result = checkers::check_one("rules-model", &h.build()).unwrap();
+    let checkers::Verdict::Unknown { reason } = result.verdict else { panic!("{result:?}") };
+    assert!(reason.contains("`expiry-not-recorded` needs the control plane's leases"), "{reason}");
+}

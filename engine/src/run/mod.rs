@@ -162,7 +162,10 @@ const WATCHED: [(&str, &[&str]); 10] = [
     ("heartbeat-resurrection", &[]),
     ("stale-side-effect", &["stale-step-applied", "step-after-lease"]),
     ("progress", &["refusal-unjustified"]),
-    ("ledger-completeness", &["answer-differs-from-ledger", "answer-missing-from-ledger", "result-not-ruled"]),
+    (
+        "ledger-completeness",
+        &["answer-differs-from-ledger", "answer-missing-from-ledger", "result-not-ruled", "report-not-ruled"],
+    ),
     ("runner-contract", &["acted-past-deadline", "acted-after-refusal", "result-unbacked"]),
 ];
 /// Kinds of the checkers in [`WATCHED`] that stand on a record of the harness's own missing

@@ -573,7 +573,13 @@ async fn send_report(
     shared.recorder.record(Process::NEMESIS, kind, fault.kind.op(), |event| {
         fill(event);
         match &answer {
-            Ok(verdict) => *event = event.clone().with_decision(verdict.decision, verdict.reason),
+            Ok(verdict) => {
+                *event = event.clone().with_decision(verdict.decision, verdict.reason);
+                // The ledger entry the control plane says records it, as a runner logs it.
+                if let Some(value) = event.value.as_mut() {
+                    value["ledger_seq"] = serde_json::Value::from(verdict.ledger_seq);
+                }
+            }
             Err(error) => event.reason = Some(error.to_string()),
         }
     });

@@ -111,6 +111,16 @@ pub(crate) async fn send_reconcile(
     recorder.record(Process::OPERATOR, kind, Op::Reconcile, |event| {
         fill(event);
         event.reason = answer.as_ref().err().map(|error| error.to_string());
+        // The entry that records the finding: the view's last reconcile of this attempt.
+        let recorded = answer.as_ref().ok().and_then(|view| {
+            view.ledger
+                .iter()
+                .rev()
+                .find(|entry| entry.kind == Op::Reconcile && entry.attempt.as_deref() == Some(request.attempt.as_str()))
+        });
+        if let (Some(entry), Some(value)) = (recorded, event.value.as_mut()) {
+            value["ledger_seq"] = serde_json::Value::from(entry.seq);
+        }
     });
     answer
 }
