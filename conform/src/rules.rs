@@ -303,6 +303,21 @@ async fn duplicate_result(s: &Session, case: Case) -> CaseOutcome {
             )
         },
     )?;
+    // An acknowledged duplicate is a ruling, kept as any other: an entry of its own.
+    if s.provides.ledger {
+        for ruling in [&again, &late] {
+            let entry = s.entry(&job, ruling.ledger_seq).await?;
+            let own = entry.seq != first.ledger_seq
+                && entry.decision == Some(Decision::Duplicate)
+                && entry.outcome == Some(history::OutcomeWord::Succeeded);
+            ensure(own, || {
+                format!(
+                    "the duplicate answered as ledger entry {} is {entry:?}: an acknowledged duplicate is recorded in an entry of its own, `duplicate` with its outcome",
+                    ruling.ledger_seq
+                )
+            })?;
+        }
+    }
     Ok(format!(
         "{}'s success accepted (ledger {}); identical retries answered duplicate before and after its lease passed (ledger {}, {}), renewing and changing nothing",
         grant.claim.attempt, first.ledger_seq, again.ledger_seq, late.ledger_seq

@@ -32,6 +32,9 @@ pub enum Bug {
     LeaseJudgedBySweeper,
     TargetFencesPerRunner,
     ExpiryLeavesJobRunning,
+    DuplicateAckUnrecorded,
+    RefusalUnrecorded,
+    RefusalDropsExpiries,
 }
 
 /// Which process a bug lives in.
@@ -42,7 +45,7 @@ pub enum Home {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 24] = [
+    pub const ALL: [Bug; 27] = [
         Bug::AcceptStaleResult,
         Bug::HeartbeatRevivesExpired,
         Bug::RequeueOnExpiry,
@@ -67,6 +70,9 @@ impl Bug {
         Bug::LeaseJudgedBySweeper,
         Bug::TargetFencesPerRunner,
         Bug::ExpiryLeavesJobRunning,
+        Bug::DuplicateAckUnrecorded,
+        Bug::RefusalUnrecorded,
+        Bug::RefusalDropsExpiries,
     ];
 
     pub fn name(self) -> &'static str {
@@ -95,6 +101,9 @@ impl Bug {
             Bug::LeaseJudgedBySweeper => "lease-judged-by-sweeper",
             Bug::TargetFencesPerRunner => "target-fences-per-runner",
             Bug::ExpiryLeavesJobRunning => "expiry-leaves-job-running",
+            Bug::DuplicateAckUnrecorded => "duplicate-ack-unrecorded",
+            Bug::RefusalUnrecorded => "refusal-unrecorded",
+            Bug::RefusalDropsExpiries => "refusal-drops-expiries",
         }
     }
 
@@ -156,6 +165,15 @@ impl Bug {
             }
             Bug::ExpiryLeavesJobRunning => {
                 "lease expiry marks the attempt uncertain but leaves its job running, where no reconcile reaches it and its deployment key stays held"
+            }
+            Bug::DuplicateAckUnrecorded => {
+                "an identical retry of a committed result is acknowledged as a duplicate with no ledger entry of its own, answering the committed result's entry"
+            }
+            Bug::RefusalUnrecorded => {
+                "a refused result is answered 410 `stale_report`, an error code none of the contract's, and kept nowhere, instead of ruled and recorded as a late observation"
+            }
+            Bug::RefusalDropsExpiries => {
+                "a refused report's transaction keeps the expiries it ran but appends only its own entry: the lapsed attempt turns uncertain with no expiry in the ledger"
             }
         }
     }

@@ -119,6 +119,20 @@ const CAUGHT: &[(&str, &[&str])] = &[
         "trust-named-runner",
         &["input/claim-as-other-runner", "input/heartbeat-as-other-runner", "input/result-as-other-runner"],
     ),
+    ("duplicate-ack-unrecorded", &["rule/duplicate-result"]),
+    (
+        "refusal-unrecorded",
+        &["rule/stale-completion", "rule/reconcile-supersedes", "rule/fence-across-jobs", "rule/fence-across-runners"],
+    ),
+    (
+        "refusal-drops-expiries",
+        &[
+            "window/heartbeat-at-lease-end",
+            "window/capability-at-lease-end",
+            "window/result-at-lease-end",
+            "model/rules-replay",
+        ],
+    ),
 ];
 
 /// The planted bugs no conformance case can catch, and why: each needs a fault (its

@@ -67,6 +67,9 @@ const KINDS: &[(&str, &[&str])] = &[
     ("claim-without-lock", &["single-owner/two-attempts-one-job", "rules-model/claim-not-queued"]),
     ("sweeper-without-lock", &["rules-model/expired-not-running"]),
     ("retry-lost-commit", &["ledger-completeness/applied-more-than-sent"]),
+    ("duplicate-ack-unrecorded", &["ledger-completeness/answer-missing-from-ledger"]),
+    ("refusal-unrecorded", &["ledger-completeness/result-not-ruled"]),
+    ("refusal-drops-expiries", &["rules-model/expiry-not-recorded", "rules-model/reconcile-not-uncertain"]),
 ];
 
 /// The pinned kinds of `bug` that none of `cells` showed.

@@ -671,11 +671,16 @@ impl<S: Store> Rules<S> {
         if report.kind == Op::Result && self.bugs.has(Bug::UnrecordedLateResult) {
             return refuse(409, reason.as_str(), "the result is not the attempt's current one");
         }
+        if report.kind == Op::Result && self.bugs.has(Bug::RefusalUnrecorded) {
+            return refuse(410, "stale_report", "the attempt no longer takes results");
+        }
         let mut entry = self.report_entry(report, &job.deployment_key, Decision::Rejected, Some(reason), now);
         entry.outcome = outcome.map(Into::into);
         if report.kind == Op::Result {
             entry.recorded_as = Some(RecordedAs::LateObservation);
         }
+        // The attempts it expired stay expired; under `refusal-drops-expiries` their entries go.
+        let expired = if self.bugs.has(Bug::RefusalDropsExpiries) { vec![] } else { expired };
         let ledger_seq = append(tx, expired, &entry)?;
         Ok(Ruling {
             decision: Decision::Rejected,
@@ -762,6 +767,9 @@ impl<S: Store> Rules<S> {
             let overwrite = self.bugs.has(Bug::OverwriteTerminalResult) && committed.outcome != Some(request.outcome);
             if !overwrite {
                 let (ruling, entry) = self.repeat(&report, &job, committed, request.outcome, now);
+                if ruling.decision == Decision::Duplicate && self.bugs.has(Bug::DuplicateAckUnrecorded) {
+                    return self.duplicate_unrecorded(tx, &job, committed, expired, ruling);
+                }
                 let ledger_seq = append(tx, expired, &entry)?;
                 return Ok(Ruling { ledger_seq, ..ruling });
             }
@@ -790,6 +798,28 @@ impl<S: Store> Rules<S> {
         entry.outcome = Some(request.outcome.into());
         let ledger_seq = append(tx, expired, &entry)?;
         Ok(Ruling { decision: Decision::Accepted, reason: None, ledger_seq, lease_expires_ms: None, capability: None })
+    }
+
+    /// The planted `duplicate-ack-unrecorded`: an identical retry acknowledged from the
+    /// committed result's own entry (its `seq` as the answer's `ledger_seq`), nothing appended
+    /// for it (the expiries the transaction ran still are).
+    fn duplicate_unrecorded(
+        &self,
+        tx: &mut dyn Tx,
+        job: &JobRow,
+        committed: &AttemptRow,
+        expired: Vec<LedgerEntry>,
+        ruling: Ruling,
+    ) -> RuleResult<Ruling> {
+        let recorded = tx.ledger_of(&job.id)?.into_iter().rev().find(|entry| {
+            entry.kind == Op::Result
+                && entry.attempt.as_deref() == Some(committed.id.as_str())
+                && entry.decision == Some(Decision::Accepted)
+        });
+        if !expired.is_empty() {
+            tx.append_ledger(&expired)?;
+        }
+        Ok(Ruling { ledger_seq: recorded.map_or(0, |entry| entry.seq), ..ruling })
     }
 
     /// A result for an attempt whose terminal result is already committed: an identical one is
