@@ -37,6 +37,9 @@ pub const CONFIRM_MAX: u32 = 20;
 const WARM_UP_MS: u64 = 500;
 /// Most anomalies whose stories are tried alone before the wider cuts.
 const STORIES_MAX: usize = 3;
+/// Runs a story must reproduce on, one after another, to be taken: a story taken on one
+/// lucky run would be cut further and end up a scenario that rarely reproduces.
+const STORY_RUNS: u32 = 3;
 /// Claims are pinned only in cases of at most this many jobs: a pinned submit holds the
 /// idle runners for a moment, which many pinned jobs would turn into a different workload.
 const PIN_JOBS_MAX: usize = 8;
@@ -564,7 +567,8 @@ impl Shrinker<'_> {
         let (planned, lease_ms) = (&original.case.jobs, original.header.lease_ms);
         for story in original.stories.iter().take(STORIES_MAX) {
             println!("story     {} on {}", story.about, story.jobs.iter().cloned().collect::<Vec<_>>().join(", "));
-            if self.attempt("story", story.focus(planned, lease_ms)).await {
+            let case = story.focus(planned, lease_ms);
+            if self.attempt("story", case.clone()).await && self.steady(&case).await {
                 return;
             }
         }
@@ -581,12 +585,32 @@ impl Shrinker<'_> {
         self.attempt("whole", original.case.clone()).await;
     }
 
-    /// Confirms the smallest accepted case; when it reproduces in fewer than half of the
-    /// confirmation runs, the next larger accepted case is confirmed instead (at most two
-    /// steps back). When none reaches half, the one that reproduced most often is chosen.
+    /// Runs the case just accepted again until it has reproduced [`STORY_RUNS`] times in a
+    /// row; at the first run that does not, it is no longer accepted.
+    async fn steady(&mut self, case: &Case) -> bool {
+        for run in 2..=STORY_RUNS {
+            let found = self.run(case, &format!("try-{:03}-again-{run}", self.tries.len())).await;
+            if !found.reproduced {
+                println!("again     reproduced {} of {run}: not steady", run - 1);
+                self.accepted.pop();
+                self.best = self.original.case.clone();
+                return false;
+            }
+        }
+        println!("again     reproduced {STORY_RUNS} of {STORY_RUNS}");
+        true
+    }
+
+    /// Confirms the smallest accepted case; when it does not reproduce in every
+    /// confirmation run, the next larger accepted case is confirmed instead (at most two
+    /// steps back), then the first case accepted. When none reproduces every time, the one
+    /// that reproduced most often is chosen.
     async fn confirm(&mut self) -> Option<(Case, (u32, u32))> {
         let runs = self.options.confirm;
         let mut candidates: Vec<Case> = self.accepted.iter().rev().take(3).cloned().collect();
+        if let Some(first) = self.accepted.first().filter(|first| !candidates.contains(first)) {
+            candidates.push(first.clone());
+        }
         if candidates.is_empty() {
             return None;
         }
@@ -601,10 +625,10 @@ impl Shrinker<'_> {
                 reproduced += u32::from(found.reproduced);
             }
             println!("confirm   steps {:>3}: reproduced {reproduced} of {runs}", case.size().steps);
-            if 2 * reproduced >= runs {
+            if reproduced == runs {
                 return Some((case, (reproduced, runs)));
             }
-            // Of cases that reproduce less than half the time, the most reliable; the smaller on a tie.
+            // Of cases that do not reproduce every time, the most reliable; the smaller on a tie.
             if fallback.as_ref().is_none_or(|(_, (best, _)): &(Case, (u32, u32))| reproduced > *best) {
                 fallback = Some((case, (reproduced, runs)));
             }
