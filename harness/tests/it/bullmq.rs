@@ -139,10 +139,11 @@ async fn bullmq_starts_and_conform_finds_what_its_analysis_says() {
 /// Every (checker, kind) the analysis explains for `--nemesis all` on the default (fenced)
 /// target, each seen in its measured runs. Anything else is a finding the analysis does not
 /// name, or an adapter bug.
-const EXPLAINED: [(&str, &str); 10] = [
+const EXPLAINED: [(&str, &str); 11] = [
     ("explicit-uncertainty", "expiry-not-uncertain"),
     ("explicit-uncertainty", "reclaimed-without-reconcile"),
     ("rules-model", "expiry-not-uncertain"),
+    ("rules-model", "expiry-not-recorded"),
     ("rules-model", "refused-wrongly"),
     ("rules-model", "capability-accepted-wrongly"),
     ("terminal-stability", "duplicate-not-acknowledged"),
@@ -206,11 +207,13 @@ async fn a_bullmq_run_finds_only_what_its_analysis_explains() {
 }
 
 /// What is left with the user-side patterns (`--variant lock-checked-capability` on the fenced
-/// target): BullMQ's own findings, the requeue and the refused retries, and nothing else.
-const PATTERNS_LEAVE: [(&str, &str); 6] = [
+/// target): BullMQ's own findings, the requeue, the lapsed lock no record holds until the
+/// stall check runs, and the refused retries, and nothing else.
+const PATTERNS_LEAVE: [(&str, &str); 7] = [
     ("explicit-uncertainty", "expiry-not-uncertain"),
     ("explicit-uncertainty", "reclaimed-without-reconcile"),
     ("rules-model", "expiry-not-uncertain"),
+    ("rules-model", "expiry-not-recorded"),
     ("rules-model", "refused-wrongly"),
     ("terminal-stability", "duplicate-not-acknowledged"),
     ("terminal-stability", "conflict-not-recorded"),

@@ -144,7 +144,7 @@ async fn fetch_checked_reports_refuse_what_pgboss_accepts_by_job_id() {
 /// Every (checker, kind) the analysis explains for `--nemesis all` on the default (fenced)
 /// target, each seen in its measured runs. Anything else is a finding the analysis does not
 /// name, or an adapter bug.
-const EXPLAINED: [(&str, &str); 30] = [
+const EXPLAINED: [(&str, &str); 31] = [
     ("clock-authority", "runner-clock-trusted"),
     ("explicit-uncertainty", "expiry-not-uncertain"),
     ("explicit-uncertainty", "reclaimed-without-reconcile"),
@@ -159,6 +159,7 @@ const EXPLAINED: [(&str, &str); 30] = [
     ("rules-model", "claim-key-held"),
     ("rules-model", "claim-not-queued"),
     ("rules-model", "expiry-not-uncertain"),
+    ("rules-model", "expiry-not-recorded"),
     ("rules-model", "final-not-the-ledgers"),
     ("rules-model", "more"),
     ("rules-model", "heartbeat-accepted-wrongly"),
