@@ -8,5 +8,6 @@ pub mod check;
 pub mod driver;
 pub mod evidence;
 pub mod folder;
+pub mod import;
 pub mod run;
 pub mod scenario;

@@ -92,6 +92,18 @@ enum Command {
         #[arg(long)]
         out: std::path::PathBuf,
     },
+    /// Write a scenario that plays an incident's shape from its records — an evidence folder
+    /// (`fencelab evidence`) or a run folder — for `fencelab scenario run` against any system.
+    Import {
+        /// The evidence folder or run folder (it holds `history.jsonl`).
+        folder: std::path::PathBuf,
+        /// The scenario file to write.
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// An incident job to play, repeatable (default: the earliest anomalies' jobs).
+        #[arg(long = "job")]
+        jobs: Vec<String>,
+    },
     /// For every planted bug, short runs with the faults that expose it, and the correct lab
     /// under every fault: a table of bug × detected, also written as JSON.
     Matrix(crate::args::MatrixArgs),
@@ -243,6 +255,7 @@ fn name(command: &Command) -> &'static str {
         Command::Check { .. } => "check",
         Command::Audit(_) => "audit",
         Command::Evidence { .. } => "evidence",
+        Command::Import { .. } => "import",
         Command::Matrix(_) => "matrix",
         Command::Replay { .. } => "replay",
         Command::Shrink { .. } => "shrink",
@@ -311,6 +324,7 @@ fn execute(command: Command) -> Result<Exit, CommandError> {
             println!("check with   fencelab check {}", inputs.out.display());
             Ok(Exit::Valid)
         }
+        Command::Import { folder, out, jobs } => import_command(&engine::import::Options { folder, out, jobs }),
         Command::Matrix(args) => matrix_command(&args),
         Command::Replay { folder, tries, store } => replay_command(&folder, tries, &store),
         Command::Shrink { folder, tries, checkers, out, work, confirm } => {
@@ -403,6 +417,27 @@ fn run_command(args: crate::args::RunArgs) -> Result<Exit, CommandError> {
         .map_err(|error| CommandError::from(error).repeat_with(&command))?;
     summary(&driven, &command);
     Ok(print_verdict(&driven.folder, &driven.run, &command))
+}
+
+/// `fencelab import`: the scenario written, and what it plays.
+fn import_command(options: &engine::import::Options) -> Result<Exit, CommandError> {
+    engine::check::without_huge_pages().map_err(internal)?;
+    let imported = engine::import::import(options)?;
+    println!(
+        "scenario     {} ({} job(s): {}; {} runner(s), {} fault(s), {} played report(s))",
+        options.out.display(),
+        imported.jobs.len(),
+        imported.jobs.join(", "),
+        imported.runners,
+        imported.faults,
+        imported.played
+    );
+    println!("expects      {} valid (the incident found anomalies there)", imported.checkers.join(", "));
+    for unknown in &imported.unknowns {
+        println!("not known    {unknown}");
+    }
+    println!("run with     fencelab scenario run {} [--system FILE --variant NAME]", options.out.display());
+    Ok(Exit::Valid)
 }
 
 fn audit_command(args: &crate::args::AuditArgs) -> Result<Exit, CommandError> {

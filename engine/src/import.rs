@@ -1,0 +1,1645 @@
+//! `fencelab import FOLDER --out scenario.toml`: from an incident's records — an evidence
+//! folder (`fencelab evidence`) or a run folder — a scenario that plays the incident's shape
+//! against any system (`docs/scenarios.md`, "From an incident to a scenario").
+//!
+//! The folder's history is checked through the one check path ([`crate::check::check_history`]);
+//! its anomalies name the jobs to play (at most [`JOBS_MAX`], the earliest anomalies first, with
+//! every job an anomaly names beside them). Each job is submitted on its deployment key at its
+//! time, its first attempt claimed by the runner that held it; the faults the records imply are
+//! steps at the times the records give, each with a comment naming the ledger entries and log
+//! lines it comes from:
+//!
+//! - a runner's control requests that got no answer (its log), or a gap in its reports on an
+//!   attempt that expired meanwhile (the ledger alone), are a cut of its control link for that
+//!   long (`control-link`; `cut-links` when its target steps went unanswered too);
+//! - requests that reached the ledger long after the runner sent them, or a result the ledger
+//!   received after its lease with no gap to explain it, are a held report (`latency`);
+//! - an answer that never came for a report the ledger recorded is a lost response;
+//! - silence in a runner's log while it held an attempt is a pause, and silence after which it
+//!   claims afresh, its attempt abandoned, a kill;
+//! - a runner clock the ledger shows off (`observed_ms` against `received_ms`) is a skew;
+//! - every runner losing the control plane at once, or an answer whose ledger entry the ledger
+//!   no longer holds, is a control-plane restart;
+//! - a report the ledger holds under a runner whose log never sent it is played as that runner.
+//!
+//! What the records cannot tell (a runner's log absent, the job's steps, the target's mode) is
+//! said in the file. The scenario expects every checker that found the incident's anomalies to
+//! answer valid: it fails where the bug is, and passes where it is fixed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use checkers::{Anomaly, Verdict};
+use history::{Decision, Event, EventType, Op, Process};
+use workloads::faults::Variant;
+use workloads::scenario::{Action, Condition, OperatorMode, Scenario, Step};
+
+use crate::check::FolderError;
+use crate::folder::RunFolder;
+
+/// Most incident jobs a scenario plays (the earliest anomalies' first).
+pub const JOBS_MAX: usize = 3;
+/// The first submit's time in the scenario: the system is up by then.
+const START_MS: u64 = 1_000;
+/// What a submit pinned to a runner takes (stopping the other runners, the claim): the
+/// steps after it are shifted by this much so that they keep their distance to the claim.
+const PIN_MS: u64 = 300;
+/// A lease assumed when neither the config nor a claim says one.
+const LEASE_DEFAULT_MS: u64 = 1_000;
+
+/// What `fencelab import` is asked to do.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub folder: PathBuf,
+    pub out: PathBuf,
+    /// Incident jobs to play (default: those of the earliest anomalies).
+    pub jobs: Vec<String>,
+}
+
+/// What was imported.
+#[derive(Debug)]
+pub struct Imported {
+    pub jobs: Vec<String>,
+    pub runners: u32,
+    pub faults: usize,
+    pub played: usize,
+    /// The checkers the scenario expects valid (they found the incident's anomalies).
+    pub checkers: Vec<String>,
+    /// What the records could not tell, as said in the file.
+    pub unknowns: Vec<String>,
+}
+
+/// Imports `options.folder` into the scenario file `options.out`. Bad input (no history, a
+/// record that cannot be read, no anomaly) writes nothing.
+pub fn import(options: &Options) -> Result<Imported, FolderError> {
+    let folder = RunFolder::at(&options.folder);
+    if !options.folder.is_dir() {
+        return Err(FolderError::Bad(format!("{}: no such folder", options.folder.display())));
+    }
+    let path = folder.required_history()?;
+    let events = folder.history().map_err(FolderError::Bad)?;
+    if let Some(unreadable) = events.iter().find(|event| event.f == Op::Unreadable) {
+        let why = unreadable.reason.as_deref().unwrap_or("a record could not be read");
+        return Err(FolderError::Bad(format!("{}: {why}: the incident cannot be read whole", path.display())));
+    }
+    let checked = crate::check::check_history(&path, results::KEPT_EVENTS_MAX).map_err(FolderError::Bad)?;
+    let anomalies: Vec<Anomaly> = checked
+        .checkers
+        .into_iter()
+        .flat_map(|result| match result.verdict {
+            Verdict::Invalid { anomalies } => anomalies,
+            _ => Vec::new(),
+        })
+        .collect();
+    if anomalies.is_empty() {
+        return Err(FolderError::Bad(format!(
+            "{}: the checkers found no anomaly in these records: nothing to import",
+            options.folder.display()
+        )));
+    }
+    let records = Records::read(&events);
+    if records.claims.is_empty() {
+        return Err(FolderError::Bad(format!(
+            "{}: the records hold no claim (no ledger, no runner log with a grant): no job to play",
+            options.folder.display()
+        )));
+    }
+    let source = options.folder.display().to_string();
+    let plan = Plan::make(&records, &anomalies, &options.jobs, &source)?;
+    let text = plan.text();
+    let checkers = crate::scenario::checker_names();
+    if let Err(error) = workloads::scenario::parse(&text, &checkers) {
+        return Err(FolderError::Write(format!("the imported scenario does not read back: {error}\n{text}")));
+    }
+    write_whole(&options.out, &text)?;
+    Ok(Imported {
+        jobs: plan.jobs.iter().map(|job| job.id.clone()).collect(),
+        runners: plan.runners.len() as u32,
+        faults: plan.steps.iter().filter(|step| matches!(step.action, Action::Fault { .. })).count(),
+        played: plan.played,
+        checkers: plan.checkers.clone(),
+        unknowns: plan.unknowns.clone(),
+    })
+}
+
+/// Writes a file whole or not at all.
+fn write_whole(path: &Path, text: &str) -> Result<(), FolderError> {
+    let named = |error: std::io::Error| FolderError::Write(format!("--out {}: {error}", path.display()));
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    std::fs::write(&partial, text).map_err(named)?;
+    std::fs::rename(&partial, path).map_err(named)
+}
+
+/// One attempt as the ledger (or its runner's log) granted it.
+#[derive(Clone, Debug)]
+struct Claim {
+    attempt: String,
+    job: String,
+    runner: String,
+    fence: Option<u64>,
+    at_ns: u64,
+    /// Its ledger entry's `seq`, when the ledger holds it.
+    seq: Option<u64>,
+    /// 1-based, in its job.
+    number: u32,
+}
+
+/// The records of an incident, indexed.
+struct Records<'a> {
+    /// Ledger entries in `seq` order.
+    ledger: Vec<&'a Event>,
+    by_seq: BTreeMap<u64, &'a Event>,
+    /// Each runner's log, in time order.
+    logs: BTreeMap<String, Vec<&'a Event>>,
+    claims: Vec<Claim>,
+    /// Job → (deployment key, submit time, submit seq).
+    submits: BTreeMap<String, (Option<String>, u64, Option<u64>)>,
+    config: serde_json::Value,
+    has_target_log: bool,
+    /// The end of the records.
+    end_ns: u64,
+}
+
+fn seq_of(event: &Event) -> Option<u64> {
+    event.value.as_ref()?.get("seq")?.as_u64()
+}
+
+fn ledger_seq_of(event: &Event) -> Option<u64> {
+    event.value.as_ref()?.get("ledger_seq")?.as_u64()
+}
+
+fn ms(ns: u64) -> u64 {
+    ns / 1_000_000
+}
+
+fn secs(ns: u64) -> String {
+    format!("{:.3} s", ns as f64 / 1e9)
+}
+
+impl<'a> Records<'a> {
+    fn read(events: &'a [Event]) -> Records<'a> {
+        let mut ledger: Vec<&Event> = events.iter().filter(|event| event.kind == EventType::Ledger).collect();
+        ledger.sort_by_key(|event| (seq_of(event).unwrap_or(u64::MAX), event.index));
+        let by_seq = ledger.iter().filter_map(|event| Some((seq_of(event)?, *event))).collect();
+        let mut logs: BTreeMap<String, Vec<&Event>> = BTreeMap::new();
+        for event in events {
+            if let Process::Runner(id) = &event.process {
+                logs.entry(id.clone()).or_default().push(event);
+            }
+        }
+        let mut claims: Vec<Claim> = Vec::new();
+        let mut submits = BTreeMap::new();
+        for entry in &ledger {
+            let Some(job) = entry.job.clone() else { continue };
+            match entry.f {
+                Op::Submit => {
+                    submits.entry(job).or_insert((entry.key.clone(), entry.time_ns, seq_of(entry)));
+                }
+                Op::Claim if entry.decision != Some(Decision::Rejected) => {
+                    let (Some(attempt), Some(runner)) = (entry.attempt.clone(), entry.runner.clone()) else { continue };
+                    if claims.iter().any(|claim| claim.attempt == attempt) {
+                        continue;
+                    }
+                    let number = claims.iter().filter(|claim| claim.job == job).count() as u32 + 1;
+                    submits.entry(job.clone()).or_insert((entry.key.clone(), entry.time_ns, None));
+                    claims.push(Claim {
+                        attempt,
+                        job,
+                        runner,
+                        fence: entry.fence,
+                        at_ns: entry.time_ns,
+                        seq: seq_of(entry),
+                        number,
+                    });
+                }
+                _ => {}
+            }
+        }
+        // Grants the ledger does not hold (no ledger given): from the runners' logs.
+        for (runner, log) in &logs {
+            for event in log.iter().filter(|event| event.kind == EventType::Response && event.f == Op::Claim) {
+                let (Some(attempt), Some(job)) = (event.attempt.clone(), event.job.clone()) else { continue };
+                if event.decision != Some(Decision::Accepted) || claims.iter().any(|claim| claim.attempt == attempt) {
+                    continue;
+                }
+                let number = claims.iter().filter(|claim| claim.job == job).count() as u32 + 1;
+                submits.entry(job.clone()).or_insert((event.key.clone(), event.time_ns, None));
+                claims.push(Claim {
+                    attempt,
+                    job,
+                    runner: runner.clone(),
+                    fence: event.fence,
+                    at_ns: event.time_ns,
+                    seq: None,
+                    number,
+                });
+            }
+        }
+        claims.sort_by_key(|claim| claim.at_ns);
+        let config = events
+            .iter()
+            .find(|event| event.f == Op::Config && event.process == Process::HARNESS)
+            .and_then(|event| event.value.clone())
+            .unwrap_or(serde_json::Value::Null);
+        Records {
+            ledger,
+            by_seq,
+            logs,
+            claims,
+            submits,
+            config,
+            has_target_log: events.iter().any(|event| event.process == Process::TARGET),
+            end_ns: events.iter().map(|event| event.time_ns).max().unwrap_or(0),
+        }
+    }
+
+    fn claim(&self, attempt: &str) -> Option<&Claim> {
+        self.claims.iter().find(|claim| claim.attempt == attempt)
+    }
+
+    /// The lease policy: the config's, else the longest lease a claim was granted.
+    fn lease_ms(&self) -> (u64, Option<String>) {
+        if let Some(lease) = self.config.get("lease_ms").and_then(serde_json::Value::as_u64) {
+            return (lease, None);
+        }
+        let granted = self.ledger.iter().filter(|entry| entry.f == Op::Claim).filter_map(|entry| {
+            let lease = entry.lease_expires_ms? - entry.received_ms?;
+            (lease > 0).then_some(lease as u64)
+        });
+        match granted.max() {
+            Some(lease) => {
+                let said =
+                    format!("the lease policy is not in the records: {lease} ms, as the ledger's claims were granted");
+                (lease.clamp(100, 60_000), Some(said))
+            }
+            None => (
+                LEASE_DEFAULT_MS,
+                Some(format!(
+                    "the lease policy is not in the records, nor a lease in the ledger: {LEASE_DEFAULT_MS} ms assumed"
+                )),
+            ),
+        }
+    }
+
+    /// Ledger entries of an attempt, in `seq` order.
+    fn entries_of(&self, attempt: &str) -> Vec<&'a Event> {
+        self.ledger.iter().copied().filter(|entry| entry.attempt.as_deref() == Some(attempt)).collect()
+    }
+
+    /// Ledger entries of a job, in `seq` order.
+    fn job_entries(&self, job: &str) -> Vec<&'a Event> {
+        self.ledger.iter().copied().filter(|entry| entry.job.as_deref() == Some(job)).collect()
+    }
+}
+
+/// A runner's call and what came of it.
+#[derive(Clone, Copy, Debug)]
+struct Exchange<'a> {
+    request: &'a Event,
+    /// The response, or the `info` of no answer.
+    answer: Option<&'a Event>,
+    /// The ledger entry that recorded it.
+    entry: Option<&'a Event>,
+}
+
+impl Exchange<'_> {
+    fn answered(&self) -> bool {
+        self.answer.is_some_and(|answer| answer.kind == EventType::Response)
+    }
+
+    /// Nanoseconds from the request to its ledger entry.
+    fn transit_ns(&self) -> Option<u64> {
+        Some(self.entry?.time_ns.saturating_sub(self.request.time_ns))
+    }
+
+    /// When the exchange ended (its answer; its request when none came).
+    fn end_ns(&self) -> u64 {
+        self.answer.map_or(self.request.time_ns, |answer| answer.time_ns)
+    }
+}
+
+/// A runner's exchanges (requests paired with their answers in order, per operation and
+/// attempt), each matched to the ledger entry that recorded it.
+fn exchanges<'a>(records: &Records<'a>, log: &[&'a Event], lease_ns: u64) -> Vec<Exchange<'a>> {
+    let mut pending: BTreeMap<(Op, Option<String>), std::collections::VecDeque<usize>> = BTreeMap::new();
+    let mut out: Vec<Exchange<'a>> = Vec::new();
+    for event in log {
+        let slot = (event.f, event.attempt.clone());
+        match event.kind {
+            EventType::Request => {
+                pending.entry(slot).or_default().push_back(out.len());
+                out.push(Exchange { request: event, answer: None, entry: None });
+            }
+            EventType::Response | EventType::Info => {
+                // A claim's grant names the attempt its request did not.
+                let at = pending
+                    .get_mut(&slot)
+                    .and_then(|queue| queue.pop_front())
+                    .or_else(|| pending.get_mut(&(event.f, None)).and_then(|queue| queue.pop_front()));
+                if let Some(at) = at {
+                    out[at].answer = Some(event);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut taken: BTreeSet<u64> = BTreeSet::new();
+    for exchange in &mut out {
+        let by_seq = exchange.answer.and_then(ledger_seq_of).and_then(|seq| records.by_seq.get(&seq).copied());
+        if let Some(entry) = by_seq {
+            taken.insert(entry.index);
+            exchange.entry = Some(entry);
+        }
+    }
+    for exchange in &mut out {
+        if exchange.entry.is_some() || exchange.request.f == Op::Step {
+            continue;
+        }
+        let request = exchange.request;
+        let until = exchange.answer.map_or(request.time_ns + 2 * lease_ns, |answer| answer.time_ns);
+        let attempt = exchange.answer.and_then(|answer| answer.attempt.clone()).or(request.attempt.clone());
+        let found = records.ledger.iter().copied().find(|entry| {
+            entry.f == request.f
+                && entry.attempt == attempt
+                && entry.runner == request.runner
+                && (request.time_ns..=until).contains(&entry.time_ns)
+                && !taken.contains(&entry.index)
+        });
+        if let Some(entry) = found {
+            taken.insert(entry.index);
+            exchange.entry = Some(entry);
+        }
+    }
+    out
+}
+
+/// A fault the records imply, before it becomes a step.
+#[derive(Clone, Debug)]
+struct Found {
+    at_ns: u64,
+    duration_ms: u64,
+    runner: Option<String>,
+    variant: Variant,
+    because: Vec<String>,
+}
+
+/// A report the ledger holds under a runner whose log never sent it.
+#[derive(Clone, Debug)]
+struct Forged<'a> {
+    entry: &'a Event,
+    /// The ledger entry before it on its job: the state it came in.
+    after: Option<&'a Event>,
+}
+
+/// The scenario being made.
+struct Plan {
+    name: String,
+    description: String,
+    header_comments: Vec<String>,
+    jobs: Vec<PlayedJob>,
+    /// Incident runner → scenario runner (`rN`).
+    runners: BTreeMap<String, String>,
+    runner_count: u32,
+    lease_ms: u64,
+    heartbeat_interval_ms: Option<u64>,
+    reconcile_after_ms: Option<u64>,
+    target_mode: String,
+    steps: Vec<Step>,
+    step_comments: Vec<Vec<String>>,
+    checkers: Vec<String>,
+    expect_comments: Vec<String>,
+    unknowns: Vec<String>,
+    played: usize,
+}
+
+#[derive(Clone, Debug)]
+struct PlayedJob {
+    id: String,
+    key: String,
+    steps: u32,
+    step_ms: u64,
+    submit_ns: u64,
+    end_ns: u64,
+    first_runner: Option<String>,
+}
+
+/// The order anomalies are taken in: by the first event each cites.
+fn first_event(anomaly: &Anomaly) -> u64 {
+    anomaly.events.iter().copied().min().unwrap_or(u64::MAX)
+}
+
+impl Plan {
+    fn make(records: &Records, anomalies: &[Anomaly], wanted: &[String], source: &str) -> Result<Plan, FolderError> {
+        let (lease_ms, lease_said) = records.lease_ms();
+        let lease_ns = lease_ms * 1_000_000;
+        let mut unknowns: Vec<String> = lease_said.into_iter().collect();
+        let job_of_attempt = |attempt: &str| records.claim(attempt).map(|claim| claim.job.clone());
+        let named_jobs = |anomaly: &Anomaly| -> Vec<String> {
+            let mut jobs: Vec<String> = anomaly.job.iter().cloned().collect();
+            jobs.extend(anomaly.attempts.iter().filter_map(|attempt| job_of_attempt(attempt)));
+            jobs
+        };
+        // The jobs: those asked for, else the earliest anomalies' (and every job they name).
+        let mut ordered: Vec<&Anomaly> = anomalies.iter().collect();
+        ordered.sort_by_key(|anomaly| first_event(anomaly));
+        let mut chosen: Vec<String> = Vec::new();
+        if wanted.is_empty() {
+            for anomaly in &ordered {
+                let jobs = named_jobs(anomaly);
+                if jobs.is_empty() || jobs.iter().all(|job| chosen.contains(job)) {
+                    continue;
+                }
+                if chosen.len() >= JOBS_MAX {
+                    break;
+                }
+                for job in jobs {
+                    if !chosen.contains(&job) {
+                        chosen.push(job);
+                    }
+                }
+            }
+        } else {
+            for job in wanted {
+                if !records.submits.contains_key(job) {
+                    return Err(FolderError::Bad(format!("--job {job}: the records hold no such job")));
+                }
+                chosen.push(job.clone());
+            }
+        }
+        chosen.retain(|job| records.submits.contains_key(job));
+        // A report played under a runner names a job of its own (a cross-job report): that
+        // job is played too.
+        let cited: BTreeSet<u64> = anomalies.iter().flat_map(|anomaly| anomaly.events.iter().copied()).collect();
+        let relevant =
+            |report: &Forged| cited.contains(&report.entry.index) || report.entry.decision != Some(Decision::Rejected);
+        let sent = sent_entries(records, lease_ns);
+        let forged_of = |chosen: &[String]| -> Vec<Forged> {
+            let claims = records.claims.iter().filter(|claim| chosen.contains(&claim.job));
+            claims.flat_map(|claim| forged_reports(records, claim, &sent)).filter(relevant).collect()
+        };
+        for report in forged_of(&chosen) {
+            if let Some(job) = report.entry.job.clone().filter(|job| records.submits.contains_key(job)) {
+                if !chosen.contains(&job) {
+                    chosen.push(job);
+                }
+            }
+        }
+        let forged = forged_of(&chosen);
+        if chosen.is_empty() {
+            return Err(FolderError::Bad(format!(
+                "{source}: the anomalies name no job the records hold a claim or a submit of: no job to play"
+            )));
+        }
+        let picked: Vec<&Anomaly> = ordered
+            .iter()
+            .copied()
+            .filter(|anomaly| named_jobs(anomaly).iter().any(|job| chosen.contains(job)))
+            .collect();
+        if picked.is_empty() {
+            let jobs = chosen.join(", ");
+            return Err(FolderError::Bad(format!(
+                "{source}: no anomaly names {jobs}: nothing of the incident to play"
+            )));
+        }
+        let mut checkers: Vec<String> = Vec::new();
+        for anomaly in &picked {
+            if !checkers.contains(&anomaly.checker) {
+                checkers.push(anomaly.checker.clone());
+            }
+        }
+        // The runners that held the chosen jobs' attempts, kept by name when they are `rN`.
+        let held: Vec<&Claim> = records.claims.iter().filter(|claim| chosen.contains(&claim.job)).collect();
+        let mut incident_runners: Vec<String> = Vec::new();
+        for claim in &held {
+            if !incident_runners.contains(&claim.runner) {
+                incident_runners.push(claim.runner.clone());
+            }
+        }
+        let numbered = |runner: &String| {
+            runner.strip_prefix('r').and_then(|n| n.parse::<u32>().ok()).filter(|n| (1..=16).contains(n))
+        };
+        let keep_names = incident_runners.iter().all(|runner| numbered(runner).is_some());
+        let runners: BTreeMap<String, String> = if keep_names {
+            incident_runners.iter().map(|runner| (runner.clone(), runner.clone())).collect()
+        } else {
+            incident_runners.iter().enumerate().map(|(at, runner)| (runner.clone(), format!("r{}", at + 1))).collect()
+        };
+        let runner_count = if keep_names {
+            incident_runners.iter().filter_map(numbered).max().unwrap_or(1)
+        } else {
+            (incident_runners.len() as u32).clamp(1, 16)
+        };
+        // A second runner takes the job over when its first is cut off, as in the incident.
+        let runner_count = runner_count.max(if held.iter().any(|claim| claim.number > 1) { 2 } else { 1 });
+        let mut plan = Plan {
+            name: scenario_name(source),
+            description: String::new(),
+            header_comments: Vec::new(),
+            jobs: Vec::new(),
+            runners,
+            runner_count,
+            lease_ms,
+            heartbeat_interval_ms: None,
+            reconcile_after_ms: None,
+            target_mode: "fenced".to_string(),
+            steps: Vec::new(),
+            step_comments: Vec::new(),
+            checkers,
+            expect_comments: Vec::new(),
+            unknowns: Vec::new(),
+            played: 0,
+        };
+        for runner in &incident_runners {
+            if !records.logs.contains_key(runner) {
+                unknowns.push(format!(
+                    "{runner}'s log is absent: its faults are read off the ledger alone (a gap in its reports is played as a cut; a pause, a kill or a cut look the same there)"
+                ));
+            }
+        }
+        plan.settings(records, &mut unknowns);
+        // Jobs, their spec and their span.
+        for job in &chosen {
+            let (key, submit_ns, _) = records.submits[job].clone();
+            let key = key.unwrap_or_else(|| {
+                unknowns.push(format!("{job}'s deployment key is not in the records: `{job}` assumed"));
+                job.clone()
+            });
+            let (steps, step_ms, said) = spec_of(records, job);
+            if let Some(said) = said {
+                unknowns.push(said);
+            }
+            let entries = records.job_entries(job);
+            let logged = records.logs.values().flatten().filter(|event| event.job.as_deref() == Some(job.as_str()));
+            let end_ns = entries
+                .iter()
+                .map(|entry| entry.time_ns)
+                .chain(logged.map(|event| event.time_ns))
+                .max()
+                .unwrap_or(submit_ns);
+            let first_runner = held
+                .iter()
+                .find(|claim| &claim.job == job && claim.number == 1)
+                .map(|claim| plan.runners[&claim.runner].clone());
+            plan.jobs.push(PlayedJob { id: job.clone(), key, steps, step_ms, submit_ns, end_ns, first_runner });
+        }
+        plan.jobs.sort_by_key(|job| job.submit_ns);
+        // Faults and forged reports, each attempt of the chosen jobs in turn.
+        let mut found: Vec<Found> = Vec::new();
+        for claim in &held {
+            match records.logs.get(&claim.runner) {
+                Some(log) => found.extend(from_log(records, claim, log, lease_ns)),
+                None => found.extend(from_ledger(records, claim, lease_ns)),
+            }
+        }
+        found.extend(skews(records, &held, lease_ns));
+        found.extend(restarts(records, &plan.jobs, lease_ns));
+        merge_overlaps(&mut found);
+        plan.steps_of(records, &found, &forged, lease_ns);
+        plan.header(records, source, &picked, &held);
+        for checker in &plan.checkers {
+            let messages: Vec<&str> =
+                picked.iter().filter(|a| &a.checker == checker).map(|a| a.message.as_str()).collect();
+            let more = if messages.len() > 2 { format!(" (and {} more)", messages.len() - 2) } else { String::new() };
+            plan.expect_comments.push(format!(
+                "{checker} found in the incident: {}{more}",
+                messages.iter().take(2).copied().collect::<Vec<_>>().join("; ")
+            ));
+        }
+        plan.unknowns = unknowns;
+        Ok(plan)
+    }
+
+    /// The header's timings and the target's mode: the config's where it says them, else
+    /// what the records show.
+    fn settings(&mut self, records: &Records, unknowns: &mut Vec<String>) {
+        let config = &records.config;
+        let number = |key: &str| config.get(key).and_then(serde_json::Value::as_u64);
+        self.heartbeat_interval_ms = number("heartbeat_interval_ms").or_else(|| heartbeat_interval(records));
+        if let Some(interval) = self.heartbeat_interval_ms {
+            if interval == 0 || interval >= self.lease_ms {
+                self.heartbeat_interval_ms = None;
+            }
+        }
+        self.reconcile_after_ms =
+            number("reconcile_after_ms").or_else(|| reconcile_after(records)).map(|ms| ms.min(600_000));
+        match config.get("target_mode").and_then(serde_json::Value::as_str) {
+            Some(mode) => self.target_mode = mode.to_string(),
+            None => unknowns.push(if records.has_target_log {
+                "the target's mode is not in the records: `fenced` assumed".to_string()
+            } else {
+                "the target's step log is absent, and its mode is not in the records: a `fenced` target assumed; what the target applied is not played"
+                    .to_string()
+            }),
+        }
+    }
+
+    /// The steps: submits, faults and played reports at their times, on the scenario's clock.
+    fn steps_of(&mut self, records: &Records, found: &[Found], forged: &[Forged], lease_ns: u64) {
+        let clock = Clock::new(&self.jobs, found, lease_ns);
+        let mut steps: Vec<(u64, u64, Action, Vec<String>)> = Vec::new();
+        for job in &self.jobs {
+            let mut said = vec![format!(
+                "{} submitted at {} on key {} (ledger seq {})",
+                job.id,
+                secs(job.submit_ns),
+                job.key,
+                records.submits[&job.id].2.map_or("-".to_string(), |seq| seq.to_string())
+            )];
+            for claim in records.claims.iter().filter(|claim| claim.job == job.id) {
+                said.push(format!(
+                    "{} (fence {}) held by {}{} at {} (ledger seq {})",
+                    claim.attempt,
+                    claim.fence.map_or("-".to_string(), |fence| fence.to_string()),
+                    claim.runner,
+                    self.renamed(&claim.runner),
+                    secs(claim.at_ns),
+                    claim.seq.map_or("-".to_string(), |seq| seq.to_string())
+                ));
+            }
+            if job.first_runner.is_some() {
+                said.push(
+                    "its first attempt is claimed by the runner that held it; later ones by whichever runner is free"
+                        .into(),
+                );
+            }
+            let action = Action::Submit {
+                job: job.id.clone(),
+                key: job.key.clone(),
+                steps: job.steps,
+                step_ms: job.step_ms,
+                runner: job.first_runner.clone(),
+            };
+            steps.push((job.submit_ns, 0, action, said));
+        }
+        for fault in found {
+            let runner =
+                fault.runner.as_ref().map(|runner| self.runners.get(runner).cloned().unwrap_or(runner.clone()));
+            let parameters = serde_json::to_value(&fault.variant).unwrap_or_default();
+            let action = Action::Fault {
+                fault: Some(fault.variant.kind()),
+                how: fault.variant.name().to_string(),
+                runner,
+                replica: None,
+                duration_ms: fault.duration_ms,
+                latency_ms: parameters.get("latency_ms").and_then(serde_json::Value::as_u64),
+                offset_ms: parameters.get("offset_ms").and_then(serde_json::Value::as_i64),
+            };
+            steps.push((fault.at_ns, 1, action, fault.because.clone()));
+        }
+        for report in forged {
+            let Some((action, wait, said)) = self.played_report(records, report, lease_ns) else { continue };
+            if let Some((condition, why)) = wait {
+                steps.push((report.entry.time_ns, 2, Action::Wait(Box::new(condition)), vec![why]));
+            }
+            steps.push((report.entry.time_ns, 3, action, said));
+            self.played += 1;
+        }
+        steps.sort_by_key(|(at_ns, order, _, _)| (*at_ns, *order));
+        let mut last_ms = 0;
+        for (index, (at_ns, _, action, said)) in steps.into_iter().enumerate() {
+            let at_ms = clock.at_ms(at_ns).max(last_ms);
+            last_ms = at_ms;
+            let at_ms = (!matches!(action, Action::Wait(_))).then_some(at_ms);
+            self.steps.push(Step { index: index + 1, line: 0, at_ms, action });
+            self.step_comments.push(said);
+        }
+    }
+
+    /// ` (here rN)` when the scenario names the runner otherwise.
+    fn renamed(&self, runner: &str) -> String {
+        match self.runners.get(runner) {
+            Some(name) if name != runner => format!(" (here {name})"),
+            _ => String::new(),
+        }
+    }
+
+    /// A report the ledger holds that its runner never sent, as a played step, with the
+    /// wait for the ledger entry it came after.
+    fn played_report(
+        &self,
+        records: &Records,
+        report: &Forged,
+        lease_ns: u64,
+    ) -> Option<(Action, Option<(Condition, String)>, Vec<String>)> {
+        let entry = report.entry;
+        let runner = self.runners.get(entry.runner.as_deref()?)?.clone();
+        let job = entry.job.clone()?;
+        let attempt = records.claim(entry.attempt.as_deref()?)?;
+        let attempt_job = (attempt.job != job).then(|| attempt.job.clone());
+        let played = |id: &str| self.jobs.iter().any(|played| played.id == id);
+        if !played(&attempt.job) || !played(&job) {
+            return None;
+        }
+        let offset = match (entry.observed_ms, entry.received_ms) {
+            (Some(observed), Some(received)) if (observed - received).unsigned_abs() > lease_ns / 1_000_000 => {
+                observed - received
+            }
+            _ => 0,
+        };
+        let seq = seq_of(entry).map_or("-".to_string(), |seq| seq.to_string());
+        let mut said = vec![format!(
+            "ledger seq {seq} at {}: a {} for {} under {}{}, {}{} — {}'s log never sent it: played with its token (who sent it, the records cannot tell)",
+            secs(entry.time_ns),
+            entry.f,
+            entry.attempt.as_deref().unwrap_or("-"),
+            entry.runner.as_deref().unwrap_or("-"),
+            self.renamed(entry.runner.as_deref().unwrap_or("")),
+            entry.decision.map_or("recorded".to_string(), |decision| format!("{decision:?}").to_lowercase()),
+            entry.outcome.as_deref().map_or(String::new(), |outcome| format!(" ({outcome})")),
+            entry.runner.as_deref().unwrap_or("-"),
+        )];
+        if entry.fence.is_some() && entry.fence != attempt.fence {
+            said.push(format!(
+                "it named fence {} where {} has fence {}: played with the attempt's own fence (the scenario's fences are its own)",
+                entry.fence.unwrap_or(0),
+                attempt.attempt,
+                attempt.fence.unwrap_or(0)
+            ));
+        }
+        let action = match entry.f {
+            Op::Result => Action::Report {
+                as_runner: runner,
+                job: job.clone(),
+                attempt: attempt.number,
+                attempt_job,
+                fence: None,
+                outcome: entry.outcome.clone().filter(|outcome| outcome == "succeeded" || outcome == "failed")?,
+                observed_offset_ms: offset,
+            },
+            Op::Heartbeat if attempt_job.is_none() => Action::Heartbeat {
+                as_runner: runner,
+                job: job.clone(),
+                attempt: attempt.number,
+                fence: None,
+                observed_offset_ms: offset,
+            },
+            Op::Capability if attempt_job.is_none() => {
+                Action::Capability { as_runner: runner, job: job.clone(), attempt: attempt.number }
+            }
+            _ => return None,
+        };
+        let wait = report.after.and_then(|after| {
+            let condition = Condition {
+                job: after.job.clone(),
+                ledger: Some(after.f),
+                attempt: after.attempt.as_deref().and_then(|id| records.claim(id)).map(|claim| claim.number),
+                runner: after.runner.as_deref().and_then(|runner| self.runners.get(runner)).cloned(),
+                decision: after.decision,
+                within_ms: Some((20 * self.lease_ms).clamp(10_000, workloads::scenario::WITHIN_MAX_MS)),
+                ..Condition::default()
+            };
+            let why = format!(
+                "it came after ledger seq {} ({} {}): wait for that entry",
+                seq_of(after).map_or("-".to_string(), |seq| seq.to_string()),
+                after.f,
+                after.attempt.as_deref().unwrap_or(after.job.as_deref().unwrap_or("-"))
+            );
+            // A wait names an attempt only with its job; a submit names none.
+            (after.f != Op::Submit || condition.attempt.is_none()).then_some((condition, why))
+        });
+        let wait = wait
+            .filter(|(condition, _)| condition.job.as_ref().is_some_and(|job| self.jobs.iter().any(|j| &j.id == job)));
+        Some((action, wait, said))
+    }
+
+    fn header(&mut self, records: &Records, source: &str, picked: &[&Anomaly], held: &[&Claim]) {
+        let jobs: Vec<String> = self.jobs.iter().map(|job| format!("{} (key {})", job.id, job.key)).collect();
+        self.description = format!("imported from {}: {} on {}", source, self.checkers.join(", "), jobs.join(", "));
+        let mut said = vec![
+            format!("Imported by `fencelab import` from {source}."),
+            format!(
+                "The records hold: {}.",
+                [
+                    (!records.ledger.is_empty()).then_some("the ledger"),
+                    (!records.logs.is_empty()).then_some("runner logs"),
+                    records.has_target_log.then_some("the target's step log"),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", ")
+            ),
+            "The incident's anomalies played here:".to_string(),
+        ];
+        for anomaly in picked.iter().take(6) {
+            said.push(format!("  {} ({}): {}", anomaly.checker, anomaly.kind, anomaly.message));
+        }
+        if picked.len() > 6 {
+            said.push(format!("  … and {} more", picked.len() - 6));
+        }
+        let attempts: Vec<String> = held
+            .iter()
+            .map(|claim| format!("{} by {}{}", claim.attempt, claim.runner, self.renamed(&claim.runner)))
+            .collect();
+        said.push(format!("Attempts: {}.", attempts.join(", ")));
+        said.push(
+            "Each [[expect]] asks a checker that found the incident's anomalies to find none: the scenario fails (exit 1) where the bug is, and passes where it is fixed."
+                .to_string(),
+        );
+        said.push("Run it with `fencelab scenario run FILE [--system SYSTEM.toml --variant NAME]`.".to_string());
+        self.header_comments = said;
+    }
+
+    /// The scenario file: its steps and expectations through the format's own writer, each
+    /// with its comments.
+    fn text(&self) -> String {
+        let scenario = Scenario {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            seed: 0,
+            runners: self.runner_count,
+            idle: Vec::new(),
+            lease_ms: self.lease_ms,
+            target_mode: self.target_mode.clone(),
+            bugs: Vec::new(),
+            db: None,
+            control_planes: 1,
+            operator: OperatorMode::Automatic,
+            heartbeat_interval_ms: self.heartbeat_interval_ms,
+            reconcile_after_ms: self.reconcile_after_ms,
+            settle_within_ms: 30_000,
+            settle_quiet_ms: None,
+            steps: self.steps.clone(),
+            expects: self
+                .checkers
+                .iter()
+                .map(|checker| Condition {
+                    checker: Some(checker.clone()),
+                    verdict: Some("valid".into()),
+                    ..Condition::default()
+                })
+                .collect(),
+        };
+        let body = scenario.to_toml();
+        let mut out = String::new();
+        for line in &self.header_comments {
+            out.push_str(&comment(line));
+        }
+        if !self.unknowns.is_empty() {
+            out.push_str("#\n# What the records cannot tell:\n");
+            for unknown in &self.unknowns {
+                out.push_str(&comment(&format!("  - {unknown}")));
+            }
+        }
+        let (mut step, mut expect) = (0, 0);
+        for line in body.lines() {
+            match line.trim() {
+                "[[step]]" => {
+                    out.push('\n');
+                    for said in self.step_comments.get(step).into_iter().flatten() {
+                        out.push_str(&comment(said));
+                    }
+                    step += 1;
+                }
+                "[[expect]]" => {
+                    out.push('\n');
+                    if let Some(said) = self.expect_comments.get(expect) {
+                        out.push_str(&comment(said));
+                    }
+                    expect += 1;
+                }
+                _ => {}
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// A comment of one or more lines, wrapped near 100 columns.
+fn comment(text: &str) -> String {
+    let mut out = String::new();
+    let mut line = String::from("#");
+    let indent = text.len() - text.trim_start().len();
+    for word in text.split_whitespace() {
+        if line.len() + word.len() + 1 > 100 && line.trim() != "#" {
+            out.push_str(&line);
+            out.push('\n');
+            line = format!("#{}", " ".repeat(indent + 2));
+        }
+        line.push(' ');
+        if line == "# " && indent > 0 {
+            line.push_str(&" ".repeat(indent));
+        }
+        line.push_str(word);
+    }
+    out.push_str(&line);
+    out.push('\n');
+    out
+}
+
+/// A scenario name from the folder's: `import-` and its last parts, in the letters a name takes.
+fn scenario_name(source: &str) -> String {
+    let parts: Vec<&str> = Path::new(source)
+        .components()
+        .rev()
+        .filter_map(|part| part.as_os_str().to_str())
+        .filter(|part| !part.is_empty() && *part != "." && *part != "/")
+        .take(1)
+        .collect();
+    let word: String =
+        parts.join("-").chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '-' }).collect();
+    if word.is_empty() {
+        "import".to_string()
+    } else {
+        format!("import-{word}")
+    }
+}
+
+/// The scenario's clock: incident time → ms after the scenario's start. The first submit is
+/// at [`START_MS`]; a quiet stretch longer than two leases between the jobs' spans is cut to
+/// two leases; every step after a pinned submit is [`PIN_MS`] later.
+struct Clock {
+    origin_ns: u64,
+    /// (incident time, ms removed from then on).
+    cuts: Vec<(u64, u64)>,
+    /// Submits pinned to a runner, by incident time.
+    pinned: Vec<u64>,
+}
+
+impl Clock {
+    fn new(jobs: &[PlayedJob], found: &[Found], lease_ns: u64) -> Clock {
+        let origin_ns = jobs.iter().map(|job| job.submit_ns).min().unwrap_or(0);
+        let mut spans: Vec<(u64, u64)> = jobs.iter().map(|job| (job.submit_ns, job.end_ns)).collect();
+        spans.extend(found.iter().map(|fault| (fault.at_ns, fault.at_ns + fault.duration_ms * 1_000_000)));
+        spans.sort_unstable();
+        let mut cuts = Vec::new();
+        let mut removed = 0;
+        let mut reach = origin_ns;
+        for (start, end) in spans {
+            if start > reach + 2 * lease_ns {
+                removed += ms(start - reach - 2 * lease_ns);
+                cuts.push((start, removed));
+            }
+            reach = reach.max(end);
+        }
+        let pinned = jobs.iter().filter(|job| job.first_runner.is_some()).map(|job| job.submit_ns).collect();
+        Clock { origin_ns, cuts, pinned }
+    }
+
+    fn at_ms(&self, at_ns: u64) -> u64 {
+        let at_ns = at_ns.max(self.origin_ns);
+        let removed = self.cuts.iter().rev().find(|(from, _)| *from <= at_ns).map_or(0, |(_, removed)| *removed);
+        let pins = self.pinned.iter().filter(|&&submit| submit < at_ns).count() as u64;
+        START_MS + ms(at_ns - self.origin_ns).saturating_sub(removed) + pins * PIN_MS
+    }
+}
+
+/// The job's steps and the time each takes: its runners' step requests (`value.steps`, and
+/// the time from a step's request to its answer), else its capabilities in the ledger, else
+/// a guess, said.
+fn spec_of(records: &Records, job: &str) -> (u32, u64, Option<String>) {
+    let steps_logged =
+        records.logs.values().flatten().filter(|event| event.f == Op::Step && event.job.as_deref() == Some(job));
+    let mut total = None;
+    let mut durations: Vec<u64> = Vec::new();
+    let mut sent: BTreeMap<(String, u64), u64> = BTreeMap::new();
+    for event in steps_logged {
+        let value = event.value.as_ref();
+        let step = value.and_then(|value| value.get("step")).and_then(serde_json::Value::as_u64);
+        if let Some(steps) = value.and_then(|value| value.get("steps")).and_then(serde_json::Value::as_u64) {
+            total = Some(total.unwrap_or(0).max(steps));
+        }
+        let slot = (event.attempt.clone().unwrap_or_default(), step.unwrap_or(0));
+        match event.kind {
+            EventType::Request => {
+                sent.insert(slot, event.time_ns);
+            }
+            EventType::Response if event.decision == Some(Decision::Accepted) => {
+                if let Some(at) = sent.remove(&slot) {
+                    durations.push(ms(event.time_ns.saturating_sub(at)));
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(steps) = total.filter(|_| !durations.is_empty()) {
+        durations.sort_unstable();
+        let step_ms = (durations[durations.len() / 2] / 10) * 10;
+        return (steps.clamp(1, 1_000) as u32, step_ms.min(600_000), None);
+    }
+    // The ledger alone: one capability per step, as the lab's runner redeems them.
+    let mut best: Option<(u32, u64)> = None;
+    for claim in records.claims.iter().filter(|claim| claim.job == job) {
+        let times: Vec<u64> = records
+            .entries_of(&claim.attempt)
+            .iter()
+            .filter(|entry| entry.f == Op::Capability && entry.decision == Some(Decision::Accepted))
+            .map(|entry| entry.time_ns)
+            .collect();
+        if times.is_empty() {
+            continue;
+        }
+        let mut gaps: Vec<u64> = times.windows(2).map(|pair| ms(pair[1] - pair[0])).collect();
+        gaps.sort_unstable();
+        let step_ms = (gaps.get(gaps.len() / 2).copied().unwrap_or(200) / 10) * 10;
+        if best.is_none_or(|(steps, _)| times.len() as u32 > steps) {
+            best = Some((times.len() as u32, step_ms));
+        }
+    }
+    match (best, total) {
+        (Some((_, step_ms)), Some(steps)) => (steps.clamp(1, 1_000) as u32, step_ms.min(600_000), None),
+        (None, Some(steps)) => (
+            steps.clamp(1, 1_000) as u32,
+            200,
+            Some(format!("how long {job}'s steps take is not in the records (none was answered): 200 ms assumed")),
+        ),
+        (Some((steps, step_ms)), None) => (
+            steps.clamp(1, 1_000),
+            step_ms.min(600_000),
+            Some(format!(
+                "{job}'s steps are not in the records (no runner log of its steps): {steps} of {step_ms} ms, one per capability its attempts were granted"
+            )),
+        ),
+        (None, None) => (3, 200, Some(format!("{job}'s steps are not in the records: 3 of 200 ms assumed"))),
+    }
+}
+
+/// The interval the runners' logs show between heartbeats (the median), when they show one.
+fn heartbeat_interval(records: &Records) -> Option<u64> {
+    let mut gaps: Vec<u64> = Vec::new();
+    for log in records.logs.values() {
+        let mut last: BTreeMap<&str, u64> = BTreeMap::new();
+        for event in log.iter().filter(|event| event.kind == EventType::Request && event.f == Op::Heartbeat) {
+            let Some(attempt) = event.attempt.as_deref() else { continue };
+            if let Some(before) = last.insert(attempt, event.time_ns) {
+                gaps.push(ms(event.time_ns - before));
+            }
+        }
+    }
+    gaps.sort_unstable();
+    gaps.get(gaps.len() / 2).copied().filter(|gap| *gap > 0)
+}
+
+/// How long the ledger shows attempts uncertain before a reconcile (the median), when it
+/// shows one.
+fn reconcile_after(records: &Records) -> Option<u64> {
+    let mut waits: Vec<u64> = Vec::new();
+    for claim in &records.claims {
+        let entries = records.entries_of(&claim.attempt);
+        let expired = entries.iter().find(|entry| entry.f == Op::Expire);
+        let reconciled = entries.iter().find(|entry| entry.f == Op::Reconcile);
+        if let (Some(expired), Some(reconciled)) = (expired, reconciled) {
+            waits.push(ms(reconciled.time_ns.saturating_sub(expired.time_ns)));
+        }
+    }
+    waits.sort_unstable();
+    // The operator reconciles a little after its wait: a tenth taken off.
+    waits.get(waits.len() / 2).map(|wait| wait * 9 / 10 / 10 * 10)
+}
+
+/// Faults read off a runner's log for one attempt: cuts, lost answers, held reports,
+/// pauses and a kill.
+fn from_log(records: &Records, claim: &Claim, log: &[&Event], lease_ns: u64) -> Vec<Found> {
+    let all = exchanges(records, log, lease_ns);
+    let on_attempt: Vec<&Exchange> = all
+        .iter()
+        .filter(|exchange| {
+            exchange.request.attempt.as_deref() == Some(claim.attempt.as_str()) && exchange.request.f != Op::Step
+        })
+        .collect();
+    let steps: Vec<&Exchange> = all
+        .iter()
+        .filter(|exchange| {
+            exchange.request.attempt.as_deref() == Some(claim.attempt.as_str()) && exchange.request.f == Op::Step
+        })
+        .collect();
+    let mut found = Vec::new();
+    let runner = &claim.runner;
+    let slow_ns = (lease_ns / 4).max(200_000_000);
+    // Unanswered requests the ledger never saw, in runs: a cut of the control link.
+    let mut at = 0;
+    while at < on_attempt.len() {
+        let lost = |exchange: &Exchange| !exchange.answered() && exchange.entry.is_none();
+        if !lost(on_attempt[at]) {
+            at += 1;
+            continue;
+        }
+        let first = at;
+        while at < on_attempt.len() && lost(on_attempt[at]) {
+            at += 1;
+        }
+        let last = at - 1;
+        let before = first.checked_sub(1).map(|before| on_attempt[before].end_ns()).unwrap_or(claim.at_ns);
+        let start_ns = before.max(on_attempt[first].request.time_ns.saturating_sub(lease_ns / 4));
+        let heard = on_attempt.get(at).map(|next| next.request.time_ns);
+        let end_ns = heard.unwrap_or(on_attempt[last].end_ns() + lease_ns);
+        let target_lost = steps.iter().any(|step| {
+            (start_ns..=end_ns).contains(&step.request.time_ns)
+                && step.answer.is_some_and(|answer| answer.kind == EventType::Info)
+        });
+        let variant = if target_lost { Variant::CutLinks } else { Variant::ControlLink };
+        let mut because = vec![format!(
+            "{runner}'s {} control request(s) on {} from {} to {} got no answer and reached no ledger entry ({} runner log event {}..{})",
+            last - first + 1,
+            claim.attempt,
+            secs(on_attempt[first].request.time_ns),
+            secs(on_attempt[last].request.time_ns),
+            runner,
+            on_attempt[first].request.index,
+            on_attempt[last].end_ns_index(),
+        )];
+        match heard {
+            Some(next) => because.push(format!(
+                "its next one, at {}, was answered{}: its control link cut for {} ms",
+                secs(next),
+                on_attempt[at].entry.and_then(|entry| seq_of(entry)).map_or(String::new(), |seq| format!(" (ledger seq {seq})")),
+                ms(end_ns - start_ns)
+            )),
+            None => because.push(format!(
+                "it was not heard on {} again: its control link cut for {} ms (how long after, the records cannot tell)",
+                claim.attempt,
+                ms(end_ns - start_ns)
+            )),
+        }
+        if target_lost {
+            because.push("its target steps went unanswered meanwhile: both its links cut".to_string());
+        }
+        found.push(Found {
+            at_ns: start_ns,
+            duration_ms: ms(end_ns - start_ns).max(100),
+            runner: Some(runner.clone()),
+            variant,
+            because,
+        });
+    }
+    // Reports the ledger recorded whose answer never came: a lost response.
+    for exchange in on_attempt.iter().filter(|exchange| !exchange.answered() && exchange.entry.is_some()) {
+        let entry = exchange.entry.expect("filtered");
+        found.push(Found {
+            at_ns: exchange.request.time_ns.saturating_sub(50_000_000),
+            duration_ms: (ms(lease_ns) / 2).max(100),
+            runner: Some(runner.clone()),
+            variant: Variant::LostResponse,
+            because: vec![format!(
+                "{runner}'s {} on {} at {} reached the ledger (seq {}) but its answer never came (runner log event {}): a lost response",
+                exchange.request.f,
+                claim.attempt,
+                secs(exchange.request.time_ns),
+                seq_of(entry).unwrap_or(0),
+                exchange.request.index
+            )],
+        });
+    }
+    // Requests that reached the ledger long after they were sent: held in the network.
+    let slow: Vec<&&Exchange> =
+        on_attempt.iter().filter(|exchange| exchange.transit_ns().is_some_and(|transit| transit > slow_ns)).collect();
+    let mut groups: Vec<Vec<&&Exchange>> = Vec::new();
+    for exchange in slow {
+        match groups.last_mut() {
+            Some(group)
+                if exchange.request.time_ns
+                    <= group.last().map_or(0, |last| last.entry.map_or(0, |e| e.time_ns)) + lease_ns =>
+            {
+                group.push(exchange)
+            }
+            _ => groups.push(vec![exchange]),
+        }
+    }
+    for group in groups {
+        let mut transits: Vec<u64> = group.iter().filter_map(|exchange| exchange.transit_ns()).collect();
+        transits.sort_unstable();
+        let latency_ms = (ms(transits[transits.len() / 2]) / 10) * 10;
+        let first = group[0];
+        let last = group[group.len() - 1];
+        let start_ns = first.request.time_ns.saturating_sub(50_000_000);
+        let end_ns = last.request.time_ns + 100_000_000;
+        let seqs: Vec<String> =
+            group.iter().filter_map(|exchange| exchange.entry.and_then(seq_of)).map(|seq| seq.to_string()).collect();
+        let late_result = group.iter().any(|exchange| {
+            exchange.request.f == Op::Result
+                && exchange.entry.is_some_and(|entry| {
+                    lease_end_before(records, &claim.attempt, entry)
+                        .is_some_and(|end| entry.received_ms.unwrap_or(0) > end)
+                })
+        });
+        let mut because = vec![format!(
+            "{runner}'s control requests on {} from {} to {} reached the ledger {} to {} ms after it sent them (ledger seq {}): held in the network, a latency of {latency_ms} ms",
+            claim.attempt,
+            secs(first.request.time_ns),
+            secs(last.request.time_ns),
+            ms(transits[0]),
+            ms(*transits.last().unwrap_or(&0)),
+            seqs.join(", ")
+        )];
+        if late_result {
+            because.push("among them a result that arrived after its lease: a held report".to_string());
+        }
+        found.push(Found {
+            at_ns: start_ns,
+            duration_ms: ms(end_ns - start_ns).max(latency_ms + 100),
+            runner: Some(runner.clone()),
+            variant: Variant::Latency { latency_ms: latency_ms.max(10) },
+            because,
+        });
+    }
+    // Silence in the runner's whole log while it held the attempt: a pause, or a kill when
+    // it next claims afresh and never speaks of the attempt again.
+    let span_end = log
+        .iter()
+        .filter(|event| event.attempt.as_deref() == Some(claim.attempt.as_str()))
+        .map(|event| event.time_ns)
+        .max()
+        .unwrap_or(claim.at_ns);
+    let silent_ns = (lease_ns / 2).max(500_000_000);
+    let window: Vec<&&Event> = log.iter().filter(|event| event.time_ns >= claim.at_ns).collect();
+    for pair in window.windows(2) {
+        let (before, after) = (pair[0], pair[1]);
+        if after.time_ns - before.time_ns <= silent_ns || before.time_ns > span_end {
+            continue;
+        }
+        // A request outstanding across the silence that the ledger received late was held
+        // in the network, not the runner.
+        let held = all.iter().any(|exchange| {
+            exchange.request.time_ns <= before.time_ns
+                && exchange.end_ns() >= after.time_ns
+                && exchange.transit_ns().is_none_or(|transit| transit > slow_ns)
+                && exchange.answered()
+        });
+        let cut = all.iter().any(|exchange| {
+            exchange.request.time_ns <= before.time_ns && exchange.end_ns() >= after.time_ns && !exchange.answered()
+        });
+        // A runner that had sent its result was only waiting to send it again; one cut off
+        // was retrying: neither is a stopped runner.
+        let reported = on_attempt
+            .iter()
+            .any(|exchange| exchange.request.f == Op::Result && exchange.request.time_ns <= before.time_ns);
+        let in_cut = found.iter().any(|fault| {
+            matches!(fault.variant, Variant::ControlLink | Variant::CutLinks)
+                && fault.at_ns <= after.time_ns
+                && before.time_ns <= fault.at_ns + fault.duration_ms * 1_000_000
+        });
+        if held || cut || reported || in_cut {
+            continue;
+        }
+        let gap_ms = ms(after.time_ns - before.time_ns);
+        let abandoned = after.f == Op::Claim && after.time_ns > span_end;
+        let (variant, what) = if abandoned {
+            (Variant::KillRunner, "then claimed afresh and never spoke of it again: killed, started again")
+        } else {
+            (Variant::Pause, "then went on with it: stopped (a pause)")
+        };
+        found.push(Found {
+            at_ns: before.time_ns + 20_000_000,
+            duration_ms: gap_ms.max(100),
+            runner: Some(runner.clone()),
+            variant,
+            because: vec![format!(
+                "{runner}'s log is silent for {gap_ms} ms from {} (runner log events {} and {}) while it held {}, and it {what}",
+                secs(before.time_ns),
+                before.index,
+                after.index,
+                claim.attempt
+            )],
+        });
+    }
+    found
+}
+
+impl Exchange<'_> {
+    fn end_ns_index(&self) -> u64 {
+        self.answer.map_or(self.request.index, |answer| answer.index)
+    }
+}
+
+/// The lease the ledger had granted `attempt` before `entry` (server clock, ms).
+fn lease_end_before(records: &Records, attempt: &str, entry: &Event) -> Option<i64> {
+    let entry_seq = seq_of(entry)?;
+    records
+        .entries_of(attempt)
+        .iter()
+        .filter(|before| seq_of(before).is_some_and(|seq| seq < entry_seq))
+        .filter(|before| matches!(before.f, Op::Claim | Op::Heartbeat) && before.decision == Some(Decision::Accepted))
+        .filter_map(|before| before.lease_expires_ms)
+        .max()
+}
+
+/// Faults read off the ledger alone for one attempt (its runner's log absent): a gap in its
+/// reports over which the attempt expired or was taken over is a cut of its control link;
+/// a result received after its lease, with no such gap, a held report.
+fn from_ledger(records: &Records, claim: &Claim, lease_ns: u64) -> Vec<Found> {
+    let entries = records.entries_of(&claim.attempt);
+    let own: Vec<&&Event> = entries
+        .iter()
+        .filter(|entry| {
+            entry.runner.as_deref() == Some(claim.runner.as_str())
+                && matches!(entry.f, Op::Claim | Op::Heartbeat | Op::Capability | Op::Result)
+        })
+        .collect();
+    let closing = |from: u64, to: u64| {
+        records.ledger.iter().find(|entry| {
+            (from..=to).contains(&entry.time_ns)
+                && ((entry.f == Op::Expire && entry.attempt.as_deref() == Some(claim.attempt.as_str()))
+                    || (entry.f == Op::Claim
+                        && entry.job.as_deref() == Some(claim.job.as_str())
+                        && entry.attempt.as_deref() != Some(claim.attempt.as_str())))
+        })
+    };
+    let runner = &claim.runner;
+    let mut found = Vec::new();
+    let mut explained: BTreeSet<u64> = BTreeSet::new();
+    for pair in own.windows(2) {
+        let (before, after) = (pair[0], pair[1]);
+        let gap = after.time_ns - before.time_ns;
+        let superseded = closing(before.time_ns, after.time_ns);
+        if gap <= lease_ns / 2 && superseded.is_none() {
+            continue;
+        }
+        let Some(superseded) = superseded else { continue };
+        explained.insert(after.index);
+        found.push(Found {
+            at_ns: before.time_ns + 20_000_000,
+            duration_ms: ms(gap).max(100),
+            runner: Some(runner.clone()),
+            variant: Variant::ControlLink,
+            because: vec![format!(
+                "the ledger holds nothing from {runner} on {} between seq {} at {} and seq {} at {}, while {} (seq {}): its control link cut for {} ms",
+                claim.attempt,
+                seq_of(before).unwrap_or(0),
+                secs(before.time_ns),
+                seq_of(after).unwrap_or(0),
+                secs(after.time_ns),
+                if superseded.f == Op::Expire { "the attempt expired".to_string() } else { format!("{} was claimed", superseded.attempt.as_deref().unwrap_or("another attempt")) },
+                seq_of(superseded).unwrap_or(0),
+                ms(gap)
+            )],
+        });
+    }
+    if let Some(last) = own.last() {
+        let expired = closing(last.time_ns, records.end_ns);
+        if last.f != Op::Result {
+            if let Some(expired) = expired {
+                let closed = entries
+                    .iter()
+                    .find(|entry| entry.f == Op::Reconcile)
+                    .map_or(expired.time_ns, |entry| entry.time_ns);
+                let until = closed.max(expired.time_ns) + lease_ns;
+                found.push(Found {
+                    at_ns: last.time_ns + 20_000_000,
+                    duration_ms: ms(until - last.time_ns).max(100),
+                    runner: Some(runner.clone()),
+                    variant: Variant::ControlLink,
+                    because: vec![format!(
+                        "{runner} was not heard on {} after seq {} at {}, and the attempt was superseded (seq {}): played as a cut of its control link until a lease after it was closed (a kill, a pause or a cut, the ledger cannot tell)",
+                        claim.attempt,
+                        seq_of(last).unwrap_or(0),
+                        secs(last.time_ns),
+                        seq_of(expired).unwrap_or(0)
+                    )],
+                });
+            }
+        }
+    }
+    for result in own.iter().filter(|entry| entry.f == Op::Result && !explained.contains(&entry.index)) {
+        let Some(end) = lease_end_before(records, &claim.attempt, result) else { continue };
+        let Some(received) = result.received_ms else { continue };
+        if received <= end {
+            continue;
+        }
+        let before =
+            own.iter().rev().find(|entry| entry.time_ns < result.time_ns).map_or(claim.at_ns, |entry| entry.time_ns);
+        let held_ms = ms(result.time_ns - before);
+        found.push(Found {
+            at_ns: before + 20_000_000,
+            duration_ms: held_ms + 100,
+            runner: Some(runner.clone()),
+            variant: Variant::Latency { latency_ms: (held_ms / 10 * 10).max(10) },
+            because: vec![format!(
+                "{runner}'s result for {} (seq {}) arrived {} ms after its lease ended: a held report, latency on its control link from its report before (when it was sent, the runner's log would tell)",
+                claim.attempt,
+                seq_of(result).unwrap_or(0),
+                received - end
+            )],
+        });
+    }
+    found
+}
+
+/// Runner clocks the ledger shows off: each runner's reports on the chosen attempts whose
+/// `observed_ms` stands well away from `received_ms` (the transit taken off where its log
+/// gives it), in runs of about one offset, each a skew for its stretch.
+fn skews(records: &Records, held: &[&Claim], lease_ns: u64) -> Vec<Found> {
+    let threshold_ms = (2 * ms(lease_ns)).max(2_000) as i64;
+    let mut found = Vec::new();
+    let runners: BTreeSet<&str> = held.iter().map(|claim| claim.runner.as_str()).collect();
+    for runner in runners {
+        let transits: BTreeMap<u64, u64> = records
+            .logs
+            .get(runner)
+            .map(|log| {
+                exchanges(records, log, lease_ns)
+                    .iter()
+                    .filter_map(|exchange| Some((exchange.entry?.index, exchange.transit_ns()?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let attempts: BTreeSet<&str> =
+            held.iter().filter(|claim| claim.runner == runner).map(|claim| claim.attempt.as_str()).collect();
+        let offsets: Vec<(&Event, i64)> = records
+            .ledger
+            .iter()
+            .copied()
+            .filter(|entry| entry.runner.as_deref() == Some(runner))
+            .filter(|entry| {
+                entry.attempt.as_deref().is_some_and(|attempt| attempts.contains(attempt)) || entry.f == Op::Claim
+            })
+            .filter_map(|entry| {
+                let transit = transits.get(&entry.index).map_or(0, |ns| ms(*ns) as i64);
+                Some((entry, entry.observed_ms? - entry.received_ms? + transit))
+            })
+            .collect();
+        let mut run: Vec<(&Event, i64)> = Vec::new();
+        let mut flush = |run: &mut Vec<(&Event, i64)>, next: Option<&Event>, before: Option<&Event>| {
+            if run.is_empty() {
+                return;
+            }
+            let mut values: Vec<i64> = run.iter().map(|(_, offset)| *offset).collect();
+            values.sort_unstable();
+            let offset = values[values.len() / 2] / 100 * 100;
+            let first = run[0].0;
+            let last = run[run.len() - 1].0;
+            let start = before
+                .map_or(first.time_ns.saturating_sub(lease_ns / 4), |before| (before.time_ns + first.time_ns) / 2);
+            let end = next.map_or(last.time_ns + lease_ns / 4, |next| (last.time_ns + next.time_ns) / 2);
+            found.push(Found {
+                at_ns: start,
+                duration_ms: ms(end.saturating_sub(start)).max(100),
+                runner: Some(runner.to_string()),
+                variant: Variant::StaticSkew { offset_ms: offset },
+                because: vec![format!(
+                    "{runner}'s clock stood {offset} ms off the server's in ledger seq {} to {} ({} to {}; observed_ms against received_ms): its clock skewed for that stretch",
+                    seq_of(first).unwrap_or(0),
+                    seq_of(last).unwrap_or(0),
+                    secs(first.time_ns),
+                    secs(last.time_ns)
+                )],
+            });
+            run.clear();
+        };
+        // The entry before the current run.
+        let mut before: Option<&Event> = None;
+        let mut previous: Option<&Event> = None;
+        for (entry, offset) in offsets {
+            let skewed = offset.abs() >= threshold_ms;
+            let same = run.first().is_none_or(|(_, first)| (offset - first).abs() <= (first.abs() / 5).max(1_000));
+            if !(skewed && same) {
+                flush(&mut run, Some(entry), before);
+                before = previous;
+            }
+            if skewed {
+                run.push((entry, offset));
+            }
+            previous = Some(entry);
+        }
+        flush(&mut run, None, before);
+    }
+    found
+}
+
+/// Control-plane restarts the records show while the chosen jobs ran: an answer whose ledger
+/// entry the ledger no longer holds (what it acknowledged was lost: it restarted after), or
+/// every runner with a log losing the control plane at once.
+fn restarts(records: &Records, jobs: &[PlayedJob], lease_ns: u64) -> Vec<Found> {
+    let span = |at: u64| jobs.iter().any(|job| (job.submit_ns..=job.end_ns + lease_ns).contains(&at));
+    let mut found: Vec<Found> = Vec::new();
+    for (runner, log) in &records.logs {
+        for answer in log.iter().filter(|event| event.kind == EventType::Response && span(event.time_ns)) {
+            let Some(seq) = ledger_seq_of(answer) else { continue };
+            let held =
+                records.by_seq.get(&seq).is_some_and(|entry| entry.f == answer.f && entry.attempt == answer.attempt);
+            if held || records.ledger.is_empty() {
+                continue;
+            }
+            // The restart came after the answer, before the ledger's next entry.
+            let next = records
+                .ledger
+                .iter()
+                .find(|entry| entry.time_ns > answer.time_ns)
+                .map_or(answer.time_ns, |entry| entry.time_ns);
+            let at_ns = answer.time_ns + (next.saturating_sub(answer.time_ns) / 2).min(lease_ns / 2);
+            if found.iter().any(|fault| fault.at_ns.abs_diff(at_ns) < lease_ns) {
+                continue;
+            }
+            found.push(Found {
+                at_ns,
+                duration_ms: 0,
+                runner: None,
+                variant: Variant::RestartControl,
+                because: vec![format!(
+                    "{runner} was answered at {} with ledger seq {seq} ({} {}), which the ledger does not hold: what the control plane acknowledged was lost, a restart after it",
+                    secs(answer.time_ns),
+                    answer.f,
+                    answer.attempt.as_deref().unwrap_or("-")
+                )],
+            });
+        }
+    }
+    // Every runner's requests refused at once (two or more runners, within a tenth of a lease).
+    let refused: Vec<(u64, &str)> = records
+        .logs
+        .iter()
+        .flat_map(|(runner, log)| {
+            log.iter()
+                .filter(|event| event.kind == EventType::Info && event.f != Op::Step && span(event.time_ns))
+                .map(move |event| (event.time_ns, runner.as_str()))
+        })
+        .collect();
+    let active = records.logs.len();
+    if active >= 2 {
+        let mut sorted = refused.clone();
+        sorted.sort_unstable();
+        for (at, _) in &sorted {
+            let within: BTreeSet<&str> = sorted
+                .iter()
+                .filter(|(other, _)| (*at..=*at + lease_ns / 10).contains(other))
+                .map(|(_, runner)| *runner)
+                .collect();
+            if within.len() == active && !found.iter().any(|fault| fault.at_ns.abs_diff(*at) < 2 * lease_ns) {
+                let runners: Vec<&str> = within.into_iter().collect();
+                found.push(Found {
+                    at_ns: at.saturating_sub(20_000_000),
+                    duration_ms: 0,
+                    runner: None,
+                    variant: Variant::RestartControl,
+                    because: vec![format!(
+                        "every runner ({}) lost the control plane at {}: a control-plane restart",
+                        runners.join(", "),
+                        secs(*at)
+                    )],
+                });
+            }
+        }
+    }
+    found
+}
+
+/// The ledger entries some runner's log sent (matched to its requests).
+fn sent_entries(records: &Records, lease_ns: u64) -> BTreeSet<u64> {
+    let logs = records.logs.values();
+    let all = logs.flat_map(|log| exchanges(records, log, lease_ns));
+    all.filter_map(|exchange| exchange.entry.map(|entry| entry.index)).collect()
+}
+
+/// Reports the ledger holds for this attempt under a runner whose log never sent them
+/// (`sent`: the entries the logs did send). A runner without a log says nothing either way.
+fn forged_reports<'a>(records: &Records<'a>, claim: &Claim, sent: &BTreeSet<u64>) -> Vec<Forged<'a>> {
+    let job_entries = records.job_entries(&claim.job);
+    records
+        .ledger
+        .iter()
+        .copied()
+        .filter(|entry| {
+            entry.attempt.as_deref() == Some(claim.attempt.as_str())
+                && matches!(entry.f, Op::Heartbeat | Op::Capability | Op::Result)
+                && entry.runner.as_deref().is_some_and(|runner| records.logs.contains_key(runner))
+                && !sent.contains(&entry.index)
+        })
+        .map(|entry| {
+            let on_job = records.job_entries(entry.job.as_deref().unwrap_or(&claim.job));
+            let entries = if entry.job.as_deref() == Some(claim.job.as_str()) { &job_entries } else { &on_job };
+            let after = entries
+                .iter()
+                .copied()
+                .filter(|before| seq_of(before) < seq_of(entry))
+                .filter(|before| before.f != Op::Heartbeat && before.f != Op::Capability)
+                .last();
+            Forged { entry, after }
+        })
+        .collect()
+}
+
+/// Faults found twice (an attempt after another on one runner, a skew seen from both) are
+/// kept once: the same variant on the same runner overlapping in time becomes one window.
+fn merge_overlaps(found: &mut Vec<Found>) {
+    found.sort_by_key(|fault| fault.at_ns);
+    let mut merged: Vec<Found> = Vec::new();
+    for fault in found.drain(..) {
+        let same = merged.iter_mut().rev().find(|kept| {
+            kept.runner == fault.runner
+                && match (&kept.variant, &fault.variant) {
+                    // Two offsets are two skews.
+                    (Variant::StaticSkew { .. }, _) => kept.variant == fault.variant,
+                    (kept, fault) => std::mem::discriminant(kept) == std::mem::discriminant(fault),
+                }
+                && fault.at_ns <= kept.at_ns + kept.duration_ms * 1_000_000
+        });
+        match same {
+            Some(kept) => {
+                let end = (kept.at_ns + kept.duration_ms * 1_000_000).max(fault.at_ns + fault.duration_ms * 1_000_000);
+                kept.duration_ms = ms(end - kept.at_ns);
+                for because in fault.because {
+                    if !kept.because.contains(&because) {
+                        kept.because.push(because);
+                    }
+                }
+            }
+            None => merged.push(fault),
+        }
+    }
+    for fault in &mut merged {
+        fault.duration_ms = fault.duration_ms.min(workloads::scenario::FAULT_DURATION_MAX_MS);
+    }
+    *found = merged;
+}
