@@ -13,6 +13,7 @@ mod conform;
 mod containers;
 mod diff;
 mod evidence;
+mod import;
 mod links;
 mod liveness;
 mod matrix;

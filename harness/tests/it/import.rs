@@ -1,0 +1,163 @@
+//! `fencelab import`: an incident's records — a caught run of a planted bug cut to its ledger
+//! and runners' logs, what production keeps, assembled by `fencelab evidence` — become a
+//! scenario that fails on the buggy lab and passes on the correct one; bad input exits 254
+//! and writes nothing.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::Duration;
+
+use history::{EventType, Process};
+
+/// Longest one command may take (generous: the machine may be loaded).
+const WAIT_MAX: Duration = Duration::from_secs(180);
+
+async fn fencelab(args: &[&OsStr]) -> (Option<i32>, String) {
+    super::fencelab_output(args, WAIT_MAX).await
+}
+
+/// The run's history cut to its ledger (as `GET /v1/ledger` answers it, `mono_ns` on the
+/// run's clock) and each runner's log, written into `dir`; the evidence's arguments.
+fn production_records(events: &[history::Event], dir: &Path) -> Vec<String> {
+    let mut ledger = Vec::new();
+    let mut logs: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for event in events {
+        match &event.process {
+            Process::Runner(id) => {
+                let mut line = serde_json::to_value(event).unwrap();
+                line.as_object_mut().unwrap().remove("index");
+                logs.entry(id.clone()).or_default().push(line.to_string());
+            }
+            _ if event.kind == EventType::Ledger => {
+                let value = event.value.clone().unwrap_or_default();
+                let entry = protocol::LedgerEntry {
+                    seq: value["seq"].as_u64().unwrap(),
+                    kind: event.f,
+                    project: event.project.clone().unwrap_or_default(),
+                    job: event.job.clone().unwrap(),
+                    attempt: event.attempt.clone(),
+                    runner: event.runner.clone(),
+                    fence: event.fence,
+                    deployment_key: event.key.clone().unwrap_or_default(),
+                    decision: event.decision,
+                    reason: event.reason.clone(),
+                    recorded_as: value["recorded_as"].as_str().and_then(history::RecordedAs::parse),
+                    outcome: event.outcome.as_deref().and_then(history::OutcomeWord::parse),
+                    received_ms: event.received_ms.unwrap(),
+                    observed_ms: event.observed_ms,
+                    mono_ns: event.time_ns,
+                    lease_expires_ms: event.lease_expires_ms,
+                };
+                ledger.push(serde_json::to_string(&entry).unwrap());
+            }
+            _ => {}
+        }
+    }
+    let ledger_path = dir.join("ledger.jsonl");
+    std::fs::write(&ledger_path, ledger.join("\n") + "\n").unwrap();
+    let mut args = vec!["--ledger".to_string(), ledger_path.display().to_string()];
+    for (runner, lines) in logs {
+        let path = dir.join(format!("runner-{runner}.jsonl"));
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        args.extend(["--runner-log".to_string(), path.display().to_string()]);
+    }
+    args
+}
+
+/// A caught `accept-stale-result` run, cut to its ledger and runner logs and assembled,
+/// imports into a scenario that names the incident's ledger entries; the scenario fails on
+/// the buggy lab with the incident's checker invalid, and passes on the correct lab.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_imported_incident_fails_on_the_buggy_lab_and_passes_on_the_correct_one() {
+    let args = ["--time-limit", "8", "--bug", "accept-stale-result", "--nemesis", "reconnects"];
+    let (finished, repeat) = super::run::caught(&args).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut evidence: Vec<String> = vec!["evidence".into()];
+    evidence.extend(production_records(&finished.history(), dir.path()));
+    let folder = dir.path().join("incident");
+    evidence.extend(["--lease-ms".into(), "1000".into(), "--out".into(), folder.display().to_string()]);
+    let words: Vec<&OsStr> = evidence.iter().map(OsStr::new).collect();
+    let (code, output) = fencelab(&words).await;
+    assert_eq!(code, Some(0), "{output}");
+    let scenario = dir.path().join("incident.toml");
+    let import = [OsStr::new("import"), folder.as_os_str(), OsStr::new("--out"), scenario.as_os_str()];
+    let (code, output) = fencelab(&import).await;
+    assert_eq!(code, Some(0), "{output} ({repeat})");
+    let text = std::fs::read_to_string(&scenario).unwrap();
+    assert!(text.contains("ledger seq"), "the steps name the ledger entries they come from:\n{text}");
+    assert!(text.contains("checker = \"stale-completion\""), "{text}");
+    let store = dir.path().join("store");
+    let run = |variant: Option<&'static str>| {
+        let (scenario, store) = (scenario.clone(), store.join(variant.unwrap_or("correct")));
+        async move {
+            let mut words = vec!["scenario".into(), "run".into(), scenario.into_os_string()];
+            words.extend(["--store".into(), store.into_os_string()]);
+            if let Some(variant) = variant {
+                words.extend(["--variant".into(), variant.into()]);
+            }
+            let words: Vec<&OsStr> = words.iter().map(|word: &std::ffi::OsString| word.as_os_str()).collect();
+            fencelab(&words).await
+        }
+    };
+    let (buggy, correct) = tokio::join!(run(Some("accept-stale-result")), run(None));
+    assert_eq!(buggy.0, Some(1), "the bug's anomaly again ({repeat}):\n{text}\n{}", buggy.1);
+    assert!(buggy.1.contains("stale-completion"), "{}", buggy.1);
+    assert_eq!(correct.0, Some(0), "the correct lab passes ({repeat}):\n{text}\n{}", correct.1);
+}
+
+/// A missing folder, a folder without a history, a history with a line that cannot be read,
+/// and records with no anomaly: exit 254, and no scenario written.
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_exits_254_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.toml");
+    let import = |folder: &Path| {
+        let (folder, out) = (folder.to_path_buf(), out.clone());
+        async move {
+            let words = [OsStr::new("import"), folder.as_os_str(), OsStr::new("--out"), out.as_os_str()];
+            fencelab(&words).await
+        }
+    };
+    let (code, output) = import(&dir.path().join("nowhere")).await;
+    assert_eq!(code, Some(254), "{output}");
+    assert!(output.contains("no such folder"), "{output}");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let (code, output) = import(&empty).await;
+    assert_eq!(code, Some(254), "{output}");
+    assert!(output.contains("history.jsonl"), "{output}");
+    let torn = dir.path().join("torn");
+    std::fs::create_dir_all(&torn).unwrap();
+    std::fs::write(torn.join("history.jsonl"), "{\"index\":0,\"time_ns\":0,\"process\":\"cont").unwrap();
+    let (code, output) = import(&torn).await;
+    assert_eq!(code, Some(254), "{output}");
+    assert!(output.contains("line 1"), "the line is named: {output}");
+    // A clean ledger: claimed, heartbeat, succeeded.
+    let clean = dir.path().join("clean");
+    std::fs::create_dir_all(&clean).unwrap();
+    let ledger = clean.join("ledger.jsonl");
+    std::fs::write(
+        &ledger,
+        r#"{"seq":1,"kind":"submit","project":"p","job":"j","deployment_key":"k","received_ms":1000,"mono_ns":10}
+{"seq":2,"kind":"claim","project":"p","job":"j","attempt":"j-a1","runner":"r1","fence":1,"deployment_key":"k","decision":"accepted","received_ms":1001,"mono_ns":1000000,"lease_expires_ms":2001}
+{"seq":3,"kind":"result","project":"p","job":"j","attempt":"j-a1","runner":"r1","fence":1,"deployment_key":"k","decision":"accepted","outcome":"succeeded","received_ms":1500,"mono_ns":500000000}
+"#,
+    )
+    .unwrap();
+    let evidence = clean.join("evidence");
+    let words = [
+        OsStr::new("evidence"),
+        OsStr::new("--ledger"),
+        ledger.as_os_str(),
+        OsStr::new("--lease-ms"),
+        OsStr::new("1000"),
+        OsStr::new("--out"),
+        evidence.as_os_str(),
+    ];
+    let (code, output) = fencelab(&words).await;
+    assert_eq!(code, Some(0), "{output}");
+    let (code, output) = import(&evidence).await;
+    assert_eq!(code, Some(254), "{output}");
+    assert!(output.contains("no anomaly"), "{output}");
+    assert!(!out.exists(), "bad input writes nothing");
+}
