@@ -392,6 +392,9 @@ struct Forged<'a> {
     after: Option<&'a Event>,
 }
 
+/// A played report: its step, the wait before it (and why), and its comments.
+type PlayedReport = (Action, Option<(Condition, String)>, Vec<String>);
+
 /// The scenario being made.
 struct Plan {
     name: String,
@@ -716,12 +719,7 @@ impl Plan {
 
     /// A report the ledger holds that its runner never sent, as a played step, with the
     /// wait for the ledger entry it came after.
-    fn played_report(
-        &self,
-        records: &Records,
-        report: &Forged,
-        lease_ns: u64,
-    ) -> Option<(Action, Option<(Condition, String)>, Vec<String>)> {
+    fn played_report(&self, records: &Records, report: &Forged, lease_ns: u64) -> Option<PlayedReport> {
         let entry = report.entry;
         let runner = self.runners.get(entry.runner.as_deref()?)?.clone();
         let job = entry.job.clone()?;
@@ -1145,7 +1143,7 @@ fn from_log(records: &Records, claim: &Claim, log: &[&Event], lease_ns: u64) -> 
             Some(next) => because.push(format!(
                 "its next one, at {}, was answered{}: its control link cut for {} ms",
                 secs(next),
-                on_attempt[at].entry.and_then(|entry| seq_of(entry)).map_or(String::new(), |seq| format!(" (ledger seq {seq})")),
+                on_attempt[at].entry.and_then(seq_of).map_or(String::new(), |seq| format!(" (ledger seq {seq})")),
                 ms(end_ns - start_ns)
             )),
             None => because.push(format!(
@@ -1599,12 +1597,9 @@ fn forged_reports<'a>(records: &Records<'a>, claim: &Claim, sent: &BTreeSet<u64>
         .map(|entry| {
             let on_job = records.job_entries(entry.job.as_deref().unwrap_or(&claim.job));
             let entries = if entry.job.as_deref() == Some(claim.job.as_str()) { &job_entries } else { &on_job };
-            let after = entries
-                .iter()
-                .copied()
-                .filter(|before| seq_of(before) < seq_of(entry))
-                .filter(|before| before.f != Op::Heartbeat && before.f != Op::Capability)
-                .last();
+            let after = entries.iter().rev().copied().find(|before| {
+                seq_of(before) < seq_of(entry) && before.f != Op::Heartbeat && before.f != Op::Capability
+            });
             Forged { entry, after }
         })
         .collect()
