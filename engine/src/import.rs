@@ -155,7 +155,7 @@ struct Records<'a> {
     claims: Vec<Claim>,
     /// Job → (deployment key, submit time, submit seq).
     submits: BTreeMap<String, (Option<String>, u64, Option<u64>)>,
-    config: serde_json::Value,
+    config: history::Config,
     has_target_log: bool,
     /// The end of the records.
     end_ns: u64,
@@ -237,11 +237,7 @@ impl<'a> Records<'a> {
             }
         }
         claims.sort_by_key(|claim| claim.at_ns);
-        let config = events
-            .iter()
-            .find(|event| event.f == Op::Config && event.process == Process::HARNESS)
-            .and_then(|event| event.value.clone())
-            .unwrap_or(serde_json::Value::Null);
+        let config = events.iter().find_map(history::Config::of).unwrap_or_default();
         Records {
             ledger,
             by_seq,
@@ -260,7 +256,7 @@ impl<'a> Records<'a> {
 
     /// The lease policy: the config's, else the longest lease a claim was granted.
     fn lease_ms(&self) -> (u64, Option<String>) {
-        if let Some(lease) = self.config.get("lease_ms").and_then(serde_json::Value::as_u64) {
+        if let Some(lease) = self.config.lease_ms {
             return (lease, None);
         }
         let granted = self.ledger.iter().filter(|entry| entry.f == Op::Claim).filter_map(|entry| {
@@ -617,7 +613,7 @@ impl Plan {
     /// what the records show.
     fn settings(&mut self, records: &Records, unknowns: &mut Vec<String>) {
         let config = &records.config;
-        let number = |key: &str| config.get(key).and_then(serde_json::Value::as_u64);
+        let number = |key: &str| config.rest.get(key).and_then(serde_json::Value::as_u64);
         self.heartbeat_interval_ms = number("heartbeat_interval_ms").or_else(|| heartbeat_interval(records));
         if let Some(interval) = self.heartbeat_interval_ms {
             if interval == 0 || interval >= self.lease_ms {
@@ -626,7 +622,7 @@ impl Plan {
         }
         self.reconcile_after_ms =
             number("reconcile_after_ms").or_else(|| reconcile_after(records)).map(|ms| ms.min(600_000));
-        match config.get("target_mode").and_then(serde_json::Value::as_str) {
+        match config.target_mode.as_deref() {
             Some(mode) => self.target_mode = mode.to_string(),
             None => unknowns.push(if records.has_target_log {
                 "the target's mode is not in the records: `fenced` assumed".to_string()

@@ -245,8 +245,16 @@ const CONFIG_EVENT_OWNER: &str = "history/src/config.rs";
 const CONFIG_EVENT_KEYS: &[&str] =
     &["get(\"lease_ms\")", "get(\"renewal_margin_ms\")", "get(\"target_mode\")", "pointer(\"/system/"];
 
-/// The crates whose verdicts and reports read the `config` event: only through its type.
-const CONFIG_EVENT_READERS: &[&str] = &["checkers/", "results/"];
+/// The crates and modules whose verdicts, reports and imports read the `config` event: only
+/// through its type.
+const CONFIG_EVENT_READERS: &[&str] = &[
+    "checkers/",
+    "results/",
+    "engine/src/check.rs",
+    "engine/src/evidence.rs",
+    "engine/src/audit.rs",
+    "engine/src/import.rs",
+];
 
 /// A `config` event built (`Event::new` or a recorder's `record` given `Op::Config`)
 /// outside its owner, or, in a checker or report, one of its keys read by hand; a file's
