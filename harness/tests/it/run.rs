@@ -107,10 +107,22 @@ pub fn schedule_file(dir: &std::path::Path, faults: &[serde_json::Value]) -> Str
 }
 
 /// A run of two busy runners with exactly the faults of `faults`, and `extra` flags (a
-/// planted bug, say), whatever its verdict.
+/// planted bug, say), whatever its verdict: jobs of 4 to 6 steps of 150 to 250 ms.
 async fn scheduled(faults: Vec<serde_json::Value>, rate_per_s: &str, extra: &[&str]) -> Finished {
+    scheduled_jobs(faults, rate_per_s, (4, 6), (150, 250), extra).await
+}
+
+/// As [`scheduled`], with jobs of `steps` (least, most) steps of `step_ms` (least, most) ms.
+async fn scheduled_jobs(
+    faults: Vec<serde_json::Value>,
+    rate_per_s: &str,
+    steps: (u32, u32),
+    step_ms: (u64, u64),
+    extra: &[&str],
+) -> Finished {
     let dir = tempfile::tempdir().unwrap();
     let schedule = schedule_file(dir.path(), &faults);
+    let words = [steps.0.to_string(), steps.1.to_string(), step_ms.0.to_string(), step_ms.1.to_string()];
     let args = [
         "--seed",
         "1",
@@ -123,13 +135,13 @@ async fn scheduled(faults: Vec<serde_json::Value>, rate_per_s: &str, extra: &[&s
         "--rate",
         rate_per_s,
         "--steps-min",
-        "4",
+        &words[0],
         "--steps-max",
-        "6",
+        &words[1],
         "--step-ms-min",
-        "150",
+        &words[2],
         "--step-ms-max",
-        "250",
+        &words[3],
         "--recovery-limit",
         "60",
         "--schedule",
@@ -212,40 +224,13 @@ async fn a_replayed_result_is_acknowledged_as_a_duplicate() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_response_makes_the_runner_retry_into_a_duplicate() {
-    // Jobs of one 4-s step, so that the window opens (at 2 s) while r1 is inside its first
-    // job's only step, its capability already redeemed: whatever a loaded machine delays,
-    // its success is sent inside the window, before its deadline (a 6-s lease), and one of
-    // its 8 tries (4.5 s of back-off) lands after the heal (at 7 s).
-    let dir = tempfile::tempdir().unwrap();
+    // Jobs of one 4-s step (the first two submitted at 1.1 s and 1.5 s with this seed and
+    // rate), so that the window opens (at 2 s) while r1 is inside its first job's only step,
+    // its capability already redeemed: whatever a loaded machine delays, its success is sent
+    // inside the window, before its deadline (a 6-s lease), and one of its 8 tries (4.5 s of
+    // back-off) lands after the heal (at 7 s).
     let lost = fault("duplicate-results", Some(0), 2_000, 5_000, json!({"how": "lost-response"}));
-    let schedule = schedule_file(dir.path(), &[lost]);
-    let args = [
-        "--seed",
-        "1",
-        "--time-limit",
-        "8",
-        "--runners",
-        "2",
-        "--keys",
-        "2",
-        "--rate",
-        "4",
-        "--lease-ms",
-        "6000",
-        "--steps-min",
-        "1",
-        "--steps-max",
-        "1",
-        "--step-ms-min",
-        "4000",
-        "--step-ms-max",
-        "4000",
-        "--recovery-limit",
-        "60",
-        "--schedule",
-        &schedule,
-    ];
-    let finished = run(&args).await;
+    let finished = scheduled_jobs(vec![lost], "2", (1, 1), (4_000, 4_000), &["--lease-ms", "6000"]).await;
     assert_eq!(finished.code, Some(0), "{}", context(&finished));
     let events = finished.history();
     let duplicates: Vec<&Event> = ledger(&events, Op::Result)
