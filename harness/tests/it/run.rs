@@ -241,10 +241,15 @@ async fn a_lost_response_makes_the_runner_retry_into_a_duplicate() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_conflicting_result_is_recorded_and_the_outcome_stays() {
-    let finished = one_fault(fault("conflicting-results", Some(0), 4_000, 0, json!({"how": "conflict"}))).await;
+    // The conflict resends r1's last accepted result, so r1 must have had one accepted by 4 s:
+    // on a 600-ms lease a loaded machine's r1 self-fenced job after job and had none (a soak
+    // pass); a 2-s lease it meets.
+    let conflict = fault("conflicting-results", Some(0), 4_000, 0, json!({"how": "conflict"}));
+    let finished = scheduled(vec![conflict], "4", &["--lease-ms", "2000"]).await;
+    assert_eq!(finished.code, Some(0), "{}", context(&finished));
     let events = finished.history();
-    let nemesis =
-        events.iter().find(|event| event.process == Process::NEMESIS && event.kind == EventType::Ok).expect("sent");
+    let nemesis = events.iter().find(|event| event.process == Process::NEMESIS && event.kind == EventType::Ok);
+    let Some(nemesis) = nemesis else { panic!("the conflict was never sent; {}", context(&finished)) };
     assert_eq!(nemesis.decision, Some(Decision::Conflict), "{}", context(&finished));
     let job = nemesis.job.clone().unwrap();
     let committed = ledger(&events, Op::Result)
