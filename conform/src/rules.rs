@@ -511,6 +511,19 @@ fn reports(claim: &ClaimRef, capabilities: bool) -> Vec<(&'static str, serde_jso
 async fn untouched(s: &Session, owner: &Runner, claim: &ClaimRef) -> Result<Option<String>, Finding> {
     let view = s.view(&claim.job).await?;
     let attempt = view.attempts.iter().find(|a| a.id == claim.attempt);
+    // A requeue that closed the claim once its lease had really ended is the system's expiry,
+    // not the probes' doing: the try is late (a slow machine), as a heartbeat refused
+    // `expired` says for a system that keeps the attempt open.
+    let requeued_late = attempt.and_then(|a| {
+        let ended = a.lease_expires_ms.filter(|end| *end <= now_ms())?;
+        (a.closed_by == Some(ClosedBy::ExpiredRequeued)).then_some(ended)
+    });
+    if let Some(ended) = requeued_late {
+        return Ok(Some(format!(
+            "{}'s lease had ended (at {ended} ms) and it was requeued before the probes were judged",
+            claim.attempt
+        )));
+    }
     ensure(view.outcome.is_none() && attempt.is_some_and(|a| a.closed_by.is_none()), || {
         format!("reports naming another claim changed job {}: {:?}, attempt {attempt:?}", claim.job, view.state)
     })?;
