@@ -421,6 +421,9 @@ struct PlayedJob {
     submit_ns: u64,
     end_ns: u64,
     first_runner: Option<String>,
+    /// The played job whose attempt held this job's key when it was submitted, so that its
+    /// first claim waited for the key (and is not pinned to a runner).
+    waited_for: Option<String>,
 }
 
 /// The order anomalies are taken in: by the first event each cites.
@@ -580,9 +583,30 @@ impl Plan {
                 .iter()
                 .find(|claim| &claim.job == job && claim.number == 1)
                 .map(|claim| plan.runners[&claim.runner].clone());
-            plan.jobs.push(PlayedJob { id: job.clone(), key, steps, step_ms, submit_ns, end_ns, first_runner });
+            let job =
+                PlayedJob { id: job.clone(), key, steps, step_ms, submit_ns, end_ns, first_runner, waited_for: None };
+            plan.jobs.push(job);
         }
         plan.jobs.sort_by_key(|job| job.submit_ns);
+        // A first claim that waited for another played job's hold on the key went to whichever
+        // runner was free when the key was: which one that is, the scenario cannot arrange.
+        let first_claim = |job: &str| held.iter().find(|claim| claim.job == job).map(|claim| claim.at_ns);
+        for at in 0..plan.jobs.len() {
+            let job = &plan.jobs[at];
+            let waited_for = plan.jobs.iter().find(|other| {
+                other.id != job.id
+                    && other.key == job.key
+                    && other.end_ns > job.submit_ns
+                    && match (first_claim(&other.id), first_claim(&job.id)) {
+                        (Some(before), Some(ours)) => before < ours,
+                        _ => false,
+                    }
+            });
+            if let Some(other) = waited_for.map(|other| other.id.clone()) {
+                plan.jobs[at].first_runner = None;
+                plan.jobs[at].waited_for = Some(other);
+            }
+        }
         // Faults and forged reports, each attempt of the chosen jobs in turn.
         let mut found: Vec<Found> = Vec::new();
         for claim in &held {
@@ -661,6 +685,12 @@ impl Plan {
                     "its first attempt is claimed by the runner that held it; later ones by whichever runner is free"
                         .into(),
                 );
+            }
+            if let Some(other) = &job.waited_for {
+                said.push(format!(
+                    "its first attempt waited for {other}'s hold on key {}: claimed by whichever runner is free then",
+                    job.key
+                ));
             }
             let action = Action::Submit {
                 job: job.id.clone(),

@@ -101,7 +101,7 @@ async fn an_imported_incident_names_its_ledger_entries_and_passes_on_the_correct
     // The buggy lab's reproduction depends on the incident's timing being met again, and is
     // measured over runs rather than asserted on one; the correct lab must pass every time.
     let correct = run(None).await;
-    assert_eq!(correct.0, Some(0), "the correct lab passes ({repeat}):\n{text}\n{}", correct.1);
+    assert_eq!(correct.0, Some(0), "the correct lab passes ({repeat}):\n{}\n{text}", correct.1);
 }
 
 /// A missing folder, a folder without a history, a history with a line that cannot be read,
@@ -159,4 +159,55 @@ async fn bad_input_exits_254_and_writes_nothing() {
     assert_eq!(code, Some(254), "{output}");
     assert!(output.contains("no anomaly"), "{output}");
     assert!(!out.exists(), "bad input writes nothing");
+}
+
+/// A ledger where `j2`, on `j1`'s key, was claimed by another runner while `j1`'s lease still
+/// held it: its first claim came when `j1`'s hold allowed it, so which runner took it is not
+/// the scenario's to arrange. The import pins `j1` to its runner and leaves `j2` to whichever
+/// runner is free, saying so; pinning `j2` made a correct lab fail the scenario whenever
+/// another runner freed up first (`\`j2\` was claimed by r1, not r2`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_claimed_after_another_held_its_key_is_not_pinned_to_a_runner() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger.jsonl");
+    std::fs::write(
+        &ledger,
+        r#"{"seq":1,"kind":"submit","project":"p","job":"j1","deployment_key":"k","received_ms":1000,"mono_ns":10}
+{"seq":2,"kind":"submit","project":"p","job":"j2","deployment_key":"k","received_ms":1010,"mono_ns":10000000}
+{"seq":3,"kind":"claim","project":"p","job":"j1","attempt":"j1-a1","runner":"ra","fence":1,"deployment_key":"k","decision":"accepted","received_ms":1020,"mono_ns":20000000,"lease_expires_ms":2020}
+{"seq":4,"kind":"claim","project":"p","job":"j2","attempt":"j2-a1","runner":"rb","fence":2,"deployment_key":"k","decision":"accepted","received_ms":1500,"mono_ns":500000000,"lease_expires_ms":2500}
+{"seq":5,"kind":"result","project":"p","job":"j1","attempt":"j1-a1","runner":"ra","fence":1,"deployment_key":"k","decision":"accepted","outcome":"succeeded","received_ms":1800,"mono_ns":800000000}
+{"seq":6,"kind":"result","project":"p","job":"j2","attempt":"j2-a1","runner":"rb","fence":2,"deployment_key":"k","decision":"accepted","outcome":"succeeded","received_ms":2200,"mono_ns":1200000000}
+"#,
+    )
+    .unwrap();
+    let evidence = dir.path().join("evidence");
+    let words = [
+        OsStr::new("evidence"),
+        OsStr::new("--ledger"),
+        ledger.as_os_str(),
+        OsStr::new("--lease-ms"),
+        OsStr::new("1000"),
+        OsStr::new("--out"),
+        evidence.as_os_str(),
+    ];
+    let (code, output) = fencelab(&words).await;
+    assert_eq!(code, Some(0), "{output}");
+    let scenario = dir.path().join("incident.toml");
+    let (code, output) =
+        fencelab(&[OsStr::new("import"), evidence.as_os_str(), OsStr::new("--out"), scenario.as_os_str()]).await;
+    assert_eq!(code, Some(0), "{output}");
+    let text = std::fs::read_to_string(&scenario).unwrap();
+    let parsed = workloads::scenario::parse(&text, &engine::scenario::checker_names())
+        .unwrap_or_else(|error| panic!("{error}\n{text}"));
+    let pinned: Vec<(String, Option<String>)> = parsed
+        .steps
+        .iter()
+        .filter_map(|step| match &step.action {
+            workloads::scenario::Action::Submit { job, runner, .. } => Some((job.clone(), runner.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pinned, [("j1".to_string(), Some("r1".to_string())), ("j2".to_string(), None)], "{text}");
+    assert!(text.contains("waited for j1's hold on key k"), "{text}");
 }
