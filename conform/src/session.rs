@@ -211,38 +211,6 @@ impl Answer {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.bytes).chars().take(300).collect()
     }
-
-    /// What is wrong with this answer as the error `status`/`code` with the error body
-    /// `{"error", "code", "status"}`: nothing, or one sentence per problem.
-    pub fn error_problems(&self, status: u16, code: &str) -> Vec<String> {
-        let mut problems = Vec::new();
-        if self.status >= 500 {
-            problems.push(format!("server error {} (a request a client can build is never a 5xx)", self.status));
-        } else if self.status != status {
-            problems.push(format!("status {}, not {status}", self.status));
-        }
-        if !self.content_type.starts_with("application/json") {
-            problems.push(format!("content type `{}`, not application/json", self.content_type));
-        }
-        let Some(body) = self.json() else {
-            problems.push(format!("body is not JSON: {:?}", self.text()));
-            return problems;
-        };
-        let keys: Vec<&String> = body.as_object().map(|object| object.keys().collect()).unwrap_or_default();
-        if keys.len() != 3 || body["error"].as_str().is_none_or(|error| error.trim().is_empty()) {
-            problems.push(format!("body is not {{\"error\": a sentence, \"code\", \"status\"}}: {body}"));
-        }
-        if body["code"] != code {
-            problems.push(format!("code {}, not \"{code}\"", body["code"]));
-        }
-        if body["status"] != self.status {
-            problems.push(format!("body status {} differs from the HTTP status {}", body["status"], self.status));
-        }
-        if self.status == 405 && self.allow.as_deref().is_none_or(str::is_empty) {
-            problems.push("a 405 without an `Allow` header".to_string());
-        }
-        problems
-    }
 }
 
 /// A JSON POST to `base` + `path`, with `token` as bearer.
