@@ -187,31 +187,11 @@ pub struct Request {
     pub body: Payload,
 }
 
-pub enum Payload {
-    /// No body at all.
-    Empty,
-    Json(Value),
-    Raw(Vec<u8>),
-}
+/// A request's body: none, JSON, or bytes exactly as given.
+pub use protocol::bad_input::Body as Payload;
 
-/// An answer: status, content type, body.
-pub struct Answer {
-    pub status: u16,
-    pub content_type: String,
-    /// The `Allow` header, if any.
-    pub allow: Option<String>,
-    pub bytes: Vec<u8>,
-}
-
-impl Answer {
-    pub fn json(&self) -> Option<Value> {
-        serde_json::from_slice(&self.bytes).ok()
-    }
-
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.bytes).chars().take(300).collect()
-    }
-}
+/// An answer: status, content type, `Allow`, body (`json()`, `text()`).
+pub use protocol::bad_input::Answered as Answer;
 
 /// A JSON POST to `base` + `path`, with `token` as bearer.
 pub fn post(base: &str, path: &str, token: Option<&str>, body: Value) -> Request {

@@ -417,7 +417,6 @@ pub fn rows(fx: &Fixture) -> Vec<Row> {
 /// status; a 405 carries `Allow`.
 pub fn error_problems(status: u16, code: &str, answer: &Answered) -> Vec<String> {
     let mut problems = Vec::new();
-    let text: String = String::from_utf8_lossy(&answer.bytes).chars().take(300).collect();
     if answer.status >= 500 {
         problems.push(format!("server error {} (a request a client can build is never a 5xx)", answer.status));
     } else if answer.status != status {
@@ -426,8 +425,8 @@ pub fn error_problems(status: u16, code: &str, answer: &Answered) -> Vec<String>
     if !answer.content_type.starts_with("application/json") {
         problems.push(format!("content type `{}`, not application/json", answer.content_type));
     }
-    let Ok(body) = serde_json::from_slice::<Value>(&answer.bytes) else {
-        problems.push(format!("body is not JSON: {text:?}"));
+    let Some(body) = answer.json() else {
+        problems.push(format!("body is not JSON: {:?}", answer.text()));
         return problems;
     };
     let keys: Vec<&String> = body.as_object().map(|object| object.keys().collect()).unwrap_or_default();
@@ -453,6 +452,17 @@ pub struct Answered {
     pub content_type: String,
     pub allow: Option<String>,
     pub bytes: Vec<u8>,
+}
+
+impl Answered {
+    pub fn json(&self) -> Option<Value> {
+        serde_json::from_slice(&self.bytes).ok()
+    }
+
+    /// The body as text, its first 300 characters.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).chars().take(300).collect()
+    }
 }
 
 impl Row {
