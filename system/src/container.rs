@@ -53,17 +53,26 @@ pub struct ImageName {
     pub tag: String,
 }
 
+/// Why a text does not name an image; each quotes the text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ImageNameError {
+    #[error("`image = \"{0}\"`: name an image as NAME or NAME:TAG (no digest, no spaces)")]
+    NotAName(String),
+    #[error("`image = \"{0}\"`: the tag after `:` is empty")]
+    EmptyTag(String),
+}
+
 impl ImageName {
-    pub fn parse(text: &str) -> Result<ImageName, String> {
+    pub fn parse(text: &str) -> Result<ImageName, ImageNameError> {
         if text.is_empty() || text.contains(char::is_whitespace) || text.contains('@') {
-            return Err(format!("`image = \"{text}\"`: name an image as NAME or NAME:TAG (no digest, no spaces)"));
+            return Err(ImageNameError::NotAName(text.to_string()));
         }
         let slash = text.rfind('/').map_or(0, |at| at + 1);
         match text[slash..].rfind(':') {
             Some(colon) if colon + 1 < text.len() - slash => {
                 Ok(ImageName { name: text[..slash + colon].to_string(), tag: text[slash + colon + 1..].to_string() })
             }
-            Some(_) => Err(format!("`image = \"{text}\"`: the tag after `:` is empty")),
+            Some(_) => Err(ImageNameError::EmptyTag(text.to_string())),
             None => Ok(ImageName { name: text.to_string(), tag: "latest".to_string() }),
         }
     }
@@ -499,8 +508,9 @@ mod tests {
         assert_eq!(read("ghcr.io/shopify/toxiproxy"), Ok(("ghcr.io/shopify/toxiproxy".into(), "latest".into())));
         assert_eq!(read("localhost:5000/lab:2.1"), Ok(("localhost:5000/lab".into(), "2.1".into())));
         assert_eq!(read("localhost:5000/lab"), Ok(("localhost:5000/lab".into(), "latest".into())));
-        for bad in ["", "lab:", "a b", "lab@sha256:00"] {
-            assert!(ImageName::parse(bad).is_err(), "{bad:?}");
+        for bad in ["", "a b", "lab@sha256:00"] {
+            assert_eq!(ImageName::parse(bad), Err(ImageNameError::NotAName(bad.into())), "{bad:?}");
         }
+        assert_eq!(ImageName::parse("lab:"), Err(ImageNameError::EmptyTag("lab:".into())));
     }
 }

@@ -475,14 +475,18 @@ impl SystemFile {
                 None if words.is_empty() || words[0].is_empty() => {
                     return Err(error(line, format!("role `{role}`: `command` must name a program")));
                 }
-                Some(image) if crate::container::ImageName::parse(image).is_err() => {
-                    let why = crate::container::ImageName::parse(image).unwrap_err();
-                    return Err(error(line, format!("role `{role}`: {why}")));
+                Some(image) => {
+                    if let Err(why) = crate::container::ImageName::parse(image) {
+                        return Err(error(line, format!("role `{role}`: {why}")));
+                    }
+                    if spec.cwd.is_some() {
+                        return Err(error(
+                            line,
+                            format!("role `{role}`: `cwd` is for processes; an image has its own"),
+                        ));
+                    }
                 }
-                Some(_) if spec.cwd.is_some() => {
-                    return Err(error(line, format!("role `{role}`: `cwd` is for processes; an image has its own")));
-                }
-                _ => {}
+                None => {}
             }
             for word in words.iter().chain(spec.env.values()) {
                 check_placeholders(word, *role).map_err(|message| error(line, format!("role `{role}`: {message}")))?;
