@@ -415,12 +415,29 @@ pub async fn sweep_dead(client: &bollard::Docker) -> usize {
     removed.len()
 }
 
+/// Why an image cannot take libfaketime through `LD_PRELOAD`, or why that is not known.
+#[derive(Debug, thiserror::Error)]
+pub enum PreloadError {
+    #[error(transparent)]
+    Docker(#[from] StartError),
+    #[error("the Docker daemon did not create a container of `{image}` in time")]
+    CreateTimeout { image: String },
+    #[error("cannot look into image `{image}`: {why}")]
+    Create { image: String, why: String },
+    #[error(
+        "image `{image}` holds no dynamic loader ({}): its programs are statically linked or it has no \
+         glibc, so LD_PRELOAD of libfaketime cannot move their clocks",
+        LOADERS.join(", ")
+    )]
+    NoLoader { image: String },
+}
+
 /// Whether `image` can take libfaketime through `LD_PRELOAD`: it must hold a dynamic loader
 /// (a statically linked image ignores `LD_PRELOAD`). Looked at in a container that is
 /// created, never started, and removed.
-pub async fn can_preload(image: &str) -> Result<(), String> {
+pub async fn can_preload(image: &str) -> Result<(), PreloadError> {
     use futures::StreamExt;
-    let client = docker().await.map_err(|error| error.to_string())?;
+    let client = docker().await?;
     let body = bollard::models::ContainerCreateBody {
         image: Some(image.to_string()),
         labels: Some(own_labels().into_iter().collect()),
@@ -430,8 +447,8 @@ pub async fn can_preload(image: &str) -> Result<(), String> {
     };
     let created = tokio::time::timeout(DOCKER_WAIT_MAX, client.create_container(None, body))
         .await
-        .map_err(|_| format!("the Docker daemon did not create a container of `{image}` in time"))?
-        .map_err(|error| format!("cannot look into image `{image}`: {error}"))?;
+        .map_err(|_| PreloadError::CreateTimeout { image: image.to_string() })?
+        .map_err(|error| PreloadError::Create { image: image.to_string(), why: error.to_string() })?;
     let mut found = None;
     for loader in LOADERS {
         let options = bollard::query_parameters::DownloadFromContainerOptionsBuilder::new().path(loader).build();
@@ -444,11 +461,7 @@ pub async fn can_preload(image: &str) -> Result<(), String> {
     remove(&client, &created.id).await;
     match found {
         Some(_) => Ok(()),
-        None => Err(format!(
-            "image `{image}` holds no dynamic loader ({}): its programs are statically linked or it has no \
-             glibc, so LD_PRELOAD of libfaketime cannot move their clocks",
-            LOADERS.join(", ")
-        )),
+        None => Err(PreloadError::NoLoader { image: image.to_string() }),
     }
 }
 
