@@ -198,7 +198,7 @@ async fn send_row(s: &Session, row: &Row, base: &str) -> Result<Answered, String
         content_type: row.content_type,
         body: row.body.clone(),
     };
-    s.send_once(&request).await
+    s.send_once(&request).await.map_err(|error| error.to_string())
 }
 
 /// Sends one row and judges it: its answer, the server's health, the reads after it.

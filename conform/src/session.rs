@@ -193,6 +193,17 @@ pub use protocol::bad_input::Body as Payload;
 /// An answer: status, content type, `Allow`, body (`json()`, `text()`).
 pub use protocol::bad_input::Answered as Answer;
 
+/// Why a request got no answer to judge.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("`{0}` is not an HTTP method")]
+    Method(String),
+    #[error("no answer: {0}")]
+    NoAnswer(reqwest::Error),
+    #[error("answer unreadable: {0}")]
+    Unreadable(reqwest::Error),
+}
+
 /// A JSON POST to `base` + `path`, with `token` as bearer.
 pub fn post(base: &str, path: &str, token: Option<&str>, body: Value) -> Request {
     Request {
@@ -382,17 +393,18 @@ impl Session {
     }
 
     /// Sends `request` exactly as given.
-    pub async fn send(&self, request: &Request) -> Result<Answer, String> {
+    pub async fn send(&self, request: &Request) -> Result<Answer, SendError> {
         self.send_on(&self.http, request).await
     }
 
     /// Sends `request` on a connection of its own, closed after the answer.
-    pub async fn send_once(&self, request: &Request) -> Result<Answer, String> {
+    pub async fn send_once(&self, request: &Request) -> Result<Answer, SendError> {
         self.send_on(&self.once, request).await
     }
 
-    async fn send_on(&self, http: &reqwest::Client, request: &Request) -> Result<Answer, String> {
-        let method = reqwest::Method::from_bytes(request.method.as_bytes()).map_err(|error| error.to_string())?;
+    async fn send_on(&self, http: &reqwest::Client, request: &Request) -> Result<Answer, SendError> {
+        let method = reqwest::Method::from_bytes(request.method.as_bytes())
+            .map_err(|_| SendError::Method(request.method.to_string()))?;
         let mut builder = http.request(method, &request.url);
         if let Some(authorization) = &request.authorization {
             builder = builder.header(reqwest::header::AUTHORIZATION, authorization);
@@ -405,12 +417,12 @@ impl Session {
             Payload::Json(value) => builder.body(serde_json::to_vec(value).expect("a value serialises")),
             Payload::Raw(bytes) => builder.body(bytes.clone()),
         };
-        let response = builder.send().await.map_err(|error| format!("no answer: {error}"))?;
+        let response = builder.send().await.map_err(SendError::NoAnswer)?;
         let status = response.status().as_u16();
         let header = |name| response.headers().get(name).and_then(|value| value.to_str().ok()).map(str::to_string);
         let (content_type, allow) =
             (header(reqwest::header::CONTENT_TYPE).unwrap_or_default(), header(reqwest::header::ALLOW));
-        let bytes = response.bytes().await.map_err(|error| format!("answer unreadable: {error}"))?;
+        let bytes = response.bytes().await.map_err(SendError::Unreadable)?;
         Ok(Answer { status, content_type, allow, bytes: bytes.to_vec() })
     }
 
