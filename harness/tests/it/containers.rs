@@ -339,3 +339,19 @@ async fn an_image_that_cannot_preload_libfaketime_is_refused_for_clock_skew() {
         assert_eq!(containers_of(&folder).await, 0, "nothing was started");
     }
 }
+
+/// A tag that is no image name is the user's input: exit 254 before Docker is asked, with
+/// the flag named (no daemon is needed to say so).
+#[tokio::test(flavor = "multi_thread")]
+async fn image_build_with_a_tag_that_is_no_image_name_exits_254() {
+    for (tag, toxiproxy_tag, flag) in
+        [("Not A Name", TOXIPROXY_IMAGE, "--tag"), (LAB_IMAGE, "fencelab-toxiproxy:", "--toxiproxy-tag")]
+    {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
+        command.args(["image", "build", "--tag", tag, "--toxiproxy-tag", toxiproxy_tag]).kill_on_drop(true);
+        let output = tokio::time::timeout(RUN_WAIT_MAX, command.output()).await.expect("ends in time").unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(254), "{tag} {toxiproxy_tag}: {stderr}");
+        assert!(stderr.contains(flag), "the message names {flag}: {stderr}");
+    }
+}
