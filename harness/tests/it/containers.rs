@@ -153,11 +153,18 @@ async fn containers_are_started_faulted_and_stopped_leaving_none() {
     let seen: Vec<String> = events
         .iter()
         .filter(|event| {
-            event.process == Process::NEMESIS || (event.runner.as_deref() == Some("r1") && event.kind == EventType::Ledger)
+            event.process == Process::NEMESIS
+                || (event.runner.as_deref() == Some("r1") && event.kind == EventType::Ledger)
         })
         .map(|event| {
             let ahead_ms = event.observed_ms.zip(event.received_ms).map(|(seen, got)| seen - got);
-            format!("{} ms {} {:?} {:?} ahead_ms={ahead_ms:?}", event.time_ns / 1_000_000, event.process, event.kind, event.f)
+            format!(
+                "{} ms {} {:?} {:?} ahead_ms={ahead_ms:?}",
+                event.time_ns / 1_000_000,
+                event.process,
+                event.kind,
+                event.f
+            )
         })
         .collect();
     assert!(skewed, "libfaketime, mounted into r1's container, moved its clock: {repeat}\n{seen:#?}");
