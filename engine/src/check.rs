@@ -537,7 +537,7 @@ mod tests {
             let file = write(&lines);
             let error = check_history(file.path(), 100).err().expect("a bad line is an error");
             assert!(error.contains(expected), "{error}");
-            let whole = read_history(file.path()).unwrap_err();
+            let whole = read_history(file.path()).unwrap_err().to_string();
             assert!(whole.contains(expected), "the same line as a whole read: {whole}");
         }
     }
