@@ -61,7 +61,7 @@ impl Cell {
 /// killed when this process dies (`PR_SET_PDEATHSIG`), so no child outlives an interrupted
 /// matrix, suite, replay or shrink. Its output is captured.
 pub fn child(program: &Path, args: &[String]) -> tokio::process::Command {
-    let mut command = lab::launch::command(program, args, None).expect("no log file to open");
+    let mut command = procs::launch::command(program, args, None).expect("no log file to open");
     command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
     command
 }

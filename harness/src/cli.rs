@@ -395,7 +395,7 @@ fn run_command(args: crate::args::RunArgs) -> Result<Exit, CommandError> {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let config = args.config(clock_seed).map_err(bad)?;
     let throwaway = config.db == system::Db::Postgres && config.database_url.is_none();
-    if let Some(why) = lab::pg::unavailable().filter(|_| throwaway) {
+    if let Some(why) = procs::pg::unavailable().filter(|_| throwaway) {
         return Err(bad(format!("--db postgres: {why} (or give --database-url)")));
     }
     let (runtime, program) = (runtime()?, program()?);
@@ -413,7 +413,7 @@ fn run_command(args: crate::args::RunArgs) -> Result<Exit, CommandError> {
     eprintln!("fencelab: seed {}; run folder {}", config.seed, folder.display());
     let command = config.command_in(&folder);
     let driven = runtime
-        .block_on(engine::run::execute(config, folder, &program, lab::web::termination()))
+        .block_on(engine::run::execute(config, folder, &program, procs::termination()))
         .map_err(|error| CommandError::from(error).repeat_with(&command))?;
     summary(&driven, &command);
     Ok(print_verdict(&driven.folder, &driven.run, &command))
@@ -443,7 +443,7 @@ fn import_command(options: &engine::import::Options) -> Result<Exit, CommandErro
 fn audit_command(args: &crate::args::AuditArgs) -> Result<Exit, CommandError> {
     let options = args.options().map_err(bad)?;
     engine::check::without_huge_pages().map_err(internal)?;
-    let audited = runtime()?.block_on(engine::audit::audit(&options, lab::web::termination()))?;
+    let audited = runtime()?.block_on(engine::audit::audit(&options, procs::termination()))?;
     let cursor = &audited.cursor;
     println!("audit folder {}", options.out.display());
     println!(
@@ -528,8 +528,7 @@ fn scenario_command(
     let program = program()?;
     engine::scenario::load(file)?;
     let runtime = runtime()?;
-    let report =
-        runtime.block_on(engine::scenario::run_file(file, store, &program, system, lab::web::termination()))?;
+    let report = runtime.block_on(engine::scenario::run_file(file, store, &program, system, procs::termination()))?;
     for line in &report.lines {
         println!("{line}");
     }

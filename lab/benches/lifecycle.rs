@@ -141,8 +141,10 @@ fn medians(rounds: &[Vec<f64>]) -> Vec<f64> {
 
 #[tokio::main]
 async fn main() {
-    let cluster = match lab::pg::unavailable() {
-        None => Some(tokio::task::spawn_blocking(lab::pg::TempCluster::start).await.unwrap().expect("cluster starts")),
+    let cluster = match procs::pg::unavailable() {
+        None => {
+            Some(tokio::task::spawn_blocking(procs::pg::TempCluster::start).await.unwrap().expect("cluster starts"))
+        }
         Some(why) => {
             eprintln!("PostgreSQL column skipped: {why}");
             None

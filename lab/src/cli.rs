@@ -288,7 +288,7 @@ async fn control_plane(args: ControlPlaneArgs) -> anyhow::Result<ExitCode> {
     let policy = Policy { lease_ms: args.lease_ms, capability_ttl_ms: args.capability_ttl_ms };
     let rules = Rules::new(store, policy, bugs, args.secret.as_bytes());
     let app = Arc::new(http::App { rules, ack_commit_delay: Duration::from_millis(args.ack_commit_delay_ms) });
-    let stop = crate::web::installed_termination();
+    let stop = procs::installed_termination();
     let listener = bind(args.listen).await?;
     tokio::spawn(http::sweep(app.clone(), Duration::from_millis(args.sweep_ms.max(1))));
     crate::web::serve(listener, http::router(app), stop).await?;
@@ -305,7 +305,7 @@ async fn target(args: TargetArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let target = Arc::new(Target::new(args.mode, bugs, args.secret.as_bytes(), log_file));
-    let stop = crate::web::installed_termination();
+    let stop = procs::installed_termination();
     let listener = bind(args.listen).await?;
     crate::web::serve(listener, crate::target::router(target), stop).await?;
     Ok(ExitCode::SUCCESS)
@@ -340,7 +340,7 @@ async fn runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
         jobs_max: args.jobs_max,
         log: args.log,
     };
-    let stop = crate::web::installed_termination();
+    let stop = procs::installed_termination();
     let runner = Runner::new(config)?;
     tokio::select! {
         result = runner.run() => result?,

@@ -8,8 +8,8 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::bugs::Bug;
-use crate::launch::{self, Process};
 use crate::target::Mode;
+use procs::launch::{self, Process};
 use protocol::client::Client;
 use protocol::*;
 

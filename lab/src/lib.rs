@@ -15,8 +15,6 @@ pub mod cli;
 pub mod control;
 pub mod demo;
 pub mod ingress;
-pub mod launch;
-pub mod pg;
 
 pub mod runner;
 pub mod stepper;

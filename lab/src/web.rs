@@ -135,23 +135,3 @@ pub async fn serve(
         });
     }
 }
-
-/// Resolves on SIGTERM or SIGINT, its handlers installed when it is first polled.
-pub async fn termination() {
-    installed_termination().await
-}
-
-/// Resolves on SIGTERM or SIGINT, its handlers installed now (inside a runtime): a server
-/// takes it before it announces its address, so that a SIGTERM sent once it answers is
-/// always its own to handle (polled later, a loaded machine let one kill a target outright).
-pub fn installed_termination() -> impl std::future::Future<Output = ()> + Send + 'static {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
-    let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
-    async move {
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
-        }
-    }
-}

@@ -13,6 +13,13 @@ pub fn monotonic_ns() -> u64 {
     spec.tv_sec as u64 * 1_000_000_000 + spec.tv_nsec as u64
 }
 
+/// Unix milliseconds on this process's wall clock (libfaketime's, where it is preloaded):
+/// what leases are measured on, and what a runner reports as `observed_ms`.
+pub fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("the clock is after 1970").as_millis()
+        as i64
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

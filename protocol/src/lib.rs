@@ -19,5 +19,5 @@ pub mod clock;
 pub mod wire;
 
 pub use client::{Client, ClientError};
-pub use clock::monotonic_ns;
+pub use clock::{monotonic_ns, wall_ms};
 pub use wire::*;

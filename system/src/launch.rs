@@ -141,7 +141,7 @@ impl Launch {
 pub async fn start_database(
     choice: &SystemChoice,
     launch: &mut Launch,
-) -> Result<Option<lab::pg::TempCluster>, StartError> {
+) -> Result<Option<procs::pg::TempCluster>, StartError> {
     if choice.db == Db::Sqlite {
         return Ok(None);
     }
@@ -152,7 +152,7 @@ pub async fn start_database(
         return Ok(None);
     }
     let failed = |error: String| StartError::Failed(format!("the throwaway PostgreSQL cluster: {error}"));
-    let cluster = tokio::task::spawn_blocking(lab::pg::TempCluster::start)
+    let cluster = tokio::task::spawn_blocking(procs::pg::TempCluster::start)
         .await
         .map_err(|error| failed(error.to_string()))?
         .map_err(|error| failed(error.to_string()))?;
@@ -403,7 +403,7 @@ impl Launch {
             .append(true)
             .open(log)
             .map_err(|error| StartError::Failed(format!("{}: {error}", log.display())))?;
-        let mut command = lab::launch::command(Path::new(&words[0]), &words[1..], None)
+        let mut command = procs::launch::command(Path::new(&words[0]), &words[1..], None)
             .map_err(|error| StartError::Failed(format!("{where_}: {error}")))?;
         command.stderr(Stdio::from(stderr));
         let cwd = match &spec.cwd {

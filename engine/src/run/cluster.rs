@@ -64,7 +64,7 @@ pub struct Cluster {
     target_links: Vec<String>,
     /// The throwaway PostgreSQL cluster of a `--db postgres` run, held so that it lives as
     /// long as the lab: dropping it (after the lab, declared earlier) stops and removes it.
-    _database: Option<lab::pg::TempCluster>,
+    _database: Option<procs::pg::TempCluster>,
 }
 
 /// Which system a run attacks: its file, its variants (`--variant`, and `--bug` for the

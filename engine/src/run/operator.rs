@@ -45,7 +45,7 @@ async fn round(shared: &Shared) -> Result<(), String> {
         else {
             continue;
         };
-        let uncertain_for_ms = lab::control::Now::read().ms - attempt.lease_end_ms();
+        let uncertain_for_ms = protocol::wall_ms() - attempt.lease_end_ms();
         if uncertain_for_ms < shared.config.reconcile_after_ms as i64 {
             continue;
         }

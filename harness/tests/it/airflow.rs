@@ -26,7 +26,7 @@ fn airflow_dir() -> PathBuf {
 /// PostgreSQL's server is absent.
 fn airflow_missing() -> bool {
     let airflow = airflow_dir().join(".venv/bin/airflow");
-    let postgres = lab::pg::unavailable();
+    let postgres = procs::pg::unavailable();
     skip_for(vec![
         (!airflow.exists()).then_some("systems/airflow/.venv is absent (run systems/airflow/install.sh)"),
         postgres.as_deref(),

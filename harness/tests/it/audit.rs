@@ -22,7 +22,7 @@ const AUDIT_WAIT_MAX: Duration = Duration::from_secs(120);
 struct Served {
     url: String,
     token: &'static str,
-    _process: lab::launch::Process,
+    _process: procs::launch::Process,
 }
 
 /// Serves the control plane of the lab's run in `folder` again on its SQLite store.
@@ -45,8 +45,8 @@ async fn serve_lab(folder: &Path) -> Served {
     .map(OsString::from)
     .chain([store.into_os_string()])
     .collect();
-    let command = lab::launch::command(Path::new(&super::lab_binary()), &args, None).unwrap();
-    let process = lab::launch::server(command, "control-plane").await.unwrap();
+    let command = procs::launch::command(Path::new(&super::lab_binary()), &args, None).unwrap();
+    let process = procs::launch::server(command, "control-plane").await.unwrap();
     let url = format!("http://{}", process.addr.unwrap());
     Served { url, token: "operator-local", _process: process }
 }
@@ -63,8 +63,8 @@ async fn serve_python(folder: &Path) -> Served {
         .chain(["--operator-token=python-lab-operator", "--secret=audit-secret"].map(OsString::from))
         .chain([OsString::from(format!("--db={}", store.display()))])
         .collect();
-    let command = lab::launch::command(Path::new("python3"), &args, None).unwrap();
-    let process = lab::launch::server(command, "python control plane").await.unwrap();
+    let command = procs::launch::command(Path::new("python3"), &args, None).unwrap();
+    let process = procs::launch::server(command, "python control plane").await.unwrap();
     let url = format!("http://{}", process.addr.unwrap());
     Served { url, token: "python-lab-operator", _process: process }
 }

@@ -109,7 +109,7 @@ async fn every_planted_bug_is_caught_and_the_correct_lab_is_not() {
     let mut running = tokio::task::JoinSet::new();
     let mut results: Vec<(Option<Bug>, Vec<Cell>)> = Vec::new();
     let mut work: Vec<Option<Bug>> = Bug::ALL.iter().copied().map(Some).collect();
-    if let Some(why) = lab::pg::unavailable() {
+    if let Some(why) = procs::pg::unavailable() {
         let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
         assert!(!require_all, "PostgreSQL is not installed (Debian: postgresql), and FENCELAB_REQUIRE_ALL=1");
         eprintln!("SKIPPED: the planted bugs that need PostgreSQL: {why}");

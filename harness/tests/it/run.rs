@@ -41,7 +41,7 @@ fn fencelab() -> tokio::process::Command {
 /// Whether PostgreSQL can be started here; if not, says the test skipped (a failure under
 /// `FENCELAB_REQUIRE_ALL=1`).
 pub fn postgres_or_skip() -> bool {
-    let Some(why) = lab::pg::unavailable() else { return true };
+    let Some(why) = procs::pg::unavailable() else { return true };
     let require_all = std::env::var("FENCELAB_REQUIRE_ALL").is_ok_and(|value| value == "1");
     assert!(!require_all, "PostgreSQL cannot be used ({why}), and FENCELAB_REQUIRE_ALL=1");
     eprintln!("SKIPPED: {why}");
@@ -631,7 +631,7 @@ async fn a_run_on_postgresql_is_valid_and_leaves_no_cluster_behind() {
     assert!(succeeded >= 1, "jobs went through the PostgreSQL control plane: {succeeded} succeeded");
     // A cluster folder is named after its owner's pid; the run's owner is gone by now, so a
     // folder whose owner is gone is one the run left behind.
-    let orphaned: Vec<String> = std::fs::read_dir(lab::pg::default_parent())
+    let orphaned: Vec<String> = std::fs::read_dir(procs::pg::default_parent())
         .map(|dir| {
             dir.filter_map(|entry| entry.ok())
                 .map(|entry| entry.file_name().to_string_lossy().into_owned())
@@ -654,7 +654,7 @@ async fn a_database_that_dies_mid_run_makes_the_run_unknown_and_says_why() {
     if !postgres_or_skip() {
         return;
     }
-    let cluster = tokio::task::spawn_blocking(lab::pg::TempCluster::start).await.unwrap().unwrap();
+    let cluster = tokio::task::spawn_blocking(procs::pg::TempCluster::start).await.unwrap().unwrap();
     let url = cluster.url();
     let args = ["--db", "postgres", "--database-url", &url, "--time-limit", "8", "--recovery-limit", "5"];
     let args = [&args[..], &["--seed", "3", "--nemesis", "none"]].concat();

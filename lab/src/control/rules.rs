@@ -25,11 +25,7 @@ pub struct Now {
 
 impl Now {
     pub fn read() -> Now {
-        let ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("the clock is after 1970")
-            .as_millis() as i64;
-        Now { ms, mono_ns: protocol::monotonic_ns() }
+        Now { ms: protocol::wall_ms(), mono_ns: protocol::monotonic_ns() }
     }
 }
 

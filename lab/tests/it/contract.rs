@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use lab::demo::{LabOptions, LocalLab, CAPABILITY_SECRET, OPERATOR_TOKEN};
-use lab::launch;
+use procs::launch;
 use protocol::client::Client;
 use protocol::*;
 use serde_json::{json, Value};

@@ -246,14 +246,14 @@ fn a_cluster_left_by_a_killed_process_is_removed_by_the_next_start() {
     let parent = tempfile::Builder::new().prefix("fencelab-pg-stale").tempdir().unwrap();
     // The server runs as `postgres` when we are root: it must be able to reach the folder.
     std::fs::set_permissions(parent.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let orphan = lab::pg::TempCluster::start_in(parent.path()).unwrap();
+    let orphan = procs::pg::TempCluster::start_in(parent.path()).unwrap();
     let port = orphan.port();
     // Its owner "dies": renamed after a pid that cannot be running, and never dropped.
     let stale = parent.path().join("cluster-999999999-1-0");
     std::fs::rename(orphan.dir(), &stale).unwrap();
     std::mem::forget(orphan);
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(), "the orphan still serves");
-    let fresh = lab::pg::TempCluster::start_in(parent.path()).unwrap();
+    let fresh = procs::pg::TempCluster::start_in(parent.path()).unwrap();
     assert!(!stale.exists(), "the stale cluster's folder is removed");
     let still_listening = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
     assert!(!still_listening, "the stale cluster's server is stopped");

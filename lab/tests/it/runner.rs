@@ -14,7 +14,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use history::{Decision, Event, EventType, Op};
 use lab::demo::{is_terminal, LabOptions, LocalLab};
-use lab::launch;
+use procs::launch;
 use protocol::*;
 use serde_json::{json, Value};
 

@@ -8,7 +8,7 @@ use std::sync::{Mutex, OnceLock};
 use lab::bugs::{Bug, Bugs};
 use lab::control::store::Principal;
 use lab::control::{Backend, Now, PgOptions, Policy, Postgres, RuleError, Rules, Sqlite};
-use lab::pg::TempCluster;
+use procs::pg::TempCluster;
 use protocol::*;
 
 /// The store a [`World`] is built on.
@@ -36,7 +36,7 @@ impl Kind {
 
 /// Whether PostgreSQL is here; prints SKIPPED (or panics under `FENCELAB_REQUIRE_ALL=1`).
 pub fn postgres_or_skip() -> bool {
-    let Some(why) = lab::pg::unavailable() else { return true };
+    let Some(why) = procs::pg::unavailable() else { return true };
     assert!(std::env::var("FENCELAB_REQUIRE_ALL").as_deref() != Ok("1"), "FENCELAB_REQUIRE_ALL=1 and {why}");
     eprintln!("SKIPPED: {why}");
     false
