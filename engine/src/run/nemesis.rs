@@ -61,10 +61,11 @@ pub(crate) async fn one(shared: Shared, fault: Fault) {
     shared.active.lock().await.push(label.clone());
     let lease = Duration::from_millis(shared.config.lease_ms);
     for try_number in 1..=TRIES_MAX {
-        let started = tokio::time::Instant::now();
         match start(&shared, &fault, try_number).await {
+            // The window is held from when the fault took effect: the wait for a claim to hit
+            // (up to two leases on a loaded machine) is not taken out of it.
             Started::Window => {
-                hold_and_heal(&shared, &fault, started).await;
+                hold_and_heal(&shared, &fault, tokio::time::Instant::now()).await;
                 break;
             }
             Started::Sent | Started::Done => break,
@@ -301,7 +302,7 @@ async fn start_on(shared_cluster: &Mutex<Cluster>, index: usize, variant: &Varia
             return cluster.set_clock(index, *offset_ms).map_err(|error| error.to_string())
         }
         Variant::KillRunner => {
-            cluster.runners[index].killed_at_ms = Some(lab::control::Now::read().ms);
+            cluster.runners[index].killed_at_ms = Some(protocol::wall_ms());
             if let Some(mut process) = cluster.runners[index].process.take() {
                 process.kill().await;
             }
@@ -545,7 +546,7 @@ async fn send_report(
     report: Report,
     try_number: u32,
 ) {
-    let observed_ms = lab::control::Now::read().ms;
+    let observed_ms = protocol::wall_ms();
     let fill = |event: &mut history::Event| {
         *event = event.clone().with_claim(&claim.job, &claim.attempt, &claim.runner, claim.fence);
         if let Report::Result(outcome) = report {
