@@ -58,6 +58,12 @@ fn has_claim(event: &Event) -> bool {
     event.job.is_some() && event.attempt.is_some() && event.runner.is_some() && event.fence.is_some()
 }
 
+/// An `info` event of a call that got no answer (`docs/history.md`): a reason that says so,
+/// no decision.
+fn unanswered(event: &Event) -> bool {
+    event.decision.is_none() && event.reason.as_deref().is_some_and(|reason| reason.starts_with("no answer from "))
+}
+
 /// Checks one line of a correct run's log against docs/history.md ("The runner's log").
 fn check_fields(event: &Event) -> Result<(), String> {
     let ledger_seq = event.value.as_ref().and_then(|value| value.get("ledger_seq")).and_then(Value::as_u64);
@@ -89,9 +95,34 @@ fn check_fields(event: &Event) -> Result<(), String> {
             has_claim(event) && event.key.is_some() && step_value && event.observed_ms.is_none()
         }
         (EventType::Response, Op::Step) => has_claim(event) && event.key.is_some() && event.decision.is_some(),
+        // No answer (a loaded machine's request may time out; the runner tries again): the
+        // request's fields and why, never a decision.
+        (EventType::Info, f) if unanswered(event) => match f {
+            Op::Claim => event.runner.is_some() && event.observed_ms.is_some() && event.job.is_none(),
+            Op::Heartbeat | Op::Capability | Op::Result => {
+                has_claim(event) && event.observed_ms.is_some() && (event.outcome.is_some() == (f == Op::Result))
+            }
+            Op::Step => has_claim(event) && event.key.is_some() && step_value,
+            _ => false,
+        },
         _ => false,
     };
     fine.then_some(()).ok_or_else(|| format!("{event:?}"))
+}
+
+/// A result that got no answer, as a loaded machine's runner logged it: its claim, its
+/// outcome and why; the same with a decision, or without its reason, is not that shape.
+#[test]
+fn a_call_without_an_answer_has_its_documented_fields() {
+    let line = r#"{"time_ns":1,"process":"runner:r1","type":"info","f":"result","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"observed_ms":5,"outcome":"succeeded","reason":"no answer from http://127.0.0.1:1/v1/result: operation timed out"}"#;
+    let event: Event = serde_json::from_str(line).unwrap();
+    assert_eq!(check_fields(&event), Ok(()));
+    let decided = Event { decision: Some(Decision::Accepted), ..event.clone() };
+    assert!(check_fields(&decided).is_err());
+    let unexplained = Event { reason: None, ..event.clone() };
+    assert!(check_fields(&unexplained).is_err());
+    let no_outcome = Event { outcome: None, ..event };
+    assert!(check_fields(&no_outcome).is_err());
 }
 
 #[tokio::test(flavor = "multi_thread")]
