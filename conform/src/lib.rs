@@ -15,6 +15,7 @@ pub mod case;
 mod endpoints;
 mod inputs;
 mod model;
+pub mod outcome;
 mod races;
 pub mod report;
 mod restart;

@@ -12,7 +12,7 @@ use protocol::client::Client;
 use protocol::*;
 use serde_json::Value;
 
-use super::case::{Case, Finding};
+use super::outcome::{Case, Finding};
 use system::file::Provides;
 use system::{RunningSystem, Server, StartError};
 
@@ -202,6 +202,13 @@ pub enum SendError {
     NoAnswer(reqwest::Error),
     #[error("answer unreadable: {0}")]
     Unreadable(reqwest::Error),
+}
+
+impl From<SendError> for Finding {
+    /// A request with no answer to judge fails the case, saying why.
+    fn from(error: SendError) -> Finding {
+        Finding::Fail(error.to_string())
+    }
 }
 
 /// A JSON POST to `base` + `path`, with `token` as bearer.

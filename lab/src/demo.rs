@@ -284,5 +284,5 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let succeeded = views.iter().filter(|view| view.state == JobState::Succeeded).count();
     println!("{succeeded}/{} jobs succeeded; store and logs in {}", views.len(), dir.display());
     lab.shutdown().await;
-    Ok(crate::cli::code(history::Exit::passed(succeeded == views.len())))
+    Ok(std::process::ExitCode::from(history::Exit::passed(succeeded == views.len()).code()))
 }

@@ -5,7 +5,8 @@
 //! same share of the runners' events that name no job), and every event of the nemesis,
 //! the operator and the harness that names no job.
 
-use crate::json::{name_of, AttemptTimes, Counter, Counts, Steps};
+use crate::json::{AttemptTimes, Counter, Counts, Steps};
+use crate::vocab::name_of;
 use checkers::FxMap as HashMap;
 use history::{Decision, Event, EventType, Op, Process, Source};
 use std::collections::{BTreeMap, BTreeSet};

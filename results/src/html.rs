@@ -3,8 +3,8 @@
 //! summary, anomalies linked to the events that prove them, and the run's timeline.
 
 use crate::escape::html as esc;
-use crate::json::name_of;
 use crate::timeline::{self, find_event};
+use crate::vocab::name_of;
 use crate::{anomalies_of, verdict_name, Run};
 use checkers::Verdict;
 use history::Event;

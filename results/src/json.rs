@@ -202,11 +202,6 @@ fn checker_out(result: &checkers::CheckerResult) -> CheckerDoc {
     }
 }
 
-/// The snake_case name of an event type or decision, as in the history.
-pub(crate) fn name_of<T: Serialize>(value: &T) -> String {
-    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
-}
-
 fn timings(run: &Run, view: &crate::View) -> Timings {
     let (first, last) = view.digest.span_ns();
     let horizon = model::horizon_ns(view.events, run.duration_ms, &run.schedule).max(last.unwrap_or(0));

@@ -245,20 +245,20 @@ pub fn say(e: &Event) -> String {
             match (e.kind, e.decision) {
                 (EventType::Request, _) => format!("{runner} sent {f}{target}"),
                 (EventType::Info, _) => format!("{runner}'s {f}{target} got no answer{}", reason(e)),
-                (_, Some(d)) => format!("{runner}'s {f}{target} answered {}", crate::json::name_of(&d)),
+                (_, Some(d)) => format!("{runner}'s {f}{target} answered {}", crate::vocab::name_of(&d)),
                 (_, None) => format!("{runner}'s {f}{target} answered{}", reason(e)),
             }
         }
         _ if vocab::is_final(e) => format!("final state of {job}: {}", e.outcome.as_deref().unwrap_or("?")),
         _ if vocab::is_nemesis(e) => {
             let on = e.runner.as_deref().map(|r| format!(" on {r}")).unwrap_or_default();
-            format!("nemesis {f}{on}: {}", vocab::phase(e).unwrap_or(crate::json::name_of(&e.kind).as_str()))
+            format!("nemesis {f}{on}: {}", vocab::phase(e).unwrap_or(crate::vocab::name_of(&e.kind).as_str()))
         }
         _ if vocab::is_operator(e) => {
             let outcome = e.outcome.as_deref().map(|o| format!(": {o}")).unwrap_or_default();
-            format!("the operator's {f} of {attempt} ({}){outcome}", crate::json::name_of(&e.kind))
+            format!("the operator's {f} of {attempt} ({}){outcome}", crate::vocab::name_of(&e.kind))
         }
-        _ => format!("{} {} {f}{}", vocab::process_name(e), crate::json::name_of(&e.kind), reason(e)),
+        _ => format!("{} {} {f}{}", vocab::process_name(e), crate::vocab::name_of(&e.kind), reason(e)),
     }
 }
 

@@ -14,8 +14,8 @@
 //! that have something in it; the whole run's timeline marks that stretch.
 
 use crate::escape::html as esc;
-use crate::json::name_of;
 use crate::model::{self, Attempt, FaultWindow};
+use crate::vocab::name_of;
 use crate::{anomalies_of, Run};
 use history::{Decision, Event, EventType};
 use history::{Op, Process};

@@ -67,3 +67,8 @@ pub fn phase(e: &Event) -> Option<&str> {
 pub fn step_number(e: &Event) -> Option<u64> {
     e.value.as_ref()?.get("step")?.as_u64()
 }
+
+/// The snake_case name of an event type or decision, as in the history.
+pub(crate) fn name_of<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}

@@ -801,3 +801,49 @@ pub(super) async fn http_ready(port: u16, path: &str) -> bool {
     };
     matches!(tokio::time::timeout(Duration::from_millis(500), exchange).await, Ok(Some(true)))
 }
+
+/// Longest wait for a Toxiproxy container's API (20 s).
+const TOXIPROXY_READY_MAX: Duration = Duration::from_secs(20);
+
+/// Runs a Toxiproxy server from `image` on a free loopback port (`--host=127.0.0.1
+/// --port=PORT`, the flags of Shopify's `toxiproxy` and of `fencelab toxiproxy`) and waits,
+/// bounded, until `GET /version` answers; its output goes to `dir/toxiproxy.log`.
+pub async fn start_toxiproxy(image: &str, dir: &Path) -> Result<(Proc, String), StartError> {
+    let where_ = format!("--toxiproxy-image {image}");
+    let name =
+        super::container::ImageName::parse(image).map_err(|why| StartError::Named(format!("{where_}: {why}")))?;
+    std::fs::create_dir_all(dir).map_err(|error| StartError::Failed(format!("{}: {error}", dir.display())))?;
+    let port = free_port().map_err(|error| StartError::Failed(error.to_string()))?;
+    let log = dir.join("toxiproxy.log");
+    let spec = super::container::Spec {
+        image: name,
+        command: vec!["--host=127.0.0.1".to_string(), format!("--port={port}")],
+        env: vec![],
+        mounts: vec![],
+        files: vec![],
+        run: dir.parent().unwrap_or(dir).to_path_buf(),
+        role: "toxiproxy".to_string(),
+        log: log.clone(),
+    };
+    let container = super::container::Container::start(spec, &where_).await?;
+    let mut proc = Proc::container(container, "toxiproxy".to_string());
+    let deadline = tokio::time::Instant::now() + TOXIPROXY_READY_MAX;
+    loop {
+        if http_ready(port, "/version").await {
+            return Ok((proc, format!("http://127.0.0.1:{port}")));
+        }
+        let why = match proc.exited().await {
+            Some(why) => Some(why),
+            None if tokio::time::Instant::now() >= deadline => {
+                Some(format!("GET http://127.0.0.1:{port}/version did not answer within {TOXIPROXY_READY_MAX:?}"))
+            }
+            None => None,
+        };
+        if let Some(why) = why {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            proc.kill().await;
+            return Err(StartError::Failed(format!("{where_}: {why}{}", log_tail(&log))));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -418,7 +418,7 @@ async fn start_proxy(config: &RunConfig, dir: &Path) -> anyhow::Result<Proxies> 
         return Ok((None, client, None));
     }
     if let Some(image) = &config.toxiproxy_image {
-        let (container, url) = system::container::start_toxiproxy(image, dir).await?;
+        let (container, url) = system::launch::start_toxiproxy(image, dir).await?;
         let client = proxy::Client::new(&url)?;
         return Ok((None, client, Some(container)));
     }
