@@ -186,6 +186,12 @@ impl RunFolder {
         self.path
     }
 
+    /// The command that repeats the run of `config` made in this folder: with its store when
+    /// it is not the default, and this folder's schedule when it was given one.
+    pub fn repeat_command(&self, config: &RunConfig) -> String {
+        config.command_with(&self.schedule_path())
+    }
+
     pub fn history_path(&self) -> PathBuf {
         self.path.join(HISTORY)
     }

@@ -5,7 +5,6 @@
 
 pub mod audit;
 pub mod check;
-pub mod driver;
 pub mod evidence;
 pub mod folder;
 pub mod import;

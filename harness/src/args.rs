@@ -377,7 +377,7 @@ mod tests {
         };
         let words = config.command_words(Some(&config.store), None);
         assert_eq!(parse(&words).config(0).unwrap(), config);
-        let command = config.command_in(std::path::Path::new("unused"));
+        let command = engine::folder::RunFolder::at("unused").repeat_command(&config);
         assert_eq!(command, format!("fencelab {}", words.join(" ")), "the printed command is the words");
     }
 

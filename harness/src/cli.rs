@@ -409,9 +409,10 @@ fn run_command(args: crate::args::RunArgs) -> Result<Exit, CommandError> {
     if let Some(warning) = config.backlog_warning() {
         eprintln!("fencelab run: warning: {warning}");
     }
-    let folder = engine::folder::RunFolder::create(&config).map_err(bad)?.into_path();
+    let folder = engine::folder::RunFolder::create(&config).map_err(bad)?;
+    let command = folder.repeat_command(&config);
+    let folder = folder.into_path();
     eprintln!("fencelab: seed {}; run folder {}", config.seed, folder.display());
-    let command = config.command_in(&folder);
     let driven = runtime
         .block_on(engine::run::execute(config, folder, &program, procs::termination()))
         .map_err(|error| CommandError::from(error).repeat_with(&command))?;
@@ -499,7 +500,7 @@ fn print_verdict(folder: &std::path::Path, run: &results::Run, command: &str) ->
 }
 
 /// The one-screen summary at the end of a run.
-fn summary(driven: &engine::driver::Driven, command: &str) {
+fn summary(driven: &engine::run::driver::Driven, command: &str) {
     let jobs = &driven.records.jobs;
     let mut states = std::collections::BTreeMap::new();
     for job in jobs {

@@ -132,7 +132,7 @@ impl Default for RunConfig {
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     pub run: RunConfig,
-    pub clock_control: super::cluster::ClockControl,
+    pub clock_control: system::ClockControl,
     /// The system attacked, and what of the run it could not take.
     pub system: system::SystemInfo,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -363,12 +363,12 @@ impl RunConfig {
         args
     }
 
-    /// The command that repeats this run, whose folder is `folder`: with its store when it
-    /// is not the default, and its schedule when it was given one.
-    pub fn command_in(&self, folder: &Path) -> String {
+    /// The command that repeats this run: with its store when it is not the default, and
+    /// `schedule` (the run folder's copy, [`crate::folder::RunFolder::repeat_command`]) when it
+    /// was given one.
+    pub fn command_with(&self, schedule: &Path) -> String {
         let store = (self.store != RunConfig::default().store).then_some(self.store.as_path());
-        let schedule = self.schedule.is_some().then(|| crate::folder::RunFolder::at(folder).schedule_path());
-        command_line(&self.command_words(store, schedule.as_deref()))
+        command_line(&self.command_words(store, self.schedule.is_some().then_some(schedule)))
     }
 
     /// Whether the planned jobs can drain: each deployment key runs one attempt at a time

@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod driver;
 pub mod nemesis;
 pub mod operator;
 pub mod recorder;
@@ -53,7 +54,7 @@ pub async fn execute(
     folder: PathBuf,
     program: &Path,
     interrupt: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<crate::driver::Driven> {
+) -> anyhow::Result<driver::Driven> {
     let system = system::SystemFile::of_choice(config.system.as_deref())?;
     let not_run = faults_not_run(&config, &system, &system.clock_control());
     let partitions = workloads::faults::FaultKind::Partition;
@@ -63,8 +64,35 @@ pub async fn execute(
     }
     let schedule = config.fault_schedule_without(&not_run);
     let jobs = workloads::jobs::plan(config.seed, &config.job_options());
-    let work = crate::driver::Work::Chaos { jobs, schedule };
-    crate::driver::drive(config, folder, program, work, interrupt).await
+    driver::drive(config, folder, program, Chaos { jobs, schedule }, interrupt).await
+}
+
+/// A chaos run's part of a driven run: the client submits the planned jobs and the nemesis
+/// executes the fault schedule for the time limit; then every fault is healed and the jobs
+/// settle.
+struct Chaos {
+    jobs: Vec<PlannedJob>,
+    schedule: Vec<workloads::faults::Fault>,
+}
+
+impl driver::Work for Chaos {
+    fn command(&self, config: &RunConfig, folder: &crate::folder::RunFolder) -> String {
+        folder.repeat_command(config)
+    }
+
+    fn write_plan(&self, folder: &crate::folder::RunFolder) -> Result<usize, crate::folder::FolderError> {
+        folder.write_schedule(&self.schedule)?;
+        folder.write_jobs(&self.jobs)?;
+        Ok(self.schedule.len())
+    }
+
+    async fn prepare(&self, _: &cluster::Cluster) -> Option<config::ScenarioInfo> {
+        None
+    }
+
+    async fn go(self, shared: &Shared, interrupt: impl std::future::Future<Output = ()>) -> driver::Ended {
+        chaos(shared, self.jobs, self.schedule, interrupt).await
+    }
 }
 
 /// The faults of `config` that the system (`file`, with runner clocks moved by `clock`),
@@ -82,12 +110,12 @@ pub fn faults_not_run(
 
 /// The middle of a chaos run: the operator, the progress line, the client and the nemesis,
 /// until the time limit and recovery end or `interrupt` comes.
-pub(crate) async fn chaos(
+async fn chaos(
     shared: &Shared,
     jobs: Vec<PlannedJob>,
     schedule: Vec<workloads::faults::Fault>,
     interrupt: impl std::future::Future<Output = ()>,
-) -> crate::driver::Ended {
+) -> driver::Ended {
     let operator = tokio::spawn(operator::run(shared.clone()));
     let progress = tokio::spawn(progress(shared.clone()));
     let client = tokio::spawn(client(shared.clone(), jobs));
@@ -105,7 +133,7 @@ pub(crate) async fn chaos(
     if shared.config.nemesis.contains(&workloads::faults::FaultKind::Partition) {
         let _ = tokio::task::spawn_blocking(system::packets::remove_own).await;
     }
-    crate::driver::Ended { settled, interrupted, steps_passed: true, recovery: true, stopped_at_first }
+    driver::Ended { settled, interrupted, steps_passed: true, recovery: true, stopped_at_first }
 }
 
 /// Lets the client and the nemesis run for the time limit, stops them, heals every fault,

@@ -8,6 +8,7 @@ pub use workloads::scenario as format;
 mod player;
 mod steps;
 
+use crate::run::driver::Ended;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -138,9 +139,9 @@ pub async fn run_file(
     let folder =
         crate::folder::RunFolder::create(&config).map_err(|error| ScenarioError::Bad(error.to_string()))?.into_path();
     eprintln!("fencelab scenario: {} — run folder {}", scenario.name, folder.display());
-    let work = crate::driver::Work::Steps { scenario: &scenario, file };
+    let work = Steps { scenario: &scenario, file };
     let driven =
-        crate::driver::drive(config, folder, program, work, interrupt).await.map_err(ScenarioError::Internal)?;
+        crate::run::driver::drive(config, folder, program, work, interrupt).await.map_err(ScenarioError::Internal)?;
     let jobs = driven.records.jobs.iter().map(|job| (job.id.clone(), job.clone())).collect();
     let view = View { jobs, steps: driven.records.steps.clone(), checkers: driven.run.checkers.clone() };
     // A fault of the scenario's steps (its run's nemesis is exactly those, `config`) that
@@ -163,9 +164,36 @@ pub async fn run_file(
     Ok(Report { folder: driven.folder, passed: outcome == history::Exit::Valid, outcome, lines })
 }
 
+/// A scenario's part of a driven run: its steps in order (`file` is where they were read).
+struct Steps<'a> {
+    scenario: &'a Scenario,
+    file: &'a Path,
+}
+
+impl crate::run::driver::Work for Steps<'_> {
+    fn command(&self, _: &crate::run::config::RunConfig, _: &crate::folder::RunFolder) -> String {
+        format!("fencelab scenario run {}", self.file.display())
+    }
+
+    fn write_plan(&self, folder: &crate::folder::RunFolder) -> Result<usize, crate::folder::FolderError> {
+        folder.write_schedule(&[])?;
+        Ok(0)
+    }
+
+    async fn prepare(&self, cluster: &Cluster) -> Option<crate::run::config::ScenarioInfo> {
+        hold_idle(self.scenario, cluster).await;
+        let (name, description) = (self.scenario.name.clone(), self.scenario.description.clone());
+        Some(crate::run::config::ScenarioInfo { name, description, file: self.file.to_path_buf() })
+    }
+
+    async fn go(self, shared: &Shared, interrupt: impl std::future::Future<Output = ()>) -> Ended {
+        play(self.scenario, shared, interrupt).await
+    }
+}
+
 /// Holds the runners a scenario names idle (SIGSTOP) before its first step, and gives a
 /// request each had already sent time to land.
-pub(crate) async fn hold_idle(scenario: &Scenario, cluster: &Cluster) {
+async fn hold_idle(scenario: &Scenario, cluster: &Cluster) {
     for runner in &scenario.idle {
         cluster.signal_runner(format::runner_index(runner, scenario.runners).unwrap_or(0), libc::SIGSTOP);
     }
@@ -176,11 +204,7 @@ pub(crate) async fn hold_idle(scenario: &Scenario, cluster: &Cluster) {
 
 /// The middle of a scenario run: the automatic operator (if the scenario asks for one), the
 /// steps, and with background work the settling of every job; or `interrupt`.
-pub(crate) async fn play(
-    scenario: &Scenario,
-    shared: &Shared,
-    interrupt: impl std::future::Future<Output = ()>,
-) -> crate::driver::Ended {
+async fn play(scenario: &Scenario, shared: &Shared, interrupt: impl std::future::Future<Output = ()>) -> Ended {
     let operator = (scenario.operator == OperatorMode::Automatic).then(|| tokio::spawn(operator::run(shared.clone())));
     let played = async {
         let steps_passed = run_steps(scenario, shared).await;
@@ -189,7 +213,7 @@ pub(crate) async fn play(
     };
     let ended = tokio::select! {
         (steps_passed, settled) = played => {
-            crate::driver::Ended {
+            Ended {
                 settled,
                 interrupted: false,
                 steps_passed,
@@ -197,7 +221,7 @@ pub(crate) async fn play(
                 stopped_at_first: false,
             }
         }
-        _ = interrupt => crate::driver::Ended {
+        _ = interrupt => Ended {
             settled: false,
             interrupted: true,
             steps_passed: false,

@@ -1,8 +1,9 @@
 //! The one driver of runs and scenarios. Both start the system and its proxies the same way,
 //! write the same run folder, keep one history through one recorder, heal every fault, and
 //! end through the one collector (`system::collect`) and the one check (`crate::check`).
-//! What differs is the work in the middle: a chaos run's client and nemesis for the time
-//! limit and then recovery, or a scenario's steps in order.
+//! What differs is the work in the middle ([`Work`]): a chaos run's client and nemesis for
+//! the time limit and then recovery (`run::Chaos`), or a scenario's steps in order
+//! (`scenario::Steps`); the driver knows neither.
 //!
 //! ```text
 //! drive ─► start (Cluster::start) ─► config.json ─► work: Chaos | Steps ─► finish
@@ -11,6 +12,7 @@
 //!        └─► Recorder::finish (history.jsonl) ─► run.json ─► check::check_folder
 //! ```
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -18,23 +20,28 @@ use std::time::{Duration, Instant};
 
 use history::{EventType, Op, Process};
 use tokio::sync::Mutex;
-use workloads::faults::Fault;
-use workloads::jobs::PlannedJob;
-use workloads::scenario::Scenario;
 
-use crate::folder::{Endpoints, RunFolder, RunMeta};
-use crate::run::cluster::Cluster;
-use crate::run::config::{ConfigFile, RunConfig, ScenarioInfo};
-use crate::run::recorder::Recorder;
-use crate::run::{Shared, State, COLLECT_WAIT_MAX, HEALTHY_WAIT_MAX};
+use super::cluster::Cluster;
+use super::config::{ConfigFile, RunConfig, ScenarioInfo};
+use super::recorder::Recorder;
+use super::{Shared, State, COLLECT_WAIT_MAX, HEALTHY_WAIT_MAX};
+use crate::folder::{Endpoints, FolderError, RunFolder, RunMeta};
 
-/// What a driven run does between the start of its system and the collection of its records.
-pub enum Work<'a> {
-    /// A chaos run: the client submits the planned jobs and the nemesis executes the fault
-    /// schedule for the time limit; then every fault is healed and the jobs settle.
-    Chaos { jobs: Vec<PlannedJob>, schedule: Vec<Fault> },
-    /// A scenario: its steps in order; then, with background work, the jobs settle.
-    Steps { scenario: &'a Scenario, file: &'a Path },
+/// What a driven run does between the start of its system and the collection of its
+/// records: a chaos run (the client submits the planned jobs and the nemesis executes the
+/// fault schedule for the time limit; then every fault is healed and the jobs settle), or a
+/// scenario (its steps in order; then, with background work, the jobs settle).
+pub(crate) trait Work {
+    /// The command that repeats the run of `config` in `folder`.
+    fn command(&self, config: &RunConfig, folder: &RunFolder) -> String;
+    /// Writes the plan the work follows (a chaos run's fault schedule and jobs, a
+    /// scenario's empty schedule); answers how many faults it schedules.
+    fn write_plan(&self, folder: &RunFolder) -> Result<usize, FolderError>;
+    /// Readies the started system before `config.json` is written; answers what that file
+    /// says of a scenario (nothing for a chaos run).
+    async fn prepare(&self, cluster: &Cluster) -> Option<ScenarioInfo>;
+    /// The work itself, until it ends or `interrupt` resolves.
+    async fn go(self, shared: &Shared, interrupt: impl Future<Output = ()>) -> Ended;
 }
 
 /// What a driven run reports.
@@ -59,34 +66,24 @@ pub struct Driven {
 
 /// Drives one run in `folder`: `program` is the `fencelab` binary; `interrupt` ends the
 /// work early (Ctrl-C), after which the run is still collected and written, incomplete.
-pub async fn drive(
+pub(crate) async fn drive(
     config: RunConfig,
     folder: PathBuf,
     program: &Path,
-    work: Work<'_>,
-    interrupt: impl std::future::Future<Output = ()>,
+    work: impl Work,
+    interrupt: impl Future<Output = ()>,
 ) -> anyhow::Result<Driven> {
     let started = Instant::now();
     let started_at = chrono::Utc::now().to_rfc3339();
-    let command = match &work {
-        Work::Chaos { .. } => config.command_in(&folder),
-        Work::Steps { file, .. } => format!("fencelab scenario run {}", file.display()),
-    };
     let run_folder = RunFolder::at(&folder);
-    let faults = write_plan(&work, &run_folder)?;
+    let command = work.command(&config, &run_folder);
+    let faults = work.write_plan(&run_folder)?;
     let recorder = Recorder::create(&run_folder.history_path())?;
     let cluster = tokio::time::timeout(HEALTHY_WAIT_MAX, Cluster::start(&config, &run_folder.lab_path(), program))
         .await
         .map_err(|_| anyhow::anyhow!("the cluster was not healthy within {HEALTHY_WAIT_MAX:?}"))??;
     let healthy_ms = started.elapsed().as_millis() as u64;
-    let scenario = match &work {
-        Work::Chaos { .. } => None,
-        Work::Steps { scenario, file } => {
-            crate::scenario::hold_idle(scenario, &cluster).await;
-            let (name, description) = (scenario.name.clone(), scenario.description.clone());
-            Some(ScenarioInfo { name, description, file: file.to_path_buf() })
-        }
-    };
+    let scenario = work.prepare(&cluster).await;
     let file = ConfigFile {
         run: config.clone(),
         clock_control: cluster.clock.clone(),
@@ -112,10 +109,7 @@ pub async fn drive(
         submit_to: std::sync::Mutex::new(None),
         claims: Mutex::new(Default::default()),
     });
-    let ended = match work {
-        Work::Chaos { jobs, schedule } => crate::run::chaos(&shared, jobs, schedule, interrupt).await,
-        Work::Steps { scenario, .. } => crate::scenario::play(scenario, &shared, interrupt).await,
-    };
+    let ended = work.go(&shared, interrupt).await;
     let (records, events) = finish(&shared, &ended).await?;
     run_folder.link_latest(&shared.config.store);
     let info = shared.cluster.lock().await.info.clone();
@@ -152,22 +146,6 @@ fn incompleteness(
         why.push("the control plane's ledger came back empty".to_string());
     }
     (!why.is_empty()).then(|| why.join("; "))
-}
-
-/// Writes the plan the work follows — a chaos run's fault schedule and jobs, a scenario's
-/// empty schedule — and answers how many faults it schedules.
-fn write_plan(work: &Work<'_>, folder: &RunFolder) -> Result<usize, crate::folder::FolderError> {
-    match work {
-        Work::Chaos { jobs, schedule } => {
-            folder.write_schedule(schedule)?;
-            folder.write_jobs(jobs)?;
-            Ok(schedule.len())
-        }
-        Work::Steps { .. } => {
-            folder.write_schedule(&[])?;
-            Ok(0)
-        }
-    }
 }
 
 /// How the work in the middle ended.
