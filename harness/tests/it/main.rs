@@ -9,6 +9,7 @@ mod browser;
 mod buildbot;
 mod bullmq;
 mod check;
+mod circles;
 mod conform;
 mod containers;
 mod diff;

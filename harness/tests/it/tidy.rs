@@ -78,11 +78,11 @@ const CRATE_SHARE_MAX: f64 = 0.25;
 /// The most source lines of the binary's crate: the command line and nothing else.
 const HARNESS_LINES_MAX: usize = 2_000;
 
-fn workspace() -> PathBuf {
+pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     let mut entries: Vec<PathBuf> = entries.map(|entry| entry.unwrap().path()).collect();
     entries.sort();
