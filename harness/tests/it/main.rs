@@ -22,6 +22,7 @@ mod pgboss;
 mod replicas;
 mod report;
 mod run;
+mod runner_rules;
 mod scenario;
 mod second;
 mod shrink;
