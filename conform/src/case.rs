@@ -66,6 +66,13 @@ impl From<String> for Finding {
     }
 }
 
+impl From<crate::session::SendError> for Finding {
+    /// A request with no answer to judge fails the case, saying why.
+    fn from(error: crate::session::SendError) -> Finding {
+        Finding::Fail(error.to_string())
+    }
+}
+
 /// What a case body answers: the evidence of a pass, or a finding.
 pub type CaseOutcome = Result<String, Finding>;
 

@@ -63,9 +63,19 @@ pub fn line(case: &CaseResult) -> String {
     format!("{}  {:<40} {}", case.status.word(), case.name, case.evidence)
 }
 
-pub fn read(path: &Path) -> Result<ConformDoc, String> {
-    let text = std::fs::read_to_string(path).map_err(|error| format!("{}: {error}", path.display()))?;
-    serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))
+/// Why a `conform.json` cannot be read back; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{}: {source}", path.display())]
+    Io { path: std::path::PathBuf, source: std::io::Error },
+    #[error("{}: {source}", path.display())]
+    Json { path: std::path::PathBuf, source: serde_json::Error },
+}
+
+/// Reads a `conform.json` back into its type.
+pub fn read(path: &Path) -> Result<ConformDoc, ReadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ReadError::Io { path: path.to_path_buf(), source })?;
+    serde_json::from_str(&text).map_err(|source| ReadError::Json { path: path.to_path_buf(), source })
 }
 
 pub fn write(doc: &ConformDoc, dir: &Path) -> std::io::Result<()> {

@@ -187,62 +187,21 @@ pub struct Request {
     pub body: Payload,
 }
 
-pub enum Payload {
-    /// No body at all.
-    Empty,
-    Json(Value),
-    Raw(Vec<u8>),
-}
+/// A request's body: none, JSON, or bytes exactly as given.
+pub use protocol::bad_input::Body as Payload;
 
-/// An answer: status, content type, body.
-pub struct Answer {
-    pub status: u16,
-    pub content_type: String,
-    /// The `Allow` header, if any.
-    pub allow: Option<String>,
-    pub bytes: Vec<u8>,
-}
+/// An answer: status, content type, `Allow`, body (`json()`, `text()`).
+pub use protocol::bad_input::Answered as Answer;
 
-impl Answer {
-    pub fn json(&self) -> Option<Value> {
-        serde_json::from_slice(&self.bytes).ok()
-    }
-
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.bytes).chars().take(300).collect()
-    }
-
-    /// What is wrong with this answer as the error `status`/`code` with the error body
-    /// `{"error", "code", "status"}`: nothing, or one sentence per problem.
-    pub fn error_problems(&self, status: u16, code: &str) -> Vec<String> {
-        let mut problems = Vec::new();
-        if self.status >= 500 {
-            problems.push(format!("server error {} (a request a client can build is never a 5xx)", self.status));
-        } else if self.status != status {
-            problems.push(format!("status {}, not {status}", self.status));
-        }
-        if !self.content_type.starts_with("application/json") {
-            problems.push(format!("content type `{}`, not application/json", self.content_type));
-        }
-        let Some(body) = self.json() else {
-            problems.push(format!("body is not JSON: {:?}", self.text()));
-            return problems;
-        };
-        let keys: Vec<&String> = body.as_object().map(|object| object.keys().collect()).unwrap_or_default();
-        if keys.len() != 3 || body["error"].as_str().is_none_or(|error| error.trim().is_empty()) {
-            problems.push(format!("body is not {{\"error\": a sentence, \"code\", \"status\"}}: {body}"));
-        }
-        if body["code"] != code {
-            problems.push(format!("code {}, not \"{code}\"", body["code"]));
-        }
-        if body["status"] != self.status {
-            problems.push(format!("body status {} differs from the HTTP status {}", body["status"], self.status));
-        }
-        if self.status == 405 && self.allow.as_deref().is_none_or(str::is_empty) {
-            problems.push("a 405 without an `Allow` header".to_string());
-        }
-        problems
-    }
+/// Why a request got no answer to judge.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("`{0}` is not an HTTP method")]
+    Method(String),
+    #[error("no answer: {0}")]
+    NoAnswer(reqwest::Error),
+    #[error("answer unreadable: {0}")]
+    Unreadable(reqwest::Error),
 }
 
 /// A JSON POST to `base` + `path`, with `token` as bearer.
@@ -434,17 +393,18 @@ impl Session {
     }
 
     /// Sends `request` exactly as given.
-    pub async fn send(&self, request: &Request) -> Result<Answer, String> {
+    pub async fn send(&self, request: &Request) -> Result<Answer, SendError> {
         self.send_on(&self.http, request).await
     }
 
     /// Sends `request` on a connection of its own, closed after the answer.
-    pub async fn send_once(&self, request: &Request) -> Result<Answer, String> {
+    pub async fn send_once(&self, request: &Request) -> Result<Answer, SendError> {
         self.send_on(&self.once, request).await
     }
 
-    async fn send_on(&self, http: &reqwest::Client, request: &Request) -> Result<Answer, String> {
-        let method = reqwest::Method::from_bytes(request.method.as_bytes()).map_err(|error| error.to_string())?;
+    async fn send_on(&self, http: &reqwest::Client, request: &Request) -> Result<Answer, SendError> {
+        let method = reqwest::Method::from_bytes(request.method.as_bytes())
+            .map_err(|_| SendError::Method(request.method.to_string()))?;
         let mut builder = http.request(method, &request.url);
         if let Some(authorization) = &request.authorization {
             builder = builder.header(reqwest::header::AUTHORIZATION, authorization);
@@ -457,12 +417,12 @@ impl Session {
             Payload::Json(value) => builder.body(serde_json::to_vec(value).expect("a value serialises")),
             Payload::Raw(bytes) => builder.body(bytes.clone()),
         };
-        let response = builder.send().await.map_err(|error| format!("no answer: {error}"))?;
+        let response = builder.send().await.map_err(SendError::NoAnswer)?;
         let status = response.status().as_u16();
         let header = |name| response.headers().get(name).and_then(|value| value.to_str().ok()).map(str::to_string);
         let (content_type, allow) =
             (header(reqwest::header::CONTENT_TYPE).unwrap_or_default(), header(reqwest::header::ALLOW));
-        let bytes = response.bytes().await.map_err(|error| format!("answer unreadable: {error}"))?;
+        let bytes = response.bytes().await.map_err(SendError::Unreadable)?;
         Ok(Answer { status, content_type, allow, bytes: bytes.to_vec() })
     }
 

@@ -172,7 +172,7 @@ impl Chunk {
             match history::parse_line(line) {
                 Ok(event) => events.push((self.first_line + number, at, event)),
                 Err(why) => {
-                    let error = Some((self.first_line + number, why));
+                    let error = Some((self.first_line + number, why.to_string()));
                     return Parsed { seq: self.seq, offset: self.offset, events, error, by_helper: false };
                 }
             }
@@ -389,7 +389,7 @@ fn read_again(
             if !wanted {
                 continue;
             }
-            let event = history::parse_line(&line)?;
+            let event = history::parse_line(&line).map_err(|why| why.to_string())?;
             let job_wanted = event.job.as_deref().is_some_and(|job| jobs.contains(job));
             if (job_wanted || cited.contains(&event.index)) && !sample.holds(&event) {
                 more.push(event);
@@ -537,7 +537,7 @@ mod tests {
             let file = write(&lines);
             let error = check_history(file.path(), 100).err().expect("a bad line is an error");
             assert!(error.contains(expected), "{error}");
-            let whole = read_history(file.path()).unwrap_err();
+            let whole = read_history(file.path()).unwrap_err().to_string();
             assert!(whole.contains(expected), "the same line as a whole read: {whole}");
         }
     }

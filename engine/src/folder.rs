@@ -170,10 +170,11 @@ impl RunFolder {
     }
 
     /// Creates `store/<test>/<start-time>/`; an unwritable store is bad input.
-    pub fn create(config: &RunConfig) -> Result<RunFolder, String> {
+    pub fn create(config: &RunConfig) -> Result<RunFolder, FolderError> {
         let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ").to_string();
         let path = config.store.join(&config.test_name).join(stamp);
-        std::fs::create_dir_all(&path).map_err(|error| format!("--store {}: {error}", config.store.display()))?;
+        std::fs::create_dir_all(&path)
+            .map_err(|error| FolderError::Bad(format!("--store {}: {error}", config.store.display())))?;
         Ok(RunFolder { path })
     }
 
@@ -293,7 +294,7 @@ impl RunFolder {
 
     /// `history.jsonl`, whole, through the typed vocabulary; the error names the file and
     /// line.
-    pub fn history(&self) -> Result<Vec<history::Event>, String> {
+    pub fn history(&self) -> Result<Vec<history::Event>, FolderError> {
         read_history(&self.history_path())
     }
 
@@ -358,15 +359,17 @@ impl RunFolder {
 
 /// Reads a `schedule.json` wherever it is (`fencelab run --schedule FILE`); the error names
 /// the file.
-pub fn read_schedule(path: &Path) -> Result<Vec<Fault>, String> {
-    let text = std::fs::read_to_string(path).map_err(|error| format!("{}: {error}", path.display()))?;
-    serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))
+pub fn read_schedule(path: &Path) -> Result<Vec<Fault>, FolderError> {
+    let bad = |error: &dyn std::fmt::Display| FolderError::Bad(format!("{}: {error}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|error| bad(&error))?;
+    serde_json::from_str(&text).map_err(|error| bad(&error))
 }
 
 /// Reads a history file through the typed vocabulary; the error names the file and line.
-pub fn read_history(path: &Path) -> Result<Vec<history::Event>, String> {
-    let file = std::fs::File::open(path).map_err(|error| format!("{}: {error}", path.display()))?;
-    history::read(file).map_err(|error| format!("{}: {error}", path.display()))
+pub fn read_history(path: &Path) -> Result<Vec<history::Event>, FolderError> {
+    let bad = |error: &dyn std::fmt::Display| FolderError::Bad(format!("{}: {error}", path.display()));
+    let file = std::fs::File::open(path).map_err(|error| bad(&error))?;
+    history::read(file).map_err(|error| bad(&error))
 }
 
 #[cfg(test)]

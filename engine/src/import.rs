@@ -77,7 +77,7 @@ pub fn import(options: &Options) -> Result<Imported, FolderError> {
         return Err(FolderError::Bad(format!("{}: no such folder", options.folder.display())));
     }
     let path = folder.required_history()?;
-    let events = folder.history().map_err(FolderError::Bad)?;
+    let events = folder.history()?;
     if let Some(unreadable) = events.iter().find(|event| event.f == Op::Unreadable) {
         let why = unreadable.reason.as_deref().unwrap_or("a record could not be read");
         return Err(FolderError::Bad(format!("{}: {why}: the incident cannot be read whole", path.display())));

@@ -362,9 +362,10 @@ class JsonHandler(BaseHTTPRequestHandler):
                     self.close_connection = True
 
     def json_body(self):
-        """Content type (415), size (413), then JSON syntax (400)."""
+        """Content type (415), size (413), then JSON syntax (400). The media type is
+        compared in any case, its parameters ignored; a suffix or a longer subtype is not JSON."""
         ctype = self.headers.get("Content-Type")
-        if ctype is None or not ctype.startswith("application/json"):
+        if ctype is None or ctype.split(";")[0].strip().lower() != "application/json":
             raise ApiError(415, "unsupported_media_type", "Content-Type must be application/json")
         return parse_json(self.read_body())
 

@@ -20,7 +20,7 @@ import threading
 
 from common import (
     ArgParser,
-    I64, STR, U32, U64, U64_MAX, ApiError, JsonHandler, Route, bugs_from_env, check_shape,
+    I64, I64_MAX, STR, U32, U64, U64_MAX, ApiError, JsonHandler, Route, bugs_from_env, check_shape,
     decode_path_segment,
     mono_ns, parse_query, serve, verify_capability, wall_ms,
 )
@@ -129,6 +129,8 @@ class TargetHandler(JsonHandler):
             raise ApiError(400, "invalid_field", "need steps >= 1 and step < steps")
         if req["duration_ms"] > 600_000:
             raise ApiError(400, "invalid_field", "`duration_ms` must be at most 600000")
+        if req["capability"]["fence"] > I64_MAX:
+            raise ApiError(400, "invalid_field", "`capability.fence` must be at most i64::MAX")
         status, body, wait_ms = self.target.step(req)
         if wait_ms:
             # The step's work; the record dates from receipt. Not time.sleep: under

@@ -578,8 +578,15 @@ fn conform_command(args: &crate::args::ConformArgs) -> Result<Exit, CommandError
 
 fn image_command(tag: &str, toxiproxy_tag: &str, force: bool) -> Result<Exit, CommandError> {
     let (runtime, binary) = (runtime()?, program()?);
-    let said = runtime.block_on(system::image::build(&binary, tag, toxiproxy_tag, force)).map_err(|message| {
-        internal(format!("{message}\nrepeat with: fencelab image build --tag {tag} --toxiproxy-tag {toxiproxy_tag}"))
+    let said = runtime.block_on(system::image::build(&binary, tag, toxiproxy_tag, force)).map_err(|error| {
+        // A tag that is no image name is the user's input; the rest, what building met.
+        let bad_input = matches!(error, system::image::ImageError::Tag { .. });
+        let message = format!("{error}\nrepeat with: fencelab image build --tag {tag} --toxiproxy-tag {toxiproxy_tag}");
+        if bad_input {
+            bad(message)
+        } else {
+            internal(message)
+        }
     })?;
     for line in said {
         println!("{line}");

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::vocab::{Op, OutcomeWord, Process, Reason, RecordedAs};
+use crate::vocab::{Op, OutcomeWord, Process, Reason, RecordedAs, WordError};
 
 /// What kind of record an event is.
 ///
@@ -155,28 +155,24 @@ impl Event {
     /// Checks the words the event carries outside its typed fields: a decided event's
     /// reason is a protocol code, an outcome is a known word, a ledger entry's
     /// `recorded_as` is a known word. The error says which word is unknown.
-    pub fn check_vocabulary(&self) -> Result<(), String> {
+    pub fn check_vocabulary(&self) -> Result<(), WordError> {
         if let (Some(_), Some(reason)) = (self.decision, self.reason.as_deref()) {
             if Reason::parse(reason).is_none() {
-                return Err(unknown_word("reason", reason, Reason::ALL.iter().map(|w| w.as_str())));
+                return Err(WordError::unknown("reason", reason, Reason::ALL.iter().map(|w| w.as_str())));
             }
         }
         if let Some(outcome) = self.outcome.as_deref() {
             if OutcomeWord::parse(outcome).is_none() {
-                return Err(unknown_word("outcome", outcome, OutcomeWord::ALL.iter().map(|w| w.as_str())));
+                return Err(WordError::unknown("outcome", outcome, OutcomeWord::ALL.iter().map(|w| w.as_str())));
             }
         }
         let recorded = self.value.as_ref().and_then(|value| value.get("recorded_as"));
         if let Some(recorded) = recorded.filter(|value| !value.is_null()) {
             let word = recorded.as_str().unwrap_or("<not a string>");
             if RecordedAs::parse(word).is_none() {
-                return Err(unknown_word("recorded_as", word, RecordedAs::ALL.iter().map(|w| w.as_str())));
+                return Err(WordError::unknown("recorded_as", word, RecordedAs::ALL.iter().map(|w| w.as_str())));
             }
         }
         Ok(())
     }
-}
-
-fn unknown_word<'a>(field: &str, word: &str, known: impl Iterator<Item = &'a str>) -> String {
-    format!("unknown {field} `{word}` (known: {})", known.collect::<Vec<_>>().join(", "))
 }

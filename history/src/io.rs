@@ -2,14 +2,29 @@
 
 use std::io::{BufRead, Write};
 
-use crate::Event;
+use crate::{Event, WordError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("history line {line}: {message}")]
-    Invalid { line: usize, message: String },
+    #[error("history line {line}: {why}")]
+    Invalid { line: usize, why: LineError },
     #[error("history i/o: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// Why one line cannot be an event of the history, where it stands.
+#[derive(Debug, thiserror::Error)]
+pub enum LineError {
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Word(#[from] WordError),
+    #[error("index {found} where {expected} was expected")]
+    Index { found: u64, expected: u64 },
+    #[error("time_ns {time_ns} goes backwards")]
+    Backwards { time_ns: u64 },
+    #[error("time_ns {time_ns} is before the previous event's {previous_ns}")]
+    BeforePrevious { time_ns: u64, previous_ns: u64 },
 }
 
 /// Appends events as JSON lines, flushing each, and assigns contiguous indices.
@@ -31,11 +46,11 @@ impl<W: Write> Writer<W> {
         if event.time_ns < self.last_time_ns {
             return Err(Error::Invalid {
                 line: self.next_index as usize + 1,
-                message: format!("time_ns {} is before the previous event's {}", event.time_ns, self.last_time_ns),
+                why: LineError::BeforePrevious { time_ns: event.time_ns, previous_ns: self.last_time_ns },
             });
         }
-        if let Err(message) = event.check_vocabulary() {
-            return Err(Error::Invalid { line: self.next_index as usize + 1, message });
+        if let Err(word) = event.check_vocabulary() {
+            return Err(Error::Invalid { line: self.next_index as usize + 1, why: word.into() });
         }
         event.index = self.next_index;
         let line = serde_json::to_string(&event).expect("an Event always serialises");
@@ -62,7 +77,7 @@ impl<W: Write> Writer<W> {
 
 /// The line a runner's log holds for `event`: the event as JSON without `index`. A log is
 /// not numbered (the merge numbers the history); its vocabulary is checked as a history's.
-pub fn log_line(event: &Event) -> Result<String, String> {
+pub fn log_line(event: &Event) -> Result<String, WordError> {
     event.check_vocabulary()?;
     let mut value = serde_json::to_value(event).expect("an Event always serialises");
     value.as_object_mut().expect("an Event serialises as an object").remove("index");
@@ -79,10 +94,10 @@ pub fn read(input: impl std::io::Read) -> Result<Vec<Event>, Error> {
 /// One line of a history parsed on its own: an event in the known vocabulary. What only
 /// the lines in order can tell (contiguous indices, time never going backwards) is
 /// [`Order`]'s.
-pub fn parse_line(line: &[u8]) -> Result<Event, String> {
+pub fn parse_line(line: &[u8]) -> Result<Event, LineError> {
     let event: Event = match crate::quick::event(line) {
         Some(event) => event,
-        None => serde_json::from_slice(line).map_err(|error| error.to_string())?,
+        None => serde_json::from_slice(line)?,
     };
     event.check_vocabulary()?;
     Ok(event)
@@ -107,12 +122,12 @@ impl Order {
     }
 
     /// Takes the next event of the history, or says why it cannot come next.
-    pub fn next(&mut self, event: &Event) -> Result<(), String> {
+    pub fn next(&mut self, event: &Event) -> Result<(), LineError> {
         if event.index != self.next_index {
-            return Err(format!("index {} where {} was expected", event.index, self.next_index));
+            return Err(LineError::Index { found: event.index, expected: self.next_index });
         }
         if event.time_ns < self.last_time_ns {
-            return Err(format!("time_ns {} goes backwards", event.time_ns));
+            return Err(LineError::Backwards { time_ns: event.time_ns });
         }
         self.last_time_ns = event.time_ns;
         self.next_index += 1;
@@ -154,13 +169,13 @@ impl<R: BufRead> Reader<R> {
                 break;
             }
         }
-        let invalid = |message: String| Error::Invalid { line: self.number, message };
+        let invalid = |why: LineError| Error::Invalid { line: self.number, why };
         let event = match parse_line(&self.line) {
             Ok(event) => event,
-            Err(message) => return Some(Err(invalid(message))),
+            Err(why) => return Some(Err(invalid(why))),
         };
-        if let Err(message) = self.order.next(&event) {
-            return Some(Err(invalid(message)));
+        if let Err(why) = self.order.next(&event) {
+            return Some(Err(invalid(why)));
         }
         Some(Ok(event))
     }
@@ -237,7 +252,9 @@ mod tests {
         assert_eq!(serde_json::from_str::<Event>(&line).unwrap(), event);
         let mut unknown = sample(7);
         unknown.reason = Some("late".into());
-        assert!(log_line(&unknown).unwrap_err().contains("unknown reason `late`"));
+        assert!(
+            matches!(log_line(&unknown), Err(WordError::Unknown { field, word, .. }) if field == "reason" && word == "late")
+        );
     }
 
     #[test]

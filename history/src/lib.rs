@@ -31,8 +31,8 @@ mod vocab;
 pub use config::{Config, SystemConfig};
 pub use event::{Decision, Event, EventType};
 pub use exit::Exit;
-pub use io::{is_blank, log_line, parse_line, read, Error, Order, Reader, Writer};
-pub use vocab::{ClosedBy, Op, OutcomeWord, Process, Reason, RecordedAs, Role, Source};
+pub use io::{is_blank, log_line, parse_line, read, Error, LineError, Order, Reader, Writer};
+pub use vocab::{ClosedBy, Op, OutcomeWord, Process, Reason, RecordedAs, Role, Source, WordError};
 
 mod sources;
 pub use sources::{cut, declared, sources_event, sources_of};

@@ -1,6 +1,6 @@
 //! The system contract as code: every wire body of the control plane, the runner and the
-//! target ([`wire`]), how a server reads a request body ([`body`]), a typed async client for them ([`client`]), and the one clock every
-//! process of a run stamps its log with ([`clock`]). The harness knows any system under
+//! target ([`wire`]), how a server reads a request body ([`body`]), a typed async client for them ([`client`]), the one clock every
+//! process of a run stamps its log with ([`clock`]), and the bad input every server must refuse ([`bad_input`]). The harness knows any system under
 //! test only through this crate; the lab is one implementation of it.
 //!
 //! ```
@@ -12,6 +12,7 @@
 //! assert!(serde_json::from_str::<HeartbeatRequest>(&body.replace("fence", "fense")).is_err());
 //! ```
 
+pub mod bad_input;
 pub mod body;
 pub mod client;
 pub mod clock;

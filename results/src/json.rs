@@ -126,11 +126,20 @@ pub struct AttemptTimes {
     pub max: Option<u64>,
 }
 
+/// Why a text is not a `results.json` this build reads.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("not a results.json: {0}")]
+    NotResults(#[from] serde_json::Error),
+    #[error("results.json schema `{found}`, expected `{SCHEMA}`")]
+    Schema { found: String },
+}
+
 /// Reads `results.json` text back into its types; refuses another schema.
-pub fn read_results(text: &str) -> Result<ResultsDoc, String> {
-    let doc: ResultsDoc = serde_json::from_str(text).map_err(|error| format!("not a results.json: {error}"))?;
+pub fn read_results(text: &str) -> Result<ResultsDoc, ReadError> {
+    let doc: ResultsDoc = serde_json::from_str(text)?;
     if doc.schema != SCHEMA {
-        return Err(format!("results.json schema `{}`, expected `{SCHEMA}`", doc.schema));
+        return Err(ReadError::Schema { found: doc.schema });
     }
     Ok(doc)
 }

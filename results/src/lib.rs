@@ -25,8 +25,8 @@ use serde::{Deserialize, Serialize};
 pub use digest::{Digest, Sample, Sampler, Span, KEPT_EVENTS_MAX};
 pub use html::{report_html, report_html_of};
 pub use json::{
-    read_results, results_json, results_json_of, AttemptTimes, CheckerDoc, Counts, DrawnFrom, ResultsDoc, Steps,
-    Timings, SCHEMA,
+    read_results, results_json, results_json_of, AttemptTimes, CheckerDoc, Counts, DrawnFrom, ReadError, ResultsDoc,
+    Steps, Timings, SCHEMA,
 };
 pub use junit::{junit_xml, junit_xml_of, junit_xml_with_stories};
 
@@ -161,7 +161,7 @@ impl RunVerdict {
     }
 
     /// Parses the written form; anything else is an error naming it.
-    pub fn parse(text: &str) -> Result<RunVerdict, String> {
+    pub fn parse(text: &str) -> Result<RunVerdict, UnknownVerdict> {
         match text {
             "valid" => Ok(RunVerdict::Checked(Overall::Valid)),
             "invalid" => Ok(RunVerdict::Checked(Overall::Invalid)),
@@ -169,13 +169,16 @@ impl RunVerdict {
             _ => match (text.strip_prefix("error: "), text.strip_prefix("skipped: ")) {
                 (Some(why), _) => Ok(RunVerdict::Error(why.to_string())),
                 (_, Some(why)) => Ok(RunVerdict::Skipped(why.to_string())),
-                _ => {
-                    Err(format!("unknown run verdict `{text}` (known: valid, invalid, unknown, error: …, skipped: …)"))
-                }
+                _ => Err(UnknownVerdict(text.to_string())),
             },
         }
     }
 }
+
+/// A run verdict's written form that is none of the known ones.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown run verdict `{0}` (known: valid, invalid, unknown, error: …, skipped: …)")]
+pub struct UnknownVerdict(pub String);
 
 impl std::fmt::Display for RunVerdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -53,17 +53,26 @@ pub struct ImageName {
     pub tag: String,
 }
 
+/// Why a text does not name an image; each quotes the text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ImageNameError {
+    #[error("`image = \"{0}\"`: name an image as NAME or NAME:TAG (no digest, no spaces)")]
+    NotAName(String),
+    #[error("`image = \"{0}\"`: the tag after `:` is empty")]
+    EmptyTag(String),
+}
+
 impl ImageName {
-    pub fn parse(text: &str) -> Result<ImageName, String> {
+    pub fn parse(text: &str) -> Result<ImageName, ImageNameError> {
         if text.is_empty() || text.contains(char::is_whitespace) || text.contains('@') {
-            return Err(format!("`image = \"{text}\"`: name an image as NAME or NAME:TAG (no digest, no spaces)"));
+            return Err(ImageNameError::NotAName(text.to_string()));
         }
         let slash = text.rfind('/').map_or(0, |at| at + 1);
         match text[slash..].rfind(':') {
             Some(colon) if colon + 1 < text.len() - slash => {
                 Ok(ImageName { name: text[..slash + colon].to_string(), tag: text[slash + colon + 1..].to_string() })
             }
-            Some(_) => Err(format!("`image = \"{text}\"`: the tag after `:` is empty")),
+            Some(_) => Err(ImageNameError::EmptyTag(text.to_string())),
             None => Ok(ImageName { name: text.to_string(), tag: "latest".to_string() }),
         }
     }
@@ -406,12 +415,29 @@ pub async fn sweep_dead(client: &bollard::Docker) -> usize {
     removed.len()
 }
 
+/// Why an image cannot take libfaketime through `LD_PRELOAD`, or why that is not known.
+#[derive(Debug, thiserror::Error)]
+pub enum PreloadError {
+    #[error(transparent)]
+    Docker(#[from] StartError),
+    #[error("the Docker daemon did not create a container of `{image}` in time")]
+    CreateTimeout { image: String },
+    #[error("cannot look into image `{image}`: {why}")]
+    Create { image: String, why: String },
+    #[error(
+        "image `{image}` holds no dynamic loader ({}): its programs are statically linked or it has no \
+         glibc, so LD_PRELOAD of libfaketime cannot move their clocks",
+        LOADERS.join(", ")
+    )]
+    NoLoader { image: String },
+}
+
 /// Whether `image` can take libfaketime through `LD_PRELOAD`: it must hold a dynamic loader
 /// (a statically linked image ignores `LD_PRELOAD`). Looked at in a container that is
 /// created, never started, and removed.
-pub async fn can_preload(image: &str) -> Result<(), String> {
+pub async fn can_preload(image: &str) -> Result<(), PreloadError> {
     use futures::StreamExt;
-    let client = docker().await.map_err(|error| error.to_string())?;
+    let client = docker().await?;
     let body = bollard::models::ContainerCreateBody {
         image: Some(image.to_string()),
         labels: Some(own_labels().into_iter().collect()),
@@ -421,8 +447,8 @@ pub async fn can_preload(image: &str) -> Result<(), String> {
     };
     let created = tokio::time::timeout(DOCKER_WAIT_MAX, client.create_container(None, body))
         .await
-        .map_err(|_| format!("the Docker daemon did not create a container of `{image}` in time"))?
-        .map_err(|error| format!("cannot look into image `{image}`: {error}"))?;
+        .map_err(|_| PreloadError::CreateTimeout { image: image.to_string() })?
+        .map_err(|error| PreloadError::Create { image: image.to_string(), why: error.to_string() })?;
     let mut found = None;
     for loader in LOADERS {
         let options = bollard::query_parameters::DownloadFromContainerOptionsBuilder::new().path(loader).build();
@@ -435,11 +461,7 @@ pub async fn can_preload(image: &str) -> Result<(), String> {
     remove(&client, &created.id).await;
     match found {
         Some(_) => Ok(()),
-        None => Err(format!(
-            "image `{image}` holds no dynamic loader ({}): its programs are statically linked or it has no \
-             glibc, so LD_PRELOAD of libfaketime cannot move their clocks",
-            LOADERS.join(", ")
-        )),
+        None => Err(PreloadError::NoLoader { image: image.to_string() }),
     }
 }
 
@@ -499,8 +521,9 @@ mod tests {
         assert_eq!(read("ghcr.io/shopify/toxiproxy"), Ok(("ghcr.io/shopify/toxiproxy".into(), "latest".into())));
         assert_eq!(read("localhost:5000/lab:2.1"), Ok(("localhost:5000/lab".into(), "2.1".into())));
         assert_eq!(read("localhost:5000/lab"), Ok(("localhost:5000/lab".into(), "latest".into())));
-        for bad in ["", "lab:", "a b", "lab@sha256:00"] {
-            assert!(ImageName::parse(bad).is_err(), "{bad:?}");
+        for bad in ["", "a b", "lab@sha256:00"] {
+            assert_eq!(ImageName::parse(bad), Err(ImageNameError::NotAName(bad.into())), "{bad:?}");
         }
+        assert_eq!(ImageName::parse("lab:"), Err(ImageNameError::EmptyTag("lab:".into())));
     }
 }

@@ -475,14 +475,18 @@ impl SystemFile {
                 None if words.is_empty() || words[0].is_empty() => {
                     return Err(error(line, format!("role `{role}`: `command` must name a program")));
                 }
-                Some(image) if crate::container::ImageName::parse(image).is_err() => {
-                    let why = crate::container::ImageName::parse(image).unwrap_err();
-                    return Err(error(line, format!("role `{role}`: {why}")));
+                Some(image) => {
+                    if let Err(why) = crate::container::ImageName::parse(image) {
+                        return Err(error(line, format!("role `{role}`: {why}")));
+                    }
+                    if spec.cwd.is_some() {
+                        return Err(error(
+                            line,
+                            format!("role `{role}`: `cwd` is for processes; an image has its own"),
+                        ));
+                    }
                 }
-                Some(_) if spec.cwd.is_some() => {
-                    return Err(error(line, format!("role `{role}`: `cwd` is for processes; an image has its own")));
-                }
-                _ => {}
+                None => {}
             }
             for word in words.iter().chain(spec.env.values()) {
                 check_placeholders(word, *role).map_err(|message| error(line, format!("role `{role}`: {message}")))?;
@@ -664,8 +668,19 @@ pub fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].bytes().filter(|byte| *byte == b'\n').count() + 1
 }
 
+/// Why a command word's placeholders cannot be read or filled in; each names the word.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlaceholderError {
+    #[error("`{word}` has a `}}` with no `{{` (write `}}}}` for a brace)")]
+    UnopenedBrace { word: String },
+    #[error("`{word}` has a `{{` with no `}}` (write `{{{{` for a brace)")]
+    UnclosedBrace { word: String },
+    #[error("`{word}`: `{{{name}}}` has no value here")]
+    NoValue { word: String, name: String },
+}
+
 /// The placeholder names in `word` (`{{` and `}}` are literal braces).
-pub fn placeholders(word: &str) -> Result<Vec<&str>, String> {
+pub fn placeholders(word: &str) -> Result<Vec<&str>, PlaceholderError> {
     let mut names = Vec::new();
     let mut rest = word;
     while let Some(start) = rest.find(['{', '}']) {
@@ -675,10 +690,10 @@ pub fn placeholders(word: &str) -> Result<Vec<&str>, String> {
             continue;
         }
         if rest.as_bytes()[start] == b'}' {
-            return Err(format!("`{word}` has a `}}` with no `{{` (write `}}}}` for a brace)"));
+            return Err(PlaceholderError::UnopenedBrace { word: word.to_string() });
         }
         let Some(end) = after.find('}') else {
-            return Err(format!("`{word}` has a `{{` with no `}}` (write `{{{{` for a brace)"));
+            return Err(PlaceholderError::UnclosedBrace { word: word.to_string() });
         };
         names.push(&after[..end]);
         rest = &after[end + 1..];
@@ -687,7 +702,7 @@ pub fn placeholders(word: &str) -> Result<Vec<&str>, String> {
 }
 
 fn check_placeholders(word: &str, role: Role) -> Result<(), String> {
-    for name in placeholders(word)? {
+    for name in placeholders(word).map_err(|error| error.to_string())? {
         match PLACEHOLDERS.iter().find(|(known, _, _)| *known == name) {
             None => return Err(format!("`{word}`: no placeholder `{{{name}}}` (see docs/system.md)")),
             Some((_, roles, _)) if !roles.contains(&role) => {
@@ -700,7 +715,7 @@ fn check_placeholders(word: &str, role: Role) -> Result<(), String> {
 }
 
 /// `word` with every placeholder replaced by its value in `values`; `{{`/`}}` become braces.
-pub fn expand(word: &str, values: &BTreeMap<&str, String>) -> Result<String, String> {
+pub fn expand(word: &str, values: &BTreeMap<&str, String>) -> Result<String, PlaceholderError> {
     let mut out = String::with_capacity(word.len());
     let mut rest = word;
     while let Some(start) = rest.find(['{', '}']) {
@@ -711,9 +726,11 @@ pub fn expand(word: &str, values: &BTreeMap<&str, String>) -> Result<String, Str
             rest = &after[1..];
             continue;
         }
-        let end = after.find('}').ok_or_else(|| format!("`{word}` has an unclosed `{{`"))?;
+        let end = after.find('}').ok_or_else(|| PlaceholderError::UnclosedBrace { word: word.to_string() })?;
         let name = &after[..end];
-        let value = values.get(name).ok_or_else(|| format!("`{word}`: `{{{name}}}` has no value here"))?;
+        let value = values
+            .get(name)
+            .ok_or_else(|| PlaceholderError::NoValue { word: word.to_string(), name: name.to_string() })?;
         out.push_str(value);
         rest = &after[end + 1..];
     }
@@ -865,9 +882,15 @@ command = ["rn", "--id={runner_id}"]
         let values = BTreeMap::from([("port", "7".to_string())]);
         assert_eq!(expand("--p={port} {{x}}", &values).unwrap(), "--p=7 {x}");
         assert_eq!(placeholders("a{{b}}{port}").unwrap(), vec!["port"]);
-        assert!(placeholders("a{port").is_err());
-        assert!(placeholders("a}b").is_err());
-        assert!(expand("{nope}", &values).is_err());
+        assert_eq!(placeholders("a{port"), Err(PlaceholderError::UnclosedBrace { word: "a{port".into() }));
+        assert_eq!(placeholders("a}b"), Err(PlaceholderError::UnopenedBrace { word: "a}b".into() }));
+        let no_value = PlaceholderError::NoValue { word: "{nope}".into(), name: "nope".into() };
+        assert_eq!(expand("{nope}", &values), Err(no_value.clone()));
+        assert_eq!(no_value.to_string(), "`{nope}`: `{nope}` has no value here");
+        assert_eq!(
+            expand("a{port", &values).unwrap_err().to_string(),
+            "`a{port` has a `{` with no `}` (write `{{` for a brace)"
+        );
     }
 
     #[test]

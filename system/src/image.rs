@@ -11,6 +11,7 @@ use testcontainers::runners::AsyncBuilder;
 use testcontainers::GenericBuildableImage;
 
 use crate::container::{docker, ImageName};
+use crate::StartError;
 
 /// The lab's image, as `systems/lab-containers.toml` names it.
 pub const LAB_TAG: &str = "fencelab-lab:local";
@@ -21,12 +22,30 @@ pub const DOCKERFILE: &str = include_str!("../../images/lab/Dockerfile");
 /// Longest a build may take (5 minutes).
 const BUILD_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(300);
 
+/// Why the images could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// A tag given is not an image name (bad input).
+    #[error("{flag}: {why}")]
+    Tag { flag: &'static str, why: crate::container::ImageNameError },
+    #[error(transparent)]
+    Docker(#[from] StartError),
+    #[error("{}: {source}", path.display())]
+    Binary { path: PathBuf, source: std::io::Error },
+    #[error("cannot run `ldd {}`: {source}", path.display())]
+    Ldd { path: PathBuf, source: std::io::Error },
+    #[error("building {tag}: {why}")]
+    Build { tag: String, why: String },
+    #[error("building {tag} took longer than {BUILD_WAIT_MAX:?}")]
+    BuildTimeout { tag: String },
+}
+
 /// The shared libraries `ldd` lists for `binary` (none for a static one).
-pub fn libraries(binary: &Path) -> Result<Vec<PathBuf>, String> {
+pub fn libraries(binary: &Path) -> Result<Vec<PathBuf>, ImageError> {
     let output = std::process::Command::new("ldd")
         .arg(binary)
         .output()
-        .map_err(|error| format!("cannot run `ldd {}`: {error}", binary.display()))?;
+        .map_err(|source| ImageError::Ldd { path: binary.to_path_buf(), source })?;
     let text = String::from_utf8_lossy(&output.stdout);
     Ok(text
         .lines()
@@ -41,8 +60,8 @@ pub fn libraries(binary: &Path) -> Result<Vec<PathBuf>, String> {
 }
 
 /// What tells this binary apart: its size and modification time.
-fn stamp(binary: &Path) -> Result<String, String> {
-    let meta = std::fs::metadata(binary).map_err(|error| format!("{}: {error}", binary.display()))?;
+fn stamp(binary: &Path) -> Result<String, ImageError> {
+    let meta = std::fs::metadata(binary).map_err(|source| ImageError::Binary { path: binary.to_path_buf(), source })?;
     let modified = meta.modified().ok().and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok());
     Ok(format!("{}-{}", meta.len(), modified.map_or(0, |time| time.as_nanos())))
 }
@@ -71,12 +90,12 @@ async fn label_of(client: &testcontainers::bollard::Docker, image: &str) -> Opti
 
 /// Builds both images unless up to date; what it did, one line each. The images the tags
 /// named before are removed (when nothing else uses them).
-pub async fn build(binary: &Path, tag: &str, toxiproxy_tag: &str, force: bool) -> Result<Vec<String>, String> {
-    let client = docker().await.map_err(|error| error.to_string())?;
+pub async fn build(binary: &Path, tag: &str, toxiproxy_tag: &str, force: bool) -> Result<Vec<String>, ImageError> {
+    let lab = ImageName::parse(tag).map_err(|why| ImageError::Tag { flag: "--tag", why })?;
+    let toxiproxy = ImageName::parse(toxiproxy_tag).map_err(|why| ImageError::Tag { flag: "--toxiproxy-tag", why })?;
+    let client = docker().await?;
     crate::container::sweep_dead(&client).await;
     let stamp = stamp(binary)?;
-    let lab = ImageName::parse(tag).map_err(|why| format!("--tag: {why}"))?;
-    let toxiproxy = ImageName::parse(toxiproxy_tag).map_err(|why| format!("--toxiproxy-tag: {why}"))?;
     let options = || BuildImageOptions::new().with_build_arg("FENCELAB_BINARY", stamp.clone());
     let (old_lab, old_toxiproxy) = (id_of(&client, &lab.full()).await, id_of(&client, &toxiproxy.full()).await);
     let mut said = Vec::new();
@@ -113,10 +132,10 @@ pub async fn build(binary: &Path, tag: &str, toxiproxy_tag: &str, force: bool) -
     Ok(said)
 }
 
-async fn build_one(image: GenericBuildableImage, options: BuildImageOptions, tag: &str) -> Result<(), String> {
+async fn build_one(image: GenericBuildableImage, options: BuildImageOptions, tag: &str) -> Result<(), ImageError> {
     match tokio::time::timeout(BUILD_WAIT_MAX, image.build_image_with(options)).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(error)) => Err(format!("building {tag}: {error}")),
-        Err(_) => Err(format!("building {tag} took longer than {BUILD_WAIT_MAX:?}")),
+        Ok(Err(error)) => Err(ImageError::Build { tag: tag.to_string(), why: error.to_string() }),
+        Err(_) => Err(ImageError::BuildTimeout { tag: tag.to_string() }),
     }
 }

@@ -433,7 +433,7 @@ impl Launch {
     ) -> Result<Proc, StartError> {
         let where_ = self.file.locate(role);
         let image = self.file.image(role).expect("a role with an image");
-        let image = super::container::ImageName::parse(image).map_err(StartError::Named)?;
+        let image = super::container::ImageName::parse(image).map_err(|why| StartError::Named(why.to_string()))?;
         let mut mounts = vec![(self.dir.clone(), false)];
         if !self.dir.starts_with(self.file.dir()) {
             mounts.push((self.file.dir(), true));

@@ -133,16 +133,30 @@ impl Rule {
     }
 }
 
+/// Why an `iptables` command did not do what was asked; each names the command.
+#[derive(Debug, thiserror::Error)]
+pub enum PacketError {
+    #[error("{command}: {source}")]
+    Spawn { command: String, source: std::io::Error },
+    #[error("{command}: no answer within {COMMAND_MAX:?}")]
+    NoAnswer { command: String },
+    #[error("{command}: {status} {stderr}")]
+    Failed { command: String, status: std::process::ExitStatus, stderr: String },
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    NotRemoved(Vec<PacketError>),
+}
+
 /// Runs `iptables ARGS` (bounded: killed past [`COMMAND_MAX`]); its stdout, or why it failed.
-fn iptables(args: &[String]) -> Result<String, String> {
-    let shown = format!("iptables {}", args.join(" "));
+fn iptables(args: &[String]) -> Result<String, PacketError> {
+    let command = format!("iptables {}", args.join(" "));
+    let spawn = |source| PacketError::Spawn { command: command.clone(), source };
     let mut child = Command::new("iptables")
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|error| format!("{shown}: {error}"))?;
+        .map_err(spawn)?;
     let deadline = Instant::now() + COMMAND_MAX;
     loop {
         match child.try_wait() {
@@ -151,17 +165,17 @@ fn iptables(args: &[String]) -> Result<String, String> {
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("{shown}: no answer within {COMMAND_MAX:?}"));
+                return Err(PacketError::NoAnswer { command });
             }
-            Err(error) => return Err(format!("{shown}: {error}")),
+            Err(error) => return Err(spawn(error)),
         }
     }
-    let output = child.wait_with_output().map_err(|error| format!("{shown}: {error}"))?;
+    let output = child.wait_with_output().map_err(spawn)?;
     if output.status.success() {
         return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
     }
     let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
-    Err(format!("{shown}: {} {stderr}", output.status))
+    Err(PacketError::Failed { command, status: output.status, stderr })
 }
 
 /// `-w SECONDS` then `words`.
@@ -181,7 +195,7 @@ pub fn unavailable() -> Option<String> {
     }
     match iptables(&with_lock_wait(&["-S", CHAIN], vec![])) {
         Ok(_) => None,
-        Err(why) if why.contains("No such file") => {
+        Err(PacketError::Spawn { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
             Some("dropping packets needs `iptables`, which is not installed here".to_string())
         }
         Err(why) => Some(format!("dropping packets needs iptables, which fails here: {why}")),
@@ -189,17 +203,17 @@ pub fn unavailable() -> Option<String> {
 }
 
 /// Every rule of ours in the chain now (any harness's).
-pub fn listed() -> Result<Vec<Rule>, String> {
+pub fn listed() -> Result<Vec<Rule>, PacketError> {
     let text = iptables(&with_lock_wait(&["-S", CHAIN], vec![]))?;
     Ok(text.lines().filter_map(Rule::parse_listed).collect())
 }
 
-fn insert(rule: &Rule) -> Result<(), String> {
+fn insert(rule: &Rule) -> Result<(), PacketError> {
     INSTALLED.store(true, Ordering::SeqCst);
     iptables(&with_lock_wait(&["-I", CHAIN], rule.spec())).map(drop)
 }
 
-fn delete(rule: &Rule) -> Result<(), String> {
+fn delete(rule: &Rule) -> Result<(), PacketError> {
     iptables(&with_lock_wait(&["-D", CHAIN], rule.spec())).map(drop)
 }
 
@@ -214,12 +228,12 @@ impl Partition {
     /// Drops the TCP packets to and from each of `ports` on loopback, under this process's
     /// tag. When one rule cannot be installed, those installed are removed and the error
     /// says why.
-    pub fn install(ports: &[u16]) -> Result<Partition, String> {
+    pub fn install(ports: &[u16]) -> Result<Partition, PacketError> {
         Partition::install_tagged(ports, Tag::own())
     }
 
     /// [`Partition::install`] under `tag` (a test stands for a harness that is gone).
-    pub fn install_tagged(ports: &[u16], tag: Tag) -> Result<Partition, String> {
+    pub fn install_tagged(ports: &[u16], tag: Tag) -> Result<Partition, PacketError> {
         let mut partition = Partition { rules: Vec::with_capacity(2 * ports.len()) };
         for &port in ports {
             for direction in [Direction::ToPort, Direction::FromPort] {
@@ -237,7 +251,7 @@ impl Partition {
     }
 
     /// Removes its rules; an error names those that could not be removed.
-    pub fn remove(mut self) -> Result<(), String> {
+    pub fn remove(mut self) -> Result<(), PacketError> {
         self.remove_rules()
     }
 
@@ -246,11 +260,11 @@ impl Partition {
         self.rules.clear();
     }
 
-    fn remove_rules(&mut self) -> Result<(), String> {
-        let errors: Vec<String> = self.rules.drain(..).filter_map(|rule| delete(&rule).err()).collect();
+    fn remove_rules(&mut self) -> Result<(), PacketError> {
+        let errors: Vec<PacketError> = self.rules.drain(..).filter_map(|rule| delete(&rule).err()).collect();
         match errors.is_empty() {
             true => Ok(()),
-            false => Err(errors.join("; ")),
+            false => Err(PacketError::NotRemoved(errors)),
         }
     }
 }

@@ -577,6 +577,12 @@ def main():
     options.data_dir = os.path.abspath(options.data_dir)
     os.makedirs(options.data_dir, exist_ok=True)
 
+    # Both ports are bound before Airflow is prepared (a minute or more on a loaded machine):
+    # the contract's now, the API server's until Airflow starts it. The harness keeps up to 64
+    # submissions in flight, and Airflow answers each in tens to hundreds of milliseconds:
+    # socketserver's backlog of 5 would refuse connections.
+    server = recorder.Server(options.listen, NOT_PROVIDED, log, request_queue_size=256)
+    api_port = recorder.hold_port(options.api_port)
     airflow = Airflow(options)
 
     def stop(signum, frame):
@@ -588,9 +594,7 @@ def main():
     signal.signal(signal.SIGINT, stop)
     airflow.prepare()
     ledger = Ledger(os.path.join(options.data_dir, 'ledger.jsonl'), airflow.dsn, ReportLog(airflow.log_path))
-    # The harness keeps up to 64 submissions in flight, and Airflow answers each in tens to
-    # hundreds of milliseconds: socketserver's backlog of 5 would refuse connections.
-    server = recorder.Server(options.listen, NOT_PROVIDED, log, request_queue_size=256)
+    api_port.close()
     airflow.start()
     server.facade = Facade(options, airflow, ledger, Submitter(options.api_port))
     threading.Thread(target=recorder.keep_recording, args=(ledger, log), daemon=True).start()

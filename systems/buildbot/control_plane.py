@@ -441,10 +441,13 @@ def main():
         parser.error('--operator-token and --secret must not be empty, and --runners at least 1')
     os.makedirs(options.data_dir, exist_ok=True)
 
+    # Both ports are bound before the master is prepared: the contract's now, PB's until the
+    # master starts and takes it.
+    server = recorder.Server(options.listen, NOT_PROVIDED, log)
+    pb_port = recorder.hold_port(options.pb_port)
     master = Master(options)
     master.prepare()
     ledger = Ledger(os.path.join(options.data_dir, 'ledger.jsonl'), master.db_path)
-    server = recorder.Server(options.listen, NOT_PROVIDED, log)
 
     def stop(signum, frame):
         master.stop()
@@ -452,6 +455,7 @@ def main():
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    pb_port.close()
     master.start()
     server.facade = Facade(options, master, ledger, Submitter(options.pb_port, derive(options.secret, 'try')))
     threading.Thread(target=recorder.keep_recording, args=(ledger, log), daemon=True).start()

@@ -23,7 +23,7 @@ const contract = require('../node-common/contract');
 const redisServer = require('./redis');
 
 const { ApiError } = wire;
-const { hex, monoNs, stringify, RawJson, forbidden, exists } = contract;
+const { hex, stringify, RawJson, exists } = contract;
 
 /** Longest a BullMQ or Redis call may take before the request is answered 503. */
 const CALL_MS_MAX = 5000;
@@ -32,21 +32,15 @@ const MAX_STALLED_COUNT = 1000000;
 /** Looks at the queues a claim makes before it answers that nothing is claimable. */
 const LOOKS_MAX = 3;
 const RETRY = Symbol('look again');
+/** BullMQ's job states in the contract's words. */
+const WORDS = { completed: 'succeeded', failed: 'failed', active: 'running' };
 
-function parseArgs(argv) {
-  const names = {
-    '--listen': 'listen', '--lease-ms': 'leaseMs', '--operator-token': 'operatorToken', '--secret': 'secret',
-    '--data-dir': 'dataDir', '--redis-server': 'redisServer', '--capability': 'capability',
-    '--appendfsync': 'appendfsync',
-  };
-  const defaults = { listen: '127.0.0.1:7400', leaseMs: 2000, redisServer: 'redis-server', capability: 'grant', appendfsync: 'always' };
-  const options = contract.parseArgs('adapter.js', argv, names, defaults, ['operatorToken', 'secret', 'dataDir']);
-  if (!['grant', 'lock'].includes(options.capability)) contract.usage('adapter.js', '--capability must be grant or lock');
-  if (!['always', 'everysec'].includes(options.appendfsync)) contract.usage('adapter.js', '--appendfsync must be always or everysec');
-  options.leaseMs = Number(options.leaseMs);
-  if (!Number.isInteger(options.leaseMs) || options.leaseMs < 1) contract.usage('adapter.js', '--lease-ms must be a positive integer');
-  return options;
-}
+const parseArgs = (argv) => contract.options(argv, {
+  names: { '--data-dir': 'dataDir', '--redis-server': 'redisServer', '--capability': 'capability', '--appendfsync': 'appendfsync' },
+  defaults: { redisServer: 'redis-server' },
+  required: ['dataDir'],
+  choices: { capability: ['grant', 'lock'], appendfsync: ['always', 'everysec'] },
+});
 
 /** `promise`, or a 503 after `CALL_MS_MAX` (a mutating call may have taken effect). */
 const bounded = (promise, mutates) => contract.bounded(promise, mutates, CALL_MS_MAX, 'Redis');
@@ -107,12 +101,17 @@ class Adapter {
     return seq;
   }
 
-  async who(request) {
-    const token = wire.bearer(request);
-    if (token === this.options.operatorToken) return { kind: 'operator' };
-    const text = await this.redis.hget('fl:tokens', token);
-    if (text === null) throw new ApiError(401, 'unauthorized', 'the bearer token is not known');
-    return JSON.parse(text);
+  /** The adapter's records as the contract's decisions read and write them (see contract.js):
+   *  an attempt's record, and the ledger entry written with the attempt record it changed. */
+  book() {
+    return {
+      attempt: (id) => this.record('attempt', id),
+      append: (entry, attempt) => this.append(entry, attempt ? { [`fl:attempt:${attempt.id}`]: attempt } : {}),
+    };
+  }
+
+  who(request) {
+    return contract.who(request, this.options.operatorToken, (token) => this.redis.hget('fl:tokens', token));
   }
 
   // ---------------------------------------------------------------- operator
@@ -149,14 +148,10 @@ class Adapter {
       }
       if (id === undefined) throw new ApiError(500, 'internal', 'no free generated job id');
     }
-    const job = {
-      id, project: req.project, deployment_key: req.deployment_key,
-      spec: { steps: Number(req.spec.steps), step_ms: Number(req.spec.step_ms) }, attempts: 0,
-    };
     if (await this.redis.exists(`fl:job:${id}`)) throw exists(`job ${id}`);
     const newKey = !(await this.redis.sismember(`fl:keyset:${req.project}`, req.deployment_key));
-    const now = Date.now();
-    const entry = { kind: 'submit', project: req.project, job: id, deployment_key: req.deployment_key, received_ms: now, mono_ns: monoNs() };
+    const { spec, entry } = contract.submitted(req, id, Date.now());
+    const job = { id, project: req.project, deployment_key: req.deployment_key, spec, attempts: 0 };
     await this.append(entry, { [`fl:job:${id}`]: job }, (multi) => {
       multi.rpush('fl:jobs', id);
       multi.sadd(`fl:keyset:${req.project}`, req.deployment_key);
@@ -205,13 +200,13 @@ class Adapter {
       const served = await this.serveNext(who, req);
       if (served !== RETRY) return served;
     }
-    return [200, { grant: null }];
+    return contract.NO_GRANT;
   }
 
   async serveNext(who, req) {
     for (const { key, job } of await this.candidates(who.project)) {
       await this.catchUp(job);
-      const attempt = `${job.id}-a${job.attempts + 1}`;
+      const attempt = contract.nextAttempt(job);
       const fence = Number(await this.redis.get('fl:fence')) + 1;
       const token = tokenOf(who.runner, attempt, fence);
       const now = Date.now();
@@ -225,7 +220,7 @@ class Adapter {
       const lease = await this.leaseEnd(key, job.id, now);
       return this.granted(who, req, job, { attempt, fence, lease });
     }
-    return [200, { grant: null }];
+    return contract.NO_GRANT;
   }
 
   /**
@@ -243,15 +238,11 @@ class Adapter {
   async granted(who, req, job, { attempt, fence, lease }) {
     // The grant's receipt time is the instant BullMQ's lock began: its end less the lease.
     const now = lease - this.options.leaseMs;
-    const record = { id: attempt, job: job.id, runner: who.runner, fence, state: 'running', claimed_ms: now, lease_expires_ms: lease };
+    const { record, entry, answer } = contract.grant(who, req, job, { attempt, fence, now, lease }, this.options.leaseMs);
     job.attempts += 1;
     job.current_attempt = attempt;
-    await this.append({
-      kind: 'claim', project: job.project, job: job.id, attempt, runner: who.runner, fence, deployment_key: job.deployment_key,
-      decision: 'accepted', received_ms: now, observed_ms: req.observed_ms, mono_ns: monoNs(), lease_expires_ms: lease,
-    }, { 'fl:fence': String(fence), [`fl:attempt:${attempt}`]: record, [`fl:job:${job.id}`]: job });
-    const claim = { job: job.id, attempt, runner: who.runner, fence };
-    return [200, { grant: { claim, project: job.project, deployment_key: job.deployment_key, spec: job.spec, lease_ms: this.options.leaseMs, lease_expires_ms: lease } }];
+    await this.append(entry, { 'fl:fence': String(fence), [`fl:attempt:${attempt}`]: record, [`fl:job:${job.id}`]: job });
+    return answer;
   }
 
   /** BullMQ served a job whose current attempt is still running in the records: its stall
@@ -274,13 +265,7 @@ class Adapter {
   }
 
   async requeued(job, attempt) {
-    attempt.state = 'failed';
-    attempt.closed_by = 'expired-requeued';
-    await this.append({
-      kind: 'expire', project: job.project, job: job.id, attempt: attempt.id, runner: attempt.runner, fence: attempt.fence,
-      deployment_key: job.deployment_key, recorded_as: 'requeued', received_ms: Date.now(), mono_ns: monoNs(),
-      lease_expires_ms: attempt.lease_expires_ms,
-    }, { [`fl:attempt:${attempt.id}`]: attempt });
+    await this.book().append(contract.expired(job, attempt, 'requeued', Date.now()), attempt);
   }
 
   /** The checks before a report's verdict: token kind, runner, fence bound, the job's project.
@@ -288,9 +273,7 @@ class Adapter {
    *  outside would judge a report on a job a claim queued ahead of it has since changed). */
   async report(who, body, extra = {}) {
     const req = contract.readReport(who, body, extra);
-    const job = await this.record('job', req.job);
-    if (!job || job.project !== who.project) throw contract.unknownJob(req.job, who.project);
-    return { req, job };
+    return { req, job: contract.ownJob(await this.record('job', req.job), req, who) };
   }
 
   async heartbeat(who, body) {
@@ -302,15 +285,11 @@ class Adapter {
       const token = tokenOf(req.runner, req.attempt, req.fence);
       const extended = bull ? await bounded(bull.extendLock(token, this.options.leaseMs), true) : 0;
       if (extended === 1) {
-        const attempt = await this.record('attempt', req.attempt);
         const lease = await this.leaseEnd(job.deployment_key, job.id, now);
         now = lease - this.options.leaseMs;
-        attempt.lease_expires_ms = lease;
-        const entry = contract.reportEntry('heartbeat', who, job, req, now, { decision: 'accepted', lease_expires_ms: lease });
-        const seq = await this.append(entry, { [`fl:attempt:${attempt.id}`]: attempt });
-        return [200, { decision: 'accepted', ledger_seq: seq, lease_expires_ms: lease }];
+        return contract.heartbeatAccepted(this.book(), who, job, req, now, lease, true);
       }
-      return this.refused('heartbeat', who, job, req, now);
+      return contract.refused(this.book(), 'heartbeat', who, job, req, now);
     });
   }
 
@@ -325,17 +304,8 @@ class Adapter {
     return this.serial(async () => {
       const { req, job } = await this.report(who, body);
       const now = Date.now();
-      let expires = now + contract.CAPABILITY_TTL_MS;
-      if (this.options.capability === 'lock') {
-        const end = await this.lockEnd(job, tokenOf(req.runner, req.attempt, req.fence));
-        if (end === null) return this.refused('capability', who, job, req, now);
-        expires = Math.min(expires, end);
-      }
-      const attempt = await this.record('attempt', req.attempt);
-      const lease = attempt ? attempt.lease_expires_ms : now;
-      const capability = contract.sign(this.options.secret, job.deployment_key, req, expires);
-      const seq = await this.append(contract.reportEntry('capability', who, job, req, now, { decision: 'accepted', lease_expires_ms: lease }));
-      return [200, { decision: 'accepted', ledger_seq: seq, lease_expires_ms: lease, capability }];
+      const hold = this.options.capability === 'lock' ? await this.lockEnd(job, tokenOf(req.runner, req.attempt, req.fence)) : undefined;
+      return contract.capability(this.book(), this.options.secret, who, job, req, now, hold);
     });
   }
 
@@ -349,22 +319,14 @@ class Adapter {
   }
 
   async result(who, body) {
-    const extra = { outcome: [['succeeded', 'failed'], true], detail: ['string', false] };
     return this.serial(async () => {
-      const { req, job } = await this.report(who, body, extra);
+      const { req, job } = await this.report(who, body, contract.RESULT);
       const now = Date.now();
       const { queue } = await this.lane(job.deployment_key);
       const bull = await bounded(queue.getJob(hex(job.id)), false);
       const token = tokenOf(req.runner, req.attempt, req.fence);
-      if (bull && (await this.finish(bull, req, token))) {
-        const attempt = await this.record('attempt', req.attempt);
-        attempt.state = req.outcome;
-        attempt.closed_by = 'result';
-        const entry = contract.reportEntry('result', who, job, req, now, { decision: 'accepted', outcome: req.outcome });
-        const seq = await this.append(entry, { [`fl:attempt:${attempt.id}`]: attempt });
-        return [200, { decision: 'accepted', ledger_seq: seq }];
-      }
-      return this.refused('result', who, job, req, now, { outcome: req.outcome, recorded_as: 'late_observation' });
+      if (bull && (await this.finish(bull, req, token))) return contract.resultAccepted(this.book(), who, job, req, now);
+      return contract.lateResult(this.book(), who, job, req, now);
     });
   }
 
@@ -381,39 +343,24 @@ class Adapter {
     }
   }
 
-  /** A refusal BullMQ made, recorded with the contract's reason for it (docs/protocol.md,
-   *  "Standing"), read from the attempts the adapter recorded. */
-  async refused(kind, who, job, req, now, more = {}) {
-    const reason = contract.standing(await this.record('attempt', req.attempt), job, req, now);
-    const seq = await this.append(contract.reportEntry(kind, who, job, req, now, { decision: 'rejected', reason, ...more }));
-    return [409, { decision: 'rejected', reason, ledger_seq: seq }];
-  }
-
   // ---------------------------------------------------------------- reads
 
-  async jobs(who) {
-    if (who.kind !== 'operator') throw forbidden('reading jobs');
+  async jobs() {
     const views = [];
     for (const id of await this.redis.lrange('fl:jobs', 0, -1)) views.push(await this.view(await this.record('job', id), false));
-    return [200, views];
+    return views;
   }
 
-  async job(who, id) {
-    if (who.kind !== 'operator') throw forbidden('reading a job');
+  async job(id) {
     const job = await this.record('job', id);
-    if (!job) throw new ApiError(404, 'unknown_job', `no job ${id}`);
-    return [200, await this.view(job, true)];
+    return job && this.view(job, true);
   }
 
+  /** A job's view; its state is BullMQ's (a job in none of these states reads `queued`). */
   async view(job, full) {
     const { queue } = await this.lane(job.deployment_key);
     const state = await bounded(queue.getJobState(hex(job.id)), false);
-    const words = { completed: 'succeeded', failed: 'failed', active: 'running' };
-    const view = { id: job.id, project: job.project, deployment_key: job.deployment_key, spec: job.spec, state: words[state] || 'queued' };
-    if (job.current_attempt !== undefined) view.current_attempt = job.current_attempt;
-    if (state === 'completed' || state === 'failed') view.outcome = words[state];
-    view.attempts = [];
-    view.ledger = [];
+    const view = contract.jobView(job, WORDS[state] || 'queued');
     if (!full) return view;
     for (let n = 1; n <= job.attempts; n += 1) {
       const attempt = await this.record('attempt', `${job.id}-a${n}`);
@@ -467,17 +414,10 @@ class Adapter {
       const req = { attempt: attempt.id, runner: attempt.runner, fence: attempt.fence };
       if (state === 'active') {
         const lease = await this.extendedPast(job, attempt);
-        if (lease === null) continue;
-        attempt.lease_expires_ms = lease;
-        const entry = contract.reportEntry('heartbeat', who, job, req, lease - this.options.leaseMs, { decision: 'accepted', lease_expires_ms: lease });
-        await this.append(entry, { [`fl:attempt:${attempt.id}`]: attempt });
+        if (lease !== null) await contract.heartbeatAccepted(this.book(), who, job, req, lease - this.options.leaseMs, lease, true);
       } else if (state === 'completed' || state === 'failed') {
         const bull = await bounded(queue.getJob(hex(job.id)), false);
-        const outcome = state === 'completed' ? 'succeeded' : 'failed';
-        attempt.state = outcome;
-        attempt.closed_by = 'result';
-        const entry = contract.reportEntry('result', who, job, req, bull.finishedOn, { decision: 'accepted', outcome });
-        await this.append(entry, { [`fl:attempt:${attempt.id}`]: attempt });
+        await contract.resultAccepted(this.book(), who, job, { ...req, outcome: WORDS[state] }, bull.finishedOn);
       }
     }
   }
@@ -507,7 +447,7 @@ class Adapter {
  *  anything else presents another token, and BullMQ's lock check refuses it. */
 const tokenOf = (runner, attempt, fence) => `${runner}/${attempt}/${fence}`;
 
-async function main() {
+contract.run(async () => {
   const options = parseArgs(process.argv.slice(2));
   let started;
   try {
@@ -523,9 +463,4 @@ async function main() {
   contract.listen(adapter, options.listen, () => {
     if (started.child) started.child.kill('SIGTERM');
   });
-}
-
-main().catch((error) => {
-  process.stderr.write(`${error.stack || error}\n`);
-  process.exit(255);
 });

@@ -2,9 +2,11 @@
 // What fencelab's control-plane contract (docs/protocol.md) asks of an adapter that no job
 // system decides: the command line, the HTTP server and its routes, the checks every request
 // passes before a rule (token kind, shapes, field domains), the answers' JSON, the
-// capability's signature, one-at-a-time rules and bounded calls. Each adapter
-// (systems/bullmq, systems/pg-boss) brings the rules, every one decided by its job system,
-// and its own store for projects, runners, tokens and the ledger.
+// capability's signature, one-at-a-time rules and bounded calls, and how each decision a job
+// system makes is recorded in the contract's words (the attempt it changes, its ledger entry,
+// its answer, a refusal's reason). Each adapter (systems/bullmq, systems/pg-boss) brings the
+// rules, every one decided by its job system, and its own store for projects, runners,
+// tokens, attempts and the ledger.
 
 const crypto = require('node:crypto');
 const http = require('node:http');
@@ -31,6 +33,30 @@ function parseArgs(program, argv, names, defaults, required) {
     if (!options[option]) usage(program, `--${option.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} is required`);
   }
   return options;
+}
+
+/** The lease an adapter takes when its job system sets no bound of its own. */
+const LEASE = { min: 1, why: '--lease-ms must be a positive integer' };
+
+/**
+ * An adapter's command line: the contract's flags (`--listen`, default 127.0.0.1:7400;
+ * `--lease-ms`, default 2000, an integer of at least `lease.min`, else `lease.why`;
+ * `--operator-token`, `--secret`, both required) and the job system's own: `names`,
+ * `defaults`, `required`, and `choices`, an option's allowed words (the first its default).
+ * A bad command line exits 254.
+ */
+function options(argv, { names = {}, defaults = {}, required = [], choices = {}, lease = LEASE }) {
+  const all = { '--listen': 'listen', '--lease-ms': 'leaseMs', '--operator-token': 'operatorToken', '--secret': 'secret', ...names };
+  const chosen = Object.fromEntries(Object.entries(choices).map(([name, words]) => [name, words[0]]));
+  const start = { listen: '127.0.0.1:7400', leaseMs: 2000, ...chosen, ...defaults };
+  const read = parseArgs('adapter.js', argv, all, start, ['operatorToken', 'secret', ...required]);
+  read.leaseMs = Number(read.leaseMs);
+  if (!Number.isInteger(read.leaseMs) || read.leaseMs < lease.min) usage('adapter.js', lease.why);
+  for (const [name, words] of Object.entries(choices)) {
+    const flag = `--${name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+    if (!words.includes(read[name])) usage('adapter.js', `${flag} must be ${words.join(' or ')}`);
+  }
+  return read;
 }
 
 function usage(program, why) {
@@ -177,6 +203,128 @@ function sign(secret, key, req, expires) {
   return { deployment_key: key, job: req.job, attempt: req.attempt, runner: req.runner, fence: req.fence, expires_ms: expires, signature };
 }
 
+// ---------------------------------------------------------------- what an adapter records of its job system's decisions
+//
+// Each function below records one decision the job system made, in the contract's words,
+// through `book`, the adapter's store as one decision sees it: `attempt(id)`, the adapter's
+// record of an attempt (null when there is none), and `append(entry, attempt)`, which
+// appends a ledger entry and writes the attempt record it changed (if any) with it, and
+// resolves to the entry's `seq`. Nothing here decides: the adapter calls the one that names
+// what its job system answered.
+
+/** The operator's submission as the contract states it: the job's spec and its ledger entry. */
+function submitted(req, id, now) {
+  const spec = { steps: Number(req.spec.steps), step_ms: Number(req.spec.step_ms) };
+  const entry = { kind: 'submit', project: req.project, job: id, deployment_key: req.deployment_key, received_ms: now, mono_ns: monoNs() };
+  return { spec, entry };
+}
+
+/** The id of the attempt a grant of `job` starts. */
+const nextAttempt = (job) => `${job.id}-a${job.attempts + 1}`;
+
+/** A claim's answer when the job system served nothing. */
+const NO_GRANT = [200, { grant: null }];
+
+/**
+ * A grant the job system made of `job` to `who`: the attempt's record, the claim's ledger
+ * entry and the answer, its lease from `now` (the grant's receipt time) to `lease`. The
+ * adapter writes the record and the entry together, with whatever else of its own the
+ * grant changed.
+ */
+function grant(who, req, job, { attempt, fence, now, lease }, leaseMs) {
+  const record = { id: attempt, job: job.id, runner: who.runner, fence, state: 'running', claimed_ms: now, lease_expires_ms: lease };
+  const entry = {
+    kind: 'claim', project: job.project, job: job.id, attempt, runner: who.runner, fence, deployment_key: job.deployment_key,
+    decision: 'accepted', received_ms: now, observed_ms: req.observed_ms, mono_ns: monoNs(), lease_expires_ms: lease,
+  };
+  const claim = { job: job.id, attempt, runner: who.runner, fence };
+  const answer = [200, { grant: { claim, project: job.project, deployment_key: job.deployment_key, spec: job.spec, lease_ms: leaseMs, lease_expires_ms: lease } }];
+  return { record, entry, answer };
+}
+
+/** The job a report names, if it is in the reporting runner's project; else 404. */
+function ownJob(job, req, who) {
+  if (!job || job.project !== who.project) throw unknownJob(req.job, who.project);
+  return job;
+}
+
+/** A refusal the job system made, recorded with the contract's reason for it (docs/protocol.md,
+ *  "Standing"), read from the adapter's record of the attempt. */
+async function refused(book, kind, who, job, req, now, more = {}) {
+  const reason = standing(await book.attempt(req.attempt), job, req, now);
+  const seq = await book.append(reportEntry(kind, who, job, req, now, { decision: 'rejected', reason, ...more }));
+  return [409, { decision: 'rejected', reason, ledger_seq: seq }];
+}
+
+/** A result the job system refused: recorded as a late observation, its outcome kept. */
+const lateResult = (book, who, job, req, now) =>
+  refused(book, 'result', who, job, req, now, { outcome: req.outcome, recorded_as: 'late_observation' });
+
+/** A heartbeat the job system accepted, the lease ending at `lease`; `extended`: the job
+ *  system moved the lease there, and the attempt's record says so. */
+async function heartbeatAccepted(book, who, job, req, now, lease, extended) {
+  let changed = null;
+  if (extended) {
+    changed = await book.attempt(req.attempt);
+    changed.lease_expires_ms = lease;
+  }
+  const seq = await book.append(reportEntry('heartbeat', who, job, req, now, { decision: 'accepted', lease_expires_ms: lease }), changed);
+  return [200, { decision: 'accepted', ledger_seq: seq, lease_expires_ms: lease }];
+}
+
+/** A result the job system accepted: the attempt closed with the outcome reported. */
+async function resultAccepted(book, who, job, req, now) {
+  const attempt = await book.attempt(req.attempt);
+  if (attempt) {
+    attempt.state = req.outcome;
+    attempt.closed_by = 'result';
+  }
+  const seq = await book.append(reportEntry('result', who, job, req, now, { decision: 'accepted', outcome: req.outcome }), attempt);
+  return [200, { decision: 'accepted', ledger_seq: seq }];
+}
+
+/**
+ * A capability for `req`'s claim, signed with `secret`. `hold` is what the job system was
+ * asked: undefined when it was not (it has no capability, so one is granted to whoever asks,
+ * living `CAPABILITY_TTL_MS`), else the end of its hold on the claim, null when it holds none
+ * (refused); a capability never outlives the hold.
+ */
+async function capability(book, secret, who, job, req, now, hold) {
+  let expires = now + CAPABILITY_TTL_MS;
+  if (hold !== undefined) {
+    if (hold === null) return refused(book, 'capability', who, job, req, now);
+    expires = Math.min(expires, hold);
+  }
+  const attempt = await book.attempt(req.attempt);
+  const lease = attempt ? attempt.lease_expires_ms : now;
+  const signed = sign(secret, job.deployment_key, req, expires);
+  const seq = await book.append(reportEntry('capability', who, job, req, now, { decision: 'accepted', lease_expires_ms: lease }));
+  return [200, { decision: 'accepted', ledger_seq: seq, lease_expires_ms: lease, capability: signed }];
+}
+
+/** The job system ended `attempt`'s claim on its own (`recordedAs`: `requeued` or `failed`):
+ *  the attempt closed, and the ledger entry that records it. */
+function expired(job, attempt, recordedAs, now) {
+  attempt.state = 'failed';
+  attempt.closed_by = 'expired-requeued';
+  return {
+    kind: 'expire', project: job.project, job: job.id, attempt: attempt.id, runner: attempt.runner, fence: attempt.fence,
+    deployment_key: job.deployment_key, recorded_as: recordedAs, received_ms: now, mono_ns: monoNs(),
+    lease_expires_ms: attempt.lease_expires_ms,
+  };
+}
+
+/** A job as the reads show it, in the state the job system gives it (a contract word);
+ *  its attempts and ledger are the adapter's to fill for a full view. */
+function jobView(job, state) {
+  const view = { id: job.id, project: job.project, deployment_key: job.deployment_key, spec: job.spec, state };
+  if (job.current_attempt !== undefined) view.current_attempt = job.current_attempt;
+  if (state === 'succeeded' || state === 'failed') view.outcome = state;
+  view.attempts = [];
+  view.ledger = [];
+  return view;
+}
+
 /** JSON already written. */
 class RawJson {
   constructor(text) {
@@ -198,15 +346,39 @@ function routes(adapter) {
     { path: /^\/v1\/runners$/, methods: { POST: { handle: post(adapter.registerRunner) } } },
     {
       path: /^\/v1\/jobs$/,
-      methods: { POST: { handle: post(adapter.submit) }, GET: { handle: (_, who) => adapter.jobs(who) } },
+      methods: { POST: { handle: post(adapter.submit) }, GET: { handle: (_, who) => jobs(adapter, who) } },
     },
-    { path: /^\/v1\/jobs\/([^/]+)$/, methods: { GET: { idPath: true, handle: (_, who, id) => adapter.job(who, id) } } },
+    { path: /^\/v1\/jobs\/([^/]+)$/, methods: { GET: { idPath: true, handle: (_, who, id) => job(adapter, who, id) } } },
     { path: /^\/v1\/claim$/, methods: { POST: { handle: post(adapter.claim) } } },
     { path: /^\/v1\/heartbeat$/, methods: { POST: { handle: post(adapter.heartbeat) } } },
     { path: /^\/v1\/capability$/, methods: { POST: { handle: post(adapter.capability) } } },
     { path: /^\/v1\/result$/, methods: { POST: { handle: post(adapter.result) } } },
     { path: /^\/v1\/ledger$/, methods: { GET: { ledger: true, handle: (_, who, __, params) => adapter.ledger(who, params) } } },
   ];
+}
+
+/** Every job's view, for the operator only. */
+async function jobs(adapter, who) {
+  if (who.kind !== 'operator') throw forbidden('reading jobs');
+  return [200, await adapter.jobs()];
+}
+
+/** One job's full view, for the operator only; 404 when the adapter has no such job. */
+async function job(adapter, who, id) {
+  if (who.kind !== 'operator') throw forbidden('reading a job');
+  const view = await adapter.job(id);
+  if (!view) throw new ApiError(404, 'unknown_job', `no job ${id}`);
+  return [200, view];
+}
+
+/** Who a request is: the operator by its token, else what `lookup(token)` (the store's
+ *  record of the token as JSON text, null when it has none) says; an unknown token is 401. */
+async function who(request, operatorToken, lookup) {
+  const token = wire.bearer(request);
+  if (token === operatorToken) return { kind: 'operator' };
+  const text = await lookup(token);
+  if (text === null) throw new ApiError(401, 'unauthorized', 'the bearer token is not known');
+  return JSON.parse(text);
 }
 
 function decodePath(text) {
@@ -299,8 +471,18 @@ function listen(adapter, listenOn, stop = () => {}) {
   process.on('SIGINT', end);
 }
 
+/** Runs an adapter's `main`: whatever it throws is printed and the process exits 255. */
+function run(main) {
+  main().catch((error) => {
+    process.stderr.write(`${error.stack || error}\n`);
+    process.exit(255);
+  });
+}
+
 module.exports = {
-  CAPABILITY_TTL_MS, RESULT, RawJson, parseArgs, usage, stringify, hex, monoNs, serial, bounded, unavailable,
+  CAPABILITY_TTL_MS, RESULT, NO_GRANT, RawJson, options, usage, stringify, hex, monoNs, serial, bounded, unavailable,
   forbidden, invalidField, exists, unknownProject, unknownJob, newToken, readProject, readRunner, readSubmit,
-  runnerOf, readClaim, readReport, ledgerWindow, withSeq, reportEntry, standing, sign, listen,
+  runnerOf, readClaim, readReport, ledgerWindow, withSeq, reportEntry, standing, sign, who, listen, run,
+  submitted, nextAttempt, grant, ownJob, refused, lateResult, heartbeatAccepted, resultAccepted, capability,
+  expired, jobView,
 };

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -347,10 +348,25 @@ def parse_query(query):
 # ------------------------------------------------------------------ HTTP
 
 
+def hold_port(port):
+    """Binds 127.0.0.1:`port` until the system's own server takes it (close the socket just
+    before starting that server). The harness chose the port free; a system that takes a
+    minute to prepare must not leave it free that long, or another process binding port 0 may
+    be given it, and the harness would then talk to that process. SO_REUSEADDR, so that a
+    restarted control plane can hold a port its predecessor's connections left in TIME_WAIT;
+    the socket never listens."""
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    held.bind(('127.0.0.1', port))
+    return held
+
+
 class Server(ThreadingHTTPServer):
     """The contract's HTTP server on `listen` (HOST:PORT): each request goes to `facade` (set
     once the system is started), and each path of `not_provided` is answered 404
-    `not_provided` with its reason (the system's own words for the concept it has not)."""
+    `not_provided` with its reason (the system's own words for the concept it has not).
+    Made before the system is prepared, so that the port is bound from the start: requests
+    wait in the backlog until `serve_forever`."""
 
     daemon_threads = True
 

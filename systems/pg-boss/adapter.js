@@ -27,7 +27,7 @@ const wire = require('../node-common/wire');
 const contract = require('../node-common/contract');
 
 const { ApiError } = wire;
-const { hex, stringify, RawJson, forbidden, exists } = contract;
+const { hex, stringify, RawJson, exists } = contract;
 
 /** Retries pg-boss may make of a job (its default is 2; see system.toml): every expiry is a retry. */
 const RETRY_LIMIT = 1000000;
@@ -43,16 +43,13 @@ const POOL = {
 const WORDS = { created: 'queued', retry: 'queued', active: 'running', completed: 'succeeded', failed: 'failed', cancelled: 'failed' };
 
 function parseArgs(argv) {
-  const names = {
-    '--listen': 'listen', '--lease-ms': 'leaseMs', '--operator-token': 'operatorToken', '--secret': 'secret',
-    '--database-url': 'databaseUrl', '--schema': 'schema', '--reports': 'reports',
-  };
-  const defaults = { listen: '127.0.0.1:7400', leaseMs: 2000, reports: 'boss' };
-  const options = contract.parseArgs('adapter.js', argv, names, defaults, ['operatorToken', 'secret', 'databaseUrl', 'schema']);
-  options.leaseMs = Number(options.leaseMs);
-  // pg-boss refuses an expiration under one second (expireInSeconds >= 1).
-  if (!Number.isInteger(options.leaseMs) || options.leaseMs < 1000) contract.usage('adapter.js', '--lease-ms must be an integer of at least 1000 (pg-boss expires in whole seconds or more)');
-  if (!['boss', 'fetch-checked'].includes(options.reports)) contract.usage('adapter.js', '--reports must be boss or fetch-checked');
+  const options = contract.options(argv, {
+    names: { '--database-url': 'databaseUrl', '--schema': 'schema', '--reports': 'reports' },
+    required: ['databaseUrl', 'schema'],
+    choices: { reports: ['boss', 'fetch-checked'] },
+    // pg-boss refuses an expiration under one second (expireInSeconds >= 1).
+    lease: { min: 1000, why: '--lease-ms must be an integer of at least 1000 (pg-boss expires in whole seconds or more)' },
+  });
   if (!/^[a-z_][a-z0-9_]{0,49}$/.test(options.schema)) contract.usage('adapter.js', '--schema must be 1 to 50 of [a-z0-9_], not starting with a digit');
   return options;
 }
@@ -133,6 +130,19 @@ class Adapter {
     return rows.length ? attemptOf(rows[0]) : null;
   }
 
+  /** The adapter's records in `client`'s transaction as the contract's decisions read and
+   *  write them (see contract.js): an attempt's record, and the ledger entry written with the
+   *  attempt record it changed. */
+  book(client) {
+    return {
+      attempt: (id) => this.attemptRecord(client, id),
+      append: async (entry, attempt) => {
+        if (attempt) await this.saveAttempt(client, attempt);
+        return this.append(client, entry);
+      },
+    };
+  }
+
   async saveAttempt(client, a) {
     await client.query(
       `INSERT INTO ${this.s}.fl_attempts (id, job, runner, fence, state, claimed_ms, lease_expires_ms, started_us, closed_by)
@@ -194,26 +204,19 @@ class Adapter {
       for (const row of rows) {
         const attempt = await this.attemptRecord(client, row.id);
         const job = await this.jobRecord(client, attempt.job);
-        attempt.state = 'failed';
-        attempt.closed_by = 'expired-requeued';
-        await this.saveAttempt(client, attempt);
-        await this.append(client, {
-          kind: 'expire', project: job.project, job: job.id, attempt: attempt.id, runner: attempt.runner, fence: attempt.fence,
-          deployment_key: job.deployment_key, recorded_as: row.boss_state === 'retry' ? 'requeued' : 'failed',
-          received_ms: now, mono_ns: contract.monoNs(), lease_expires_ms: attempt.lease_expires_ms,
-        });
+        const entry = contract.expired(job, attempt, row.boss_state === 'retry' ? 'requeued' : 'failed', now);
+        await this.book(client).append(entry, attempt);
       }
     });
   }
 
   // ---------------------------------------------------------------- operator
 
-  async who(request) {
-    const token = wire.bearer(request);
-    if (token === this.options.operatorToken) return { kind: 'operator' };
-    const { rows } = await this.pool.query(`SELECT who FROM ${this.s}.fl_tokens WHERE token = $1`, [token]);
-    if (rows.length === 0) throw new ApiError(401, 'unauthorized', 'the bearer token is not known');
-    return JSON.parse(rows[0].who);
+  who(request) {
+    return contract.who(request, this.options.operatorToken, async (token) => {
+      const { rows } = await this.pool.query(`SELECT who FROM ${this.s}.fl_tokens WHERE token = $1`, [token]);
+      return rows.length === 0 ? null : rows[0].who;
+    });
   }
 
   async createProject(who, body) {
@@ -249,16 +252,15 @@ class Adapter {
       const id = req.id === undefined ? await this.freeId(client) : req.id;
       if (await this.jobRecord(client, id)) throw exists(`job ${id}`);
       const queue = await this.queue(db, req.deployment_key);
-      const spec = { steps: Number(req.spec.steps), step_ms: Number(req.spec.step_ms) };
       const options = { db, expireInSeconds: this.options.leaseMs / 1000, retryLimit: RETRY_LIMIT };
       const bossId = await this.boss.send(queue, { job: id }, options);
       if (!bossId) throw new ApiError(500, 'internal', `pg-boss did not take job ${id}`);
+      const { spec, entry } = contract.submitted(req, id, await this.now(client));
       await client.query(
         `INSERT INTO ${this.s}.fl_jobs (id, project, deployment_key, spec, boss_id, queue, attempts) VALUES ($1, $2, $3, $4, $5, $6, 0)`,
         [id, req.project, req.deployment_key, JSON.stringify(spec), bossId, queue],
       );
-      const now = await this.now(client);
-      await this.append(client, { kind: 'submit', project: req.project, job: id, deployment_key: req.deployment_key, received_ms: now, mono_ns: contract.monoNs() });
+      await this.append(client, entry);
       return [201, { id }];
     }));
   }
@@ -304,7 +306,7 @@ class Adapter {
       await client.query('RELEASE SAVEPOINT boss_fetch');
       return this.granted(client, who, req, job, got.id);
     }
-    return [200, { grant: null }];
+    return contract.NO_GRANT;
   }
 
   async bossJob(client, bossId) {
@@ -326,25 +328,19 @@ class Adapter {
       `INSERT INTO ${this.s}.fl_counters (name, value) VALUES ('fence', 1) ON CONFLICT (name) DO UPDATE SET value = fl_counters.value + 1 RETURNING value`,
     );
     const fence = ms(counted.rows[0].value);
-    const attempt = `${job.id}-a${job.attempts + 1}`;
-    await this.saveAttempt(client, {
-      id: attempt, job: job.id, runner: who.runner, fence, state: 'running', claimed_ms: now, lease_expires_ms: lease, started_us: rows[0].started_us,
-    });
+    const attempt = contract.nextAttempt(job);
+    const { record, entry, answer } = contract.grant(who, req, job, { attempt, fence, now, lease }, this.options.leaseMs);
+    await this.saveAttempt(client, { ...record, started_us: rows[0].started_us });
     await client.query(`UPDATE ${this.s}.fl_jobs SET attempts = attempts + 1, current_attempt = $2 WHERE id = $1`, [job.id, attempt]);
-    await this.append(client, {
-      kind: 'claim', project: job.project, job: job.id, attempt, runner: who.runner, fence, deployment_key: job.deployment_key,
-      decision: 'accepted', received_ms: now, observed_ms: req.observed_ms, mono_ns: contract.monoNs(), lease_expires_ms: lease,
-    });
-    const claim = { job: job.id, attempt, runner: who.runner, fence };
-    return [200, { grant: { claim, project: job.project, deployment_key: job.deployment_key, spec: job.spec, lease_ms: this.options.leaseMs, lease_expires_ms: lease } }];
+    await this.append(client, entry);
+    return answer;
   }
 
   /** A report's checks, then `decide(client, db, req, job, now)` in one transaction. */
   async report(who, body, extra, decide) {
     const req = contract.readReport(who, body, extra);
     return this.serial(() => this.transact(async (client, db) => {
-      const job = await this.jobRecord(client, req.job);
-      if (!job || job.project !== who.project) throw contract.unknownJob(req.job, who.project);
+      const job = contract.ownJob(await this.jobRecord(client, req.job), req, who);
       return decide(client, db, req, job, await this.now(client));
     }));
   }
@@ -373,9 +369,8 @@ class Adapter {
   async heartbeat(who, body) {
     return this.report(who, body, {}, async (client, db, req, job, now) => {
       const seen = await this.view(client, db, req, job, now);
-      if (!seen) return this.refused(client, 'heartbeat', who, job, req, now);
-      const seq = await this.append(client, contract.reportEntry('heartbeat', who, job, req, now, { decision: 'accepted', lease_expires_ms: seen.end }));
-      return [200, { decision: 'accepted', ledger_seq: seq, lease_expires_ms: seen.end }];
+      if (!seen) return contract.refused(this.book(client), 'heartbeat', who, job, req, now);
+      return contract.heartbeatAccepted(this.book(client), who, job, req, now, seen.end, false);
     });
   }
 
@@ -386,17 +381,12 @@ class Adapter {
    */
   async capability(who, body) {
     return this.report(who, body, {}, async (client, db, req, job, now) => {
-      let expires = now + contract.CAPABILITY_TTL_MS;
+      let hold;
       if (this.options.reports === 'fetch-checked') {
         const seen = await this.view(client, db, req, job, now);
-        if (!seen) return this.refused(client, 'capability', who, job, req, now);
-        expires = Math.min(expires, seen.end);
+        hold = seen ? seen.end : null;
       }
-      const attempt = await this.attemptRecord(client, req.attempt);
-      const lease = attempt ? attempt.lease_expires_ms : now;
-      const capability = contract.sign(this.options.secret, job.deployment_key, req, expires);
-      const seq = await this.append(client, contract.reportEntry('capability', who, job, req, now, { decision: 'accepted', lease_expires_ms: lease }));
-      return [200, { decision: 'accepted', ledger_seq: seq, lease_expires_ms: lease, capability }];
+      return contract.capability(this.book(client), this.options.secret, who, job, req, now, hold);
     });
   }
 
@@ -404,29 +394,15 @@ class Adapter {
   async result(who, body) {
     return this.report(who, body, contract.RESULT, async (client, db, req, job, now) => {
       if (this.options.reports === 'fetch-checked' && !(await this.view(client, db, req, job, now))) {
-        return this.refused(client, 'result', who, job, req, now, { outcome: req.outcome, recorded_as: 'late_observation' });
+        return contract.lateResult(this.book(client), who, job, req, now);
       }
       const data = { attempt: req.attempt, detail: req.detail || null };
       const answer = req.outcome === 'succeeded'
         ? await this.boss.complete(job.queue, job.boss_id, data, { db })
         : await this.boss.fail(job.queue, job.boss_id, data, { db });
-      if (answer.affected !== 1) return this.refused(client, 'result', who, job, req, now, { outcome: req.outcome, recorded_as: 'late_observation' });
-      const attempt = await this.attemptRecord(client, req.attempt);
-      if (attempt) {
-        attempt.state = req.outcome;
-        attempt.closed_by = 'result';
-        await this.saveAttempt(client, attempt);
-      }
-      const seq = await this.append(client, contract.reportEntry('result', who, job, req, now, { decision: 'accepted', outcome: req.outcome }));
-      return [200, { decision: 'accepted', ledger_seq: seq }];
+      if (answer.affected !== 1) return contract.lateResult(this.book(client), who, job, req, now);
+      return contract.resultAccepted(this.book(client), who, job, req, now);
     });
-  }
-
-  /** A refusal pg-boss made, recorded with the contract's reason for it. */
-  async refused(client, kind, who, job, req, now, more = {}) {
-    const reason = contract.standing(await this.attemptRecord(client, req.attempt), job, req, now);
-    const seq = await this.append(client, contract.reportEntry(kind, who, job, req, now, { decision: 'rejected', reason, ...more }));
-    return [409, { decision: 'rejected', reason, ledger_seq: seq }];
   }
 
   // ---------------------------------------------------------------- reads
@@ -440,12 +416,7 @@ class Adapter {
     const views = [];
     for (const row of rows) {
       const job = jobOf(row);
-      const state = WORDS[row.boss_state] || 'queued';
-      const view = { id: job.id, project: job.project, deployment_key: job.deployment_key, spec: job.spec, state };
-      if (job.current_attempt) view.current_attempt = job.current_attempt;
-      if (state === 'succeeded' || state === 'failed') view.outcome = state;
-      view.attempts = [];
-      view.ledger = [];
+      const view = contract.jobView(job, WORDS[row.boss_state] || 'queued');
       if (full) await this.history(client, job, view);
       views.push(view);
     }
@@ -464,18 +435,12 @@ class Adapter {
     for (const row of entries.rows) view.ledger.push(JSON.parse(contract.withSeq(ms(row.seq), row.entry)));
   }
 
-  async jobs(who) {
-    if (who.kind !== 'operator') throw forbidden('reading jobs');
-    return this.transact(async (client) => [200, await this.views(client, '', [], false)]);
+  async jobs() {
+    return this.transact((client) => this.views(client, '', [], false));
   }
 
-  async job(who, id) {
-    if (who.kind !== 'operator') throw forbidden('reading a job');
-    return this.transact(async (client) => {
-      const [view] = await this.views(client, 'WHERE f.id = $1', [id], true);
-      if (!view) throw new ApiError(404, 'unknown_job', `no job ${id}`);
-      return [200, view];
-    });
+  async job(id) {
+    return this.transact(async (client) => (await this.views(client, 'WHERE f.id = $1', [id], true))[0]);
   }
 
   async ledger(who, params) {
@@ -540,7 +505,7 @@ function attemptOf(row) {
   };
 }
 
-async function main() {
+contract.run(async () => {
   const options = parseArgs(process.argv.slice(2));
   const pool = new pg.Pool({ connectionString: options.databaseUrl, ...POOL });
   pool.on('error', (error) => process.stderr.write(`database: ${error.message}\n`));
@@ -553,9 +518,4 @@ async function main() {
     process.exit(255);
   }
   contract.listen(adapter, options.listen);
-}
-
-main().catch((error) => {
-  process.stderr.write(`${error.stack || error}\n`);
-  process.exit(255);
 });

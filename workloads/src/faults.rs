@@ -96,21 +96,18 @@ impl FaultKind {
 
     /// Parses `a,b,...` or `all`; an unknown or empty name is an error that lists the known
     /// ones.
-    pub fn parse_list(list: &str) -> Result<Vec<FaultKind>, String> {
+    pub fn parse_list(list: &str) -> Result<Vec<FaultKind>, FaultListError> {
         if list.trim() == EVERY_FAULT {
             return Ok(FaultKind::ALL.to_vec());
         }
         let mut kinds = Vec::new();
         for name in list.split(',').map(str::trim) {
             if name.is_empty() {
-                return Err(format!(
-                    "`{list}` names an empty fault (a comma too many); known: all, {}",
-                    FaultKind::known()
-                ));
+                return Err(FaultListError::Empty { list: list.to_string(), known: FaultKind::known() });
             }
             let every = FaultKind::ALL.into_iter().chain(FaultKind::REPLICAS).chain(FaultKind::DATABASE);
             let Some(kind) = every.clone().find(|kind| kind.name() == name) else {
-                return Err(format!("unknown fault `{name}`; known: all, {}", FaultKind::known()));
+                return Err(FaultListError::Unknown { name: name.to_string(), known: FaultKind::known() });
             };
             if !kinds.contains(&kind) {
                 kinds.push(kind);
@@ -118,6 +115,15 @@ impl FaultKind {
         }
         Ok(kinds)
     }
+}
+
+/// Why a list of fault names cannot be read; each names every known fault.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FaultListError {
+    #[error("`{list}` names an empty fault (a comma too many); known: all, {known}")]
+    Empty { list: String, known: String },
+    #[error("unknown fault `{name}`; known: all, {known}")]
+    Unknown { name: String, known: String },
 }
 
 /// How a fault is realised.
@@ -935,10 +941,14 @@ mod tests {
             vec![FaultKind::Kill, FaultKind::Reconnects]
         );
         let error = FaultKind::parse_list("kill,earthquake").unwrap_err();
-        assert!(error.contains("`earthquake`") && error.contains("clock-skew"), "{error}");
+        assert!(
+            matches!(&error, FaultListError::Unknown { name, known } if name == "earthquake" && known.contains("clock-skew"))
+        );
+        assert!(error.to_string().starts_with("unknown fault `earthquake`; known: all, "), "{error}");
         for list in ["kill,,reconnects", "kill,", ",kill"] {
             let error = FaultKind::parse_list(list).unwrap_err();
-            assert!(error.contains(&format!("`{list}`")) && error.contains("empty fault"), "{error}");
+            assert!(matches!(&error, FaultListError::Empty { list: named, .. } if named == list), "{error}");
+            assert!(error.to_string().contains("empty fault"), "{error}");
         }
     }
 }

@@ -1102,7 +1102,7 @@ async fn partition(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let rules = match installed {
         Ok(Ok(rules)) => rules,
         Ok(Err(why)) => {
-            record_start(&shared.recorder, fault, try_number, Err(why), false);
+            record_start(&shared.recorder, fault, try_number, Err(why.to_string()), false);
             return Started::Done;
         }
         Err(error) => {
@@ -1116,7 +1116,8 @@ async fn partition(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     record_with(&shared.recorder, fault, "start", Ok(()), fields);
     tokio::time::sleep_until(started + Duration::from_millis(fault.duration_ms)).await;
     let removed = tokio::task::spawn_blocking(move || rules.remove()).await;
-    let removed = removed.map_err(|error| error.to_string()).and_then(|removed| removed);
+    let removed =
+        removed.map_err(|error| error.to_string()).and_then(|removed| removed.map_err(|error| error.to_string()));
     record_with(&shared.recorder, fault, "heal", removed, serde_json::Map::new());
     Started::Done
 }

@@ -173,7 +173,7 @@ pub fn read_runner_log(path: &Path, start_ns: u64, now_ns: u64) -> Vec<Event> {
     for (number, line) in lines.iter().enumerate() {
         let parsed = serde_json::from_str::<Event>(line)
             .map_err(|error| error.to_string())
-            .and_then(|event| event.check_vocabulary().map(|()| event));
+            .and_then(|event| event.check_vocabulary().map(|()| event).map_err(|why| why.to_string()));
         match parsed {
             Ok(mut event) => {
                 event.time_ns = event.time_ns.saturating_sub(start_ns);

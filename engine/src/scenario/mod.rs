@@ -135,7 +135,8 @@ pub async fn run_file(
 ) -> Result<Report, ScenarioError> {
     let scenario = load(file)?;
     let config = config(&scenario, store, system)?;
-    let folder = crate::folder::RunFolder::create(&config).map_err(ScenarioError::Bad)?.into_path();
+    let folder =
+        crate::folder::RunFolder::create(&config).map_err(|error| ScenarioError::Bad(error.to_string()))?.into_path();
     eprintln!("fencelab scenario: {} — run folder {}", scenario.name, folder.display());
     let work = crate::driver::Work::Steps { scenario: &scenario, file };
     let driven =

@@ -108,14 +108,19 @@ async fn containers_are_started_faulted_and_stopped_leaving_none() {
     let dir = tempfile::tempdir().unwrap();
     let system = system_file(dir.path(), |text| text);
     let schedule = dir.path().join("schedule.json");
+    // A fault on a runner starts once its runner holds a claim, so on a loaded machine, where
+    // the containers claim late, faults scheduled apart start together: each runner has one
+    // fault (a killed runner cannot be paused; a paused one sends nothing while skewed), and
+    // the control plane's restart comes first (the faults on runners wait for a claim, so for
+    // the control plane to be back).
     let faults = vec![
-        fault("delayed-heartbeats", Some(0), 1_500, 1_200, json!({"how": "pause"})),
-        fault("kill", Some(1), 1_500, 1_200, json!({"how": "kill-runner"})),
-        fault("clock-skew", Some(0), 3_500, 1_500, json!({"how": "static-skew", "offset_ms": 90_000})),
-        fault("restart-control-plane", None, 5_500, 300, json!({"how": "restart-control"})),
+        fault("restart-control-plane", None, 1_000, 300, json!({"how": "restart-control"})),
+        fault("clock-skew", Some(0), 1_500, 1_500, json!({"how": "static-skew", "offset_ms": 90_000})),
+        fault("delayed-heartbeats", Some(1), 1_500, 1_200, json!({"how": "pause"})),
+        fault("kill", Some(2), 1_500, 1_200, json!({"how": "kill-runner"})),
     ];
     std::fs::write(&schedule, serde_json::to_vec(&faults).unwrap()).unwrap();
-    let mut args = words(&["--seed", "1", "--time-limit", "8", "--runners", "2", "--keys", "2", "--rate", "4"]);
+    let mut args = words(&["--seed", "1", "--time-limit", "8", "--runners", "3", "--keys", "3", "--rate", "4"]);
     // A fault on a runner waits up to two leases for it to hold a claim: with a 2-s lease a
     // loaded machine's slow container starts still leave r1 a claim to skew inside the run.
     args.extend(words(&["--lease-ms", "2000", "--recovery-limit", "60", "--nemesis", "all"]));
@@ -145,11 +150,28 @@ async fn containers_are_started_faulted_and_stopped_leaving_none() {
         event.runner.as_deref() == Some("r1")
             && event.observed_ms.zip(event.received_ms).is_some_and(|(seen, got)| seen - got > 60_000)
     });
-    assert!(skewed, "libfaketime, mounted into r1's container, moved its clock: {repeat}");
+    let seen: Vec<String> = events
+        .iter()
+        .filter(|event| {
+            event.process == Process::NEMESIS
+                || (event.runner.as_deref() == Some("r1") && event.kind == EventType::Ledger)
+        })
+        .map(|event| {
+            let ahead_ms = event.observed_ms.zip(event.received_ms).map(|(seen, got)| seen - got);
+            format!(
+                "{} ms {} {:?} {:?} ahead_ms={ahead_ms:?}",
+                event.time_ns / 1_000_000,
+                event.process,
+                event.kind,
+                event.f
+            )
+        })
+        .collect();
+    assert!(skewed, "libfaketime, mounted into r1's container, moved its clock: {repeat}\n{seen:#?}");
     let folder = finished.folder();
     let config = std::fs::read_to_string(folder.join("config.json")).unwrap();
     assert!(config.contains("libfaketime-mounted"), "config.json says how clocks were moved: {config}");
-    for log in ["control.log", "target.log", "runner-r1.log", "runner-r2.log"] {
+    for log in ["control.log", "target.log", "runner-r1.log", "runner-r2.log", "runner-r3.log"] {
         assert!(folder.join("lab").join(log).exists(), "{log} is in the run folder: {repeat}");
     }
     assert_eq!(left_within(&folder, Duration::from_secs(10)).await, 0, "no container is left: {repeat}");
@@ -322,5 +344,21 @@ async fn an_image_that_cannot_preload_libfaketime_is_refused_for_clock_skew() {
     );
     for folder in folders(finished.store.path()) {
         assert_eq!(containers_of(&folder).await, 0, "nothing was started");
+    }
+}
+
+/// A tag that is no image name is the user's input: exit 254 before Docker is asked, with
+/// the flag named (no daemon is needed to say so).
+#[tokio::test(flavor = "multi_thread")]
+async fn image_build_with_a_tag_that_is_no_image_name_exits_254() {
+    for (tag, toxiproxy_tag, flag) in
+        [("Not A Name", TOXIPROXY_IMAGE, "--tag"), (LAB_IMAGE, "fencelab-toxiproxy:", "--toxiproxy-tag")]
+    {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
+        command.args(["image", "build", "--tag", tag, "--toxiproxy-tag", toxiproxy_tag]).kill_on_drop(true);
+        let output = tokio::time::timeout(RUN_WAIT_MAX, command.output()).await.expect("ends in time").unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(254), "{tag} {toxiproxy_tag}: {stderr}");
+        assert!(stderr.contains(flag), "the message names {flag}: {stderr}");
     }
 }

@@ -25,38 +25,20 @@ use std::time::{Duration, Instant};
 use postgres::types::ToSql;
 use postgres::{NoTls, Row, Statement};
 
-use super::store::{AttemptChange, AttemptRow, Guard, JobRow, Principal, Store, StoreError, StoreResult, Tx};
+use super::store::{self, AttemptChange, AttemptRow, Guard, JobRow, Principal, Store, StoreError, StoreResult, Tx};
 use protocol::{JobSpec, JobState, LedgerEntry};
 
 /// The schema's tables. `deployment_keys` holds a row per deployment key a job was ever
 /// submitted on: the row claims of that key lock.
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS deployment_keys (key TEXT PRIMARY KEY);
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL);
-CREATE TABLE IF NOT EXISTS projects (id TEXT PRIMARY KEY, registration_token TEXT NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS runners (id TEXT PRIMARY KEY, project TEXT NOT NULL REFERENCES projects(id), token TEXT NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS jobs (
-  id TEXT PRIMARY KEY, project TEXT NOT NULL REFERENCES projects(id), deployment_key TEXT NOT NULL,
-  steps BIGINT NOT NULL, step_ms BIGINT NOT NULL, state TEXT NOT NULL,
-  current_attempt TEXT, outcome TEXT, created BIGINT NOT NULL);
-CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, created);
-CREATE INDEX IF NOT EXISTS jobs_by_key ON jobs(deployment_key, state);
-CREATE TABLE IF NOT EXISTS attempts (
-  id TEXT PRIMARY KEY, job TEXT NOT NULL REFERENCES jobs(id), project TEXT NOT NULL, runner TEXT NOT NULL,
-  fence BIGINT NOT NULL UNIQUE, state TEXT NOT NULL, lease_expires_ms BIGINT NOT NULL,
-  claimed_ms BIGINT NOT NULL, closed_by TEXT, outcome TEXT);
-CREATE INDEX IF NOT EXISTS attempts_by_job ON attempts(job);
-CREATE INDEX IF NOT EXISTS attempts_by_state ON attempts(state, lease_expires_ms);
-CREATE TABLE IF NOT EXISTS ledger (
-  seq BIGINT PRIMARY KEY, kind TEXT NOT NULL, project TEXT NOT NULL, job TEXT NOT NULL,
-  attempt TEXT, runner TEXT, fence BIGINT, deployment_key TEXT NOT NULL, decision TEXT, reason TEXT,
-  recorded_as TEXT, outcome TEXT, received_ms BIGINT NOT NULL, observed_ms BIGINT,
-  mono_ns BIGINT NOT NULL, lease_expires_ms BIGINT);
-CREATE INDEX IF NOT EXISTS ledger_by_job ON ledger(job, seq);
-INSERT INTO deployment_keys (key) SELECT DISTINCT deployment_key FROM jobs ON CONFLICT DO NOTHING;
-";
+fn schema() -> String {
+    format!(
+        "\nCREATE TABLE IF NOT EXISTS deployment_keys (key TEXT PRIMARY KEY);\n{}\
+         INSERT INTO deployment_keys (key) SELECT DISTINCT deployment_key FROM jobs ON CONFLICT DO NOTHING;\n",
+        store::tables_sql("BIGINT", "BIGINT PRIMARY KEY")
+    )
+}
 
-/// Every table and index [`SCHEMA`] creates: a schema holding them all is complete.
+/// Every table and index [`schema`] creates: a schema holding them all is complete.
 const SCHEMA_RELATIONS: [&str; 12] = [
     "deployment_keys",
     "counters",
@@ -192,7 +174,8 @@ impl Postgres {
         }
         let sql = format!(
             "BEGIN; SELECT pg_advisory_xact_lock(hashtext('fencelab-schema')); \
-             CREATE SCHEMA IF NOT EXISTS {schema}; {SCHEMA} COMMIT"
+             CREATE SCHEMA IF NOT EXISTS {schema}; {} COMMIT",
+            self::schema()
         );
         match conn.batch_execute(&sql) {
             Ok(()) => {
@@ -1275,13 +1258,14 @@ mod tests {
 
     #[test]
     fn the_schemas_relations_are_every_table_and_index_it_creates() {
+        let schema = schema();
         let created: Vec<&str> =
-            SCHEMA.split("IF NOT EXISTS ").skip(1).filter_map(|rest| rest.split([' ', '(', ';']).next()).collect();
+            schema.split("IF NOT EXISTS ").skip(1).filter_map(|rest| rest.split([' ', '(', ';']).next()).collect();
         let mut listed = SCHEMA_RELATIONS.to_vec();
         let mut created_sorted = created.clone();
         listed.sort_unstable();
         created_sorted.sort_unstable();
-        assert_eq!(created_sorted, listed, "SCHEMA_RELATIONS names what SCHEMA creates");
+        assert_eq!(created_sorted, listed, "SCHEMA_RELATIONS names what schema() creates");
     }
 
     #[test]

@@ -9,32 +9,13 @@ use std::sync::Mutex;
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::store::{AttemptChange, AttemptRow, Guard, JobRow, Principal, Store, StoreError, StoreResult, Tx};
+use super::store::{self, AttemptChange, AttemptRow, Guard, JobRow, Principal, Store, StoreError, StoreResult, Tx};
 use protocol::{JobSpec, JobState, LedgerEntry};
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS projects (id TEXT PRIMARY KEY, registration_token TEXT NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS runners (id TEXT PRIMARY KEY, project TEXT NOT NULL REFERENCES projects(id), token TEXT NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS jobs (
-  id TEXT PRIMARY KEY, project TEXT NOT NULL REFERENCES projects(id), deployment_key TEXT NOT NULL,
-  steps INTEGER NOT NULL, step_ms INTEGER NOT NULL, state TEXT NOT NULL,
-  current_attempt TEXT, outcome TEXT, created INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, created);
-CREATE INDEX IF NOT EXISTS jobs_by_key ON jobs(deployment_key, state);
-CREATE TABLE IF NOT EXISTS attempts (
-  id TEXT PRIMARY KEY, job TEXT NOT NULL REFERENCES jobs(id), project TEXT NOT NULL, runner TEXT NOT NULL,
-  fence INTEGER NOT NULL UNIQUE, state TEXT NOT NULL, lease_expires_ms INTEGER NOT NULL,
-  claimed_ms INTEGER NOT NULL, closed_by TEXT, outcome TEXT);
-CREATE INDEX IF NOT EXISTS attempts_by_job ON attempts(job);
-CREATE INDEX IF NOT EXISTS attempts_by_state ON attempts(state, lease_expires_ms);
-CREATE TABLE IF NOT EXISTS ledger (
-  seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, project TEXT NOT NULL, job TEXT NOT NULL,
-  attempt TEXT, runner TEXT, fence INTEGER, deployment_key TEXT NOT NULL, decision TEXT, reason TEXT,
-  recorded_as TEXT, outcome TEXT, received_ms INTEGER NOT NULL, observed_ms INTEGER,
-  mono_ns INTEGER NOT NULL, lease_expires_ms INTEGER);
-CREATE INDEX IF NOT EXISTS ledger_by_job ON ledger(job, seq);
-";
+/// The store's tables: SQLite's 64-bit `INTEGER`, the ledger's `seq` its rowid.
+fn schema() -> String {
+    format!("\n{}", store::tables_sql("INTEGER", "INTEGER PRIMARY KEY AUTOINCREMENT"))
+}
 
 pub struct Sqlite {
     connection: Mutex<Connection>,
@@ -51,7 +32,7 @@ impl Sqlite {
         connection.pragma_update(None, "synchronous", "NORMAL")?;
         connection.pragma_update(None, "foreign_keys", "ON")?;
         connection.busy_timeout(std::time::Duration::from_secs(5))?;
-        connection.execute_batch(SCHEMA)?;
+        connection.execute_batch(&schema())?;
         Ok(Sqlite {
             connection: Mutex::new(connection),
             operator_token: operator_token.to_string(),

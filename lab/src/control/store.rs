@@ -255,3 +255,35 @@ pub(super) fn claimable_sql(columns: &str, holding: &[JobState], project: &str, 
         words(&[JobState::Queued])
     )
 }
+
+/// The tables and indexes both stores hold, in the SQL both speak, for one database's
+/// integer columns: `integer` is the type of a 64-bit integer column, `seq` the definition
+/// of the ledger's `seq` column (SQLite numbers entries itself, PostgreSQL's store takes the
+/// number from its counter). Every statement is `IF NOT EXISTS`, so opening a store on its
+/// own tables again changes nothing.
+pub(super) fn tables_sql(integer: &str, seq: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value {integer} NOT NULL);
+CREATE TABLE IF NOT EXISTS projects (id TEXT PRIMARY KEY, registration_token TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS runners (id TEXT PRIMARY KEY, project TEXT NOT NULL REFERENCES projects(id), token TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS jobs (
+  id TEXT PRIMARY KEY, project TEXT NOT NULL REFERENCES projects(id), deployment_key TEXT NOT NULL,
+  steps {integer} NOT NULL, step_ms {integer} NOT NULL, state TEXT NOT NULL,
+  current_attempt TEXT, outcome TEXT, created {integer} NOT NULL);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, created);
+CREATE INDEX IF NOT EXISTS jobs_by_key ON jobs(deployment_key, state);
+CREATE TABLE IF NOT EXISTS attempts (
+  id TEXT PRIMARY KEY, job TEXT NOT NULL REFERENCES jobs(id), project TEXT NOT NULL, runner TEXT NOT NULL,
+  fence {integer} NOT NULL UNIQUE, state TEXT NOT NULL, lease_expires_ms {integer} NOT NULL,
+  claimed_ms {integer} NOT NULL, closed_by TEXT, outcome TEXT);
+CREATE INDEX IF NOT EXISTS attempts_by_job ON attempts(job);
+CREATE INDEX IF NOT EXISTS attempts_by_state ON attempts(state, lease_expires_ms);
+CREATE TABLE IF NOT EXISTS ledger (
+  seq {seq}, kind TEXT NOT NULL, project TEXT NOT NULL, job TEXT NOT NULL,
+  attempt TEXT, runner TEXT, fence {integer}, deployment_key TEXT NOT NULL, decision TEXT, reason TEXT,
+  recorded_as TEXT, outcome TEXT, received_ms {integer} NOT NULL, observed_ms {integer},
+  mono_ns {integer} NOT NULL, lease_expires_ms {integer});
+CREATE INDEX IF NOT EXISTS ledger_by_job ON ledger(job, seq);
+"
+    )
+}
