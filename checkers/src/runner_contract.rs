@@ -5,14 +5,19 @@
 //!
 //! - **`acted-past-deadline`**: a capability request or a step sent after the runner's
 //!   authority ended on its own clock. The authority of a claim lasts until the *send* time
-//!   of its last accepted claim or heartbeat plus the lease (`lease_ms` of the run's config;
-//!   the runner's own renewal margin is its safety, not the contract's, so the whole lease
-//!   is allowed). A heartbeat without an answer never moves it, and neither does an
-//!   accepted heartbeat sent after it had ended: authority given up is not taken back.
-//!   Heartbeats themselves may be sent late — the server judges them. A runner stopped
-//!   before its deadline (the nemesis's `pause`, the operator's freeze: SIGSTOP) and resumed
-//!   after it may send one capability request or step before it can see the time: the
-//!   first one after it resumes is excused (it may have checked just before it stopped).
+//!   of its last *answered* renewal — the accepted claim, or an accepted heartbeat — plus the
+//!   lease (`lease_ms` of the run's config; the runner's own renewal margin is its safety, not
+//!   the contract's, so the whole lease is allowed). Answered as of the act: a renewal whose
+//!   answer comes after it moved nothing for it, and once answered it counts from its send,
+//!   never its answer. A heartbeat without an answer never moves it, and neither does an
+//!   accepted heartbeat sent after it had ended: authority given up is not taken back. An
+//!   answer is the newest heartbeat's sent for the attempt (the lenient reading for a runner
+//!   with several in flight). Heartbeats themselves may be sent late — the server judges
+//!   them. A runner stopped before its deadline (the nemesis's `pause`, the operator's
+//!   freeze: SIGSTOP) and resumed after it may send one capability request or step before it
+//!   can see the time: the first one after it resumes is excused (it may have checked just
+//!   before it stopped). The anomaly names the renewal the deadline ran from. Every excuse,
+//!   and why: `docs/checkers.md`, "`runner-contract`: what it excuses".
 //! - **`acted-after-refusal`**: a capability request or a step sent for a claim after the
 //!   runner was refused a capability (`stale_fence`, `expired`, `not_current`, …) or a step
 //!   for it: a refusal ends the attempt's work (its result may still be sent).
@@ -40,10 +45,12 @@ pub fn check(events: &[history::Event]) -> crate::CheckerResult {
 struct Work {
     /// The end of its authority on the runner's monotonic clock.
     deadline_ns: u64,
+    /// The request of the renewal that set it — the claim or a heartbeat — and its event.
+    renewed_by: Option<(&'static str, u64)>,
     /// The send time of the accepted claim.
     claimed_ns: u64,
-    /// The send time of the newest heartbeat sent for it.
-    heartbeat_sent_ns: Option<u64>,
+    /// The newest heartbeat sent for it: its send time and event.
+    heartbeat_sent: Option<(u64, u64)>,
     /// The first refusal of a capability or step for it: its event.
     refused: Option<u64>,
     asked: bool,
@@ -57,8 +64,8 @@ struct Work {
 pub(crate) struct RunnerContract {
     lease_ns: Option<u64>,
     margin_ns: Option<u64>,
-    /// Per runner: the send time of its newest claim request.
-    claim_sent_ns: FxMap<u32, u64>,
+    /// Per runner: its newest claim request, its send time and event.
+    claim_sent: FxMap<u32, (u64, u64)>,
     /// Per attempt.
     work: FxMap<u32, Work>,
     /// The runners whose logs show capability requests or steps.
@@ -145,24 +152,30 @@ impl Check for RunnerContract {
         let lease_ns = self.lease_ns.unwrap_or(u64::MAX / 4);
         match (ev.src, ev.op) {
             (Source::RunnerRequest, Op::Claim) => {
-                self.claim_sent_ns.insert(runner, at);
+                self.claim_sent.insert(runner, (at, ev.index));
             }
             (Source::RunnerResponse, Op::Claim) if ev.accepted() => {
                 let Some(attempt) = ev.attempt else { return };
-                let sent = self.claim_sent_ns.get(&runner).copied().unwrap_or(at);
-                let work = Work { deadline_ns: sent.saturating_add(lease_ns), claimed_ns: sent, ..Work::default() };
+                let claim = self.claim_sent.get(&runner).copied();
+                let (sent, request) = claim.map_or((at, None), |(sent, index)| (sent, Some(("claim", index))));
+                let deadline_ns = sent.saturating_add(lease_ns);
+                let work = Work { deadline_ns, renewed_by: request, claimed_ns: sent, ..Work::default() };
                 self.work.insert(attempt, work);
             }
             (Source::ReportSent, Op::Heartbeat) => {
                 if let Some(work) = ev.attempt.and_then(|attempt| self.work.get_mut(&attempt)) {
-                    work.heartbeat_sent_ns = Some(at);
+                    work.heartbeat_sent = Some((at, ev.index));
                 }
             }
             (Source::RunnerResponse, Op::Heartbeat) if ev.accepted() => {
                 if let Some(work) = ev.attempt.and_then(|attempt| self.work.get_mut(&attempt)) {
-                    // Only a heartbeat sent while authority lasted moves it.
-                    if let Some(sent) = work.heartbeat_sent_ns.filter(|sent| *sent <= work.deadline_ns) {
-                        work.deadline_ns = work.deadline_ns.max(sent.saturating_add(lease_ns));
+                    // Only a heartbeat sent while authority lasted moves it; an answer is the
+                    // newest heartbeat's (a runner with several in flight gets the latest send).
+                    if let Some((sent, request)) = work.heartbeat_sent.filter(|(sent, _)| *sent <= work.deadline_ns) {
+                        if sent.saturating_add(lease_ns) > work.deadline_ns {
+                            work.deadline_ns = sent.saturating_add(lease_ns);
+                            work.renewed_by = Some(("heartbeat", request));
+                        }
                     }
                 }
             }
@@ -198,12 +211,16 @@ impl Check for RunnerContract {
                     return; // stopped before its deadline: its first act after it is excused
                 } else if self.lease_ns.is_some() && at > work.deadline_ns {
                     let late_ms = (at - work.deadline_ns) as f64 / 1e6;
+                    let renewal = match work.renewed_by {
+                        Some((what, index)) => format!("the {what} of event {index}"),
+                        None => "its claim".to_string(),
+                    };
                     let said = format!(
-                        "{} sent {what} for {name} {late_ms:.1} ms after its authority ended on its own clock (the send time of its last accepted claim or heartbeat plus the {} ms lease)",
+                        "{} sent {what} for {name} {late_ms:.1} ms after its authority ended on its own clock: the send of its last answered renewal ({renewal}, accepted) plus the {} ms lease",
                         ctx.runner_name(runner),
                         lease_ns / 1_000_000
                     );
-                    ("acted-past-deadline", said, None)
+                    ("acted-past-deadline", said, work.renewed_by.map(|(_, index)| index))
                 } else {
                     return;
                 };

@@ -35,6 +35,11 @@ pub enum Bug {
     DuplicateAckUnrecorded,
     RefusalUnrecorded,
     RefusalDropsExpiries,
+    DeadlineFromAnswer,
+    DeadlineFromServerLease,
+    WallClockDeadline,
+    UnansweredHeartbeatRenews,
+    StepWithHeldCapability,
 }
 
 /// Which process a bug lives in.
@@ -42,10 +47,11 @@ pub enum Bug {
 pub enum Home {
     ControlPlane,
     Target,
+    Runner,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 27] = [
+    pub const ALL: [Bug; 32] = [
         Bug::AcceptStaleResult,
         Bug::HeartbeatRevivesExpired,
         Bug::RequeueOnExpiry,
@@ -73,6 +79,11 @@ impl Bug {
         Bug::DuplicateAckUnrecorded,
         Bug::RefusalUnrecorded,
         Bug::RefusalDropsExpiries,
+        Bug::DeadlineFromAnswer,
+        Bug::DeadlineFromServerLease,
+        Bug::WallClockDeadline,
+        Bug::UnansweredHeartbeatRenews,
+        Bug::StepWithHeldCapability,
     ];
 
     pub fn name(self) -> &'static str {
@@ -104,6 +115,11 @@ impl Bug {
             Bug::DuplicateAckUnrecorded => "duplicate-ack-unrecorded",
             Bug::RefusalUnrecorded => "refusal-unrecorded",
             Bug::RefusalDropsExpiries => "refusal-drops-expiries",
+            Bug::DeadlineFromAnswer => "deadline-from-answer",
+            Bug::DeadlineFromServerLease => "deadline-from-server-lease",
+            Bug::WallClockDeadline => "wall-clock-deadline",
+            Bug::UnansweredHeartbeatRenews => "unanswered-heartbeat-renews",
+            Bug::StepWithHeldCapability => "step-with-held-capability",
         }
     }
 
@@ -175,12 +191,32 @@ impl Bug {
             Bug::RefusalDropsExpiries => {
                 "a refused report's transaction keeps the expiries it ran but appends only its own entry: the lapsed attempt turns uncertain with no expiry in the ledger"
             }
+            Bug::DeadlineFromAnswer => {
+                "the runner's renewal deadline runs from when a claim's or heartbeat's answer arrived, not from when it was sent: a renewal answered late stretches its authority past the lease"
+            }
+            Bug::DeadlineFromServerLease => {
+                "the runner's renewal deadline is the lease end the control plane answered, on the server's clock, read on the runner's wall clock, not its own send time on its monotonic clock"
+            }
+            Bug::WallClockDeadline => {
+                "the runner keeps its renewal deadline on its wall clock: a clock moved back stretches its authority"
+            }
+            Bug::UnansweredHeartbeatRenews => {
+                "a heartbeat that got no answer (a transport error) moves the runner's renewal deadline as an accepted one does"
+            }
+            Bug::StepWithHeldCapability => {
+                "the runner looks at its authority before asking for a capability, not before sending the step it was granted for: a capability answered after its deadline is used"
+            }
         }
     }
 
     pub fn home(self) -> Home {
         match self {
             Bug::TargetIgnoresFence | Bug::TargetRefusesCurrentFence | Bug::TargetFencesPerRunner => Home::Target,
+            Bug::DeadlineFromAnswer
+            | Bug::DeadlineFromServerLease
+            | Bug::WallClockDeadline
+            | Bug::UnansweredHeartbeatRenews
+            | Bug::StepWithHeldCapability => Home::Runner,
             _ => Home::ControlPlane,
         }
     }

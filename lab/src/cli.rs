@@ -168,6 +168,9 @@ struct RunnerArgs {
     /// JSONL log of every request and response.
     #[arg(long)]
     log: Option<PathBuf>,
+    /// Switch on a planted bug of the runner (repeatable; see `fencelab-lab bugs`).
+    #[arg(long = "bug")]
+    bugs: Vec<Bug>,
 }
 
 /// The `fencelab-lab` program: its panic hook, then its command line.
@@ -256,7 +259,7 @@ async fn step(args: StepArgs) -> anyhow::Result<ExitCode> {
 
 fn bugs_for(home: Home, bugs: Vec<Bug>) -> anyhow::Result<Bugs> {
     if let Some(bug) = bugs.iter().find(|bug| bug.home() != home) {
-        anyhow::bail!("the bug `{bug}` lives in the other process");
+        anyhow::bail!("the bug `{bug}` lives in another process");
     }
     Ok(Bugs::of(bugs))
 }
@@ -312,6 +315,7 @@ async fn target(args: TargetArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
+    let bugs = bugs_for(Home::Runner, args.bugs)?;
     let token = match (args.token, &args.registration_token) {
         (Some(token), _) => token,
         (None, Some(registration)) => {
@@ -339,6 +343,7 @@ async fn runner(args: RunnerArgs) -> anyhow::Result<ExitCode> {
         clock_offset_file: args.clock_offset_file,
         jobs_max: args.jobs_max,
         log: args.log,
+        bugs,
     };
     let stop = procs::installed_termination();
     let runner = Runner::new(config)?;
@@ -357,6 +362,19 @@ mod tests {
         Cli::try_parse_from(std::iter::once("fencelab-lab").chain(args.iter().copied()))
             .expect("the command parses")
             .command
+    }
+
+    /// A planted bug of the runner is switched on in the runner process, and only there.
+    #[test]
+    fn a_runners_bug_is_taken_by_the_runner_alone() {
+        let Command::Runner(runner) = parse(&["runner", "--id=r1", "--token=t", "--bug=wall-clock-deadline"]) else {
+            panic!("not a runner")
+        };
+        assert_eq!(runner.bugs, [Bug::WallClockDeadline]);
+        assert!(bugs_for(Home::Runner, runner.bugs.clone()).is_ok_and(|bugs| bugs.has(Bug::WallClockDeadline)));
+        let error = bugs_for(Home::ControlPlane, runner.bugs).unwrap_err().to_string();
+        assert!(error.contains("`wall-clock-deadline` lives in another process"), "{error}");
+        assert!(bugs_for(Home::Runner, vec![Bug::AcceptStaleResult]).is_err());
     }
 
     /// The defaults `docs/protocol.md` lists under "Command lines" and the runner's flags.
@@ -399,5 +417,6 @@ mod tests {
         );
         assert_eq!((runner.result_tries_max, runner.clock_offset_ms, runner.jobs_max), (5, 0, None));
         assert_eq!((runner.clock_offset_file, runner.log, runner.registration_token), (None, None, None));
+        assert!(runner.bugs.is_empty());
     }
 }

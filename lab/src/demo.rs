@@ -175,6 +175,7 @@ impl LocalLab {
         let mut args = vec!["runner".to_string(), format!("--id={id}"), format!("--token={token}")];
         args.extend([format!("--control-url={control_url}"), format!("--target-url={target_url}")]);
         args.push(format!("--log={}", self.runner_log(id).display()));
+        args.extend(self.options.bug_args(crate::bugs::Home::Runner));
         args.extend(extra.iter().cloned());
         self.options.command(&args, &self.options.dir.join(format!("runner-{id}.log")))
     }
@@ -285,4 +286,20 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     println!("{succeeded}/{} jobs succeeded; store and logs in {}", views.len(), dir.display());
     lab.shutdown().await;
     Ok(std::process::ExitCode::from(history::Exit::passed(succeeded == views.len()).code()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each process of the lab is given the planted bugs that live in it, and no other.
+    #[test]
+    fn every_process_gets_the_bugs_that_live_in_it() {
+        let mut options = LabOptions::new(Path::new("fencelab-lab"), Path::new("/nowhere"));
+        options.bugs = vec![Bug::AcceptStaleResult, Bug::TargetIgnoresFence, Bug::UnansweredHeartbeatRenews];
+        let words = |home| options.bug_args(home).join(" ");
+        assert_eq!(words(crate::bugs::Home::ControlPlane), "--bug accept-stale-result");
+        assert_eq!(words(crate::bugs::Home::Target), "--bug target-ignores-fence");
+        assert_eq!(words(crate::bugs::Home::Runner), "--bug unanswered-heartbeat-renews");
+    }
 }

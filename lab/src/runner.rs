@@ -5,7 +5,8 @@
 //! renewal deadline passes (measured on the monotonic clock from when it *sent* the last
 //! accepted renewal, minus a margin), it stops at once and sends no further target step.
 //! Every request and response goes to a JSONL log of [`history::Event`]s on the host's
-//! monotonic clock, with the claim it concerns.
+//! monotonic clock, with the claim it concerns. The planted bugs that live here
+//! ([`crate::bugs::Home::Runner`], `--bug`) each break one of these rules.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -14,6 +15,8 @@ use std::time::Duration;
 
 use history::{Decision, Event, EventType, Op, Process, Reason};
 use tokio::time::Instant;
+
+use crate::bugs::{Bug, Bugs};
 
 use protocol::client::{Client, ClientError};
 use protocol::*;
@@ -42,6 +45,8 @@ pub struct RunnerConfig {
     /// Stop after this many jobs (default: never).
     pub jobs_max: Option<u64>,
     pub log: Option<PathBuf>,
+    /// The planted bugs switched on in this runner (none: the runner keeps its rules).
+    pub bugs: Bugs,
 }
 
 /// The runner's JSONL log: [`history::log_line`]s, appended to the file (a restarted runner
@@ -86,20 +91,70 @@ fn set_claim(event: &mut Event, claim: &ClaimRef) {
     event.fence = Some(claim.fence);
 }
 
+/// The runner's wall clock: the host's, plus the configured offsets (a harness moves it
+/// through the offset file). What the runner reports as `observed_ms`: diagnostic only —
+/// except under the planted bugs that keep the renewal deadline on it.
+#[derive(Clone, Debug)]
+struct WallClock {
+    offset_ms: i64,
+    offset_file: Option<PathBuf>,
+}
+
+impl WallClock {
+    fn now_ms(&self) -> i64 {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        wall + self.offset_ms + self.file_offset_ms()
+    }
+
+    /// The offset in the clock file; 0 when there is none or it cannot be read.
+    fn file_offset_ms(&self) -> i64 {
+        let Some(path) = &self.offset_file else { return 0 };
+        std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse().ok()).unwrap_or(0)
+    }
+}
+
+/// Where the renewal deadline is kept: on the monotonic clock (the rule), or — under the
+/// planted `wall-clock-deadline` and `deadline-from-server-lease` — as a time of the
+/// runner's wall clock, which a clock moved back stretches.
+enum Deadline {
+    Monotonic(Instant),
+    Wall { clock: WallClock, at_ms: i64 },
+}
+
 /// What a runner knows of its authority over the current attempt.
 struct Authority {
-    deadline: Mutex<Instant>,
+    deadline: Mutex<Deadline>,
     lost: Mutex<Option<String>>,
 }
 
 impl Authority {
+    fn new(deadline: Deadline) -> Authority {
+        Authority { deadline: Mutex::new(deadline), lost: Mutex::new(None) }
+    }
+
     /// An accepted heartbeat sent at `sent` moves the deadline to `sent + lease`, if the
     /// authority still held when it was sent: authority given up is not taken back, even
     /// when the server, whose lease an unanswered heartbeat had moved, accepts a late one.
     fn renew(&self, sent: Instant, lease: Duration) {
         let mut current = self.deadline.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if sent < *current {
-            *current = (*current).max(sent + lease);
+        if let Deadline::Monotonic(current) = &mut *current {
+            if sent < *current {
+                *current = (*current).max(sent + lease);
+            }
+        }
+    }
+
+    /// As [`Authority::renew`], for a deadline kept on the wall clock (planted bugs):
+    /// `until_ms` is the new deadline, moved to when the authority still held at `sent_ms`.
+    fn renew_wall(&self, sent_ms: i64, until_ms: i64) {
+        let mut current = self.deadline.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Deadline::Wall { at_ms, .. } = &mut *current {
+            if sent_ms < *at_ms {
+                *at_ms = (*at_ms).max(until_ms);
+            }
         }
     }
 
@@ -107,8 +162,21 @@ impl Authority {
         self.lost.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get_or_insert(why);
     }
 
+    /// The deadline on the monotonic clock; one kept on the wall clock is read as what is
+    /// left of it now (or how long ago it passed).
     fn deadline(&self) -> Instant {
-        *self.deadline.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        match &*self.deadline.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) {
+            Deadline::Monotonic(at) => *at,
+            Deadline::Wall { clock, at_ms } => {
+                let (now, left_ms) = (Instant::now(), at_ms - clock.now_ms());
+                let by = Duration::from_millis(left_ms.unsigned_abs());
+                if left_ms >= 0 {
+                    now + by
+                } else {
+                    now.checked_sub(by).unwrap_or(now)
+                }
+            }
+        }
     }
 
     /// Why the runner must stop, if it must.
@@ -116,7 +184,7 @@ impl Authority {
         if let Some(why) = self.lost.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone() {
             return Some(why);
         }
-        (Instant::now() >= self.deadline()).then(|| "renewal deadline passed".to_string())
+        (self.deadline() <= Instant::now()).then(|| "renewal deadline passed".to_string())
     }
 }
 
@@ -157,19 +225,17 @@ impl Runner {
         }
     }
 
-    /// The runner's clock: wall time plus the configured offset. Diagnostic only.
-    fn observed_ms(&self) -> i64 {
-        let wall = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
-        wall + self.config.clock_offset_ms + self.file_offset_ms()
+    /// The runner's wall clock. Diagnostic only (as the rules have it).
+    fn wall_clock(&self) -> WallClock {
+        WallClock { offset_ms: self.config.clock_offset_ms, offset_file: self.config.clock_offset_file.clone() }
     }
 
-    /// The offset in the clock file; 0 when there is none or it cannot be read.
-    fn file_offset_ms(&self) -> i64 {
-        let Some(path) = &self.config.clock_offset_file else { return 0 };
-        std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse().ok()).unwrap_or(0)
+    fn observed_ms(&self) -> i64 {
+        self.wall_clock().now_ms()
+    }
+
+    fn has(&self, bug: Bug) -> bool {
+        self.config.bugs.has(bug)
     }
 
     /// Claims and executes jobs until `jobs_max` is reached; errors on a definite refusal of a claim.
@@ -191,10 +257,11 @@ impl Runner {
         Ok(())
     }
 
-    /// Asks for a claim; a grant comes with the instant the request was sent.
-    async fn claim(&self) -> Result<Option<(Grant, Instant)>, ClientError> {
-        let sent = Instant::now();
+    /// Asks for a claim; a grant comes with when the request was sent.
+    async fn claim(&self) -> Result<Option<(Grant, Sent)>, ClientError> {
+        let at = Instant::now();
         let request = ClaimRequest { runner: self.config.id.clone(), observed_ms: self.observed_ms() };
+        let sent = Sent { at, observed_ms: request.observed_ms };
         self.log.record(EventType::Request, Op::Claim, |event| {
             event.runner = Some(request.runner.clone());
             event.observed_ms = Some(request.observed_ms);
@@ -215,15 +282,63 @@ impl Runner {
                 Err(error) => event.reason = Some(error.to_string()),
             }
         });
-        answer.map(|response| response.grant.map(|grant| (grant, sent)))
+        answer.map(|response| response.grant.map(|grant| (grant, self.renewal_start(sent))))
     }
+
+    /// When a renewal's lease is counted from: its send. Under the planted
+    /// `deadline-from-answer`, the arrival of its answer (now).
+    fn renewal_start(&self, sent: Sent) -> Sent {
+        if self.has(Bug::DeadlineFromAnswer) {
+            Sent { at: Instant::now(), ..sent }
+        } else {
+            sent
+        }
+    }
+
+    /// The renewal deadline a claim sent at `sent` starts with: `lease` after the send, on
+    /// the monotonic clock. Under the planted bugs, on the wall clock: the lease end the
+    /// grant names (`deadline-from-server-lease`), or the send's wall time plus `lease`
+    /// (`wall-clock-deadline`).
+    fn first_deadline(&self, grant: &Grant, sent: Sent, lease: Duration) -> Deadline {
+        let clock = self.wall_clock();
+        if self.has(Bug::DeadlineFromServerLease) {
+            let at_ms = grant.lease_expires_ms - self.config.renewal_margin_ms as i64;
+            Deadline::Wall { clock, at_ms }
+        } else if self.has(Bug::WallClockDeadline) {
+            Deadline::Wall { clock, at_ms: sent.observed_ms + lease.as_millis() as i64 }
+        } else {
+            Deadline::Monotonic(sent.at + lease)
+        }
+    }
+
+    /// Moves the deadline for an accepted renewal sent at `sent` (answered with the lease
+    /// end `lease_expires_ms`, if any), the way [`Runner::first_deadline`] set it.
+    fn renewed(&self, authority: &Authority, sent: Sent, lease: Duration, lease_expires_ms: Option<i64>) {
+        if self.has(Bug::DeadlineFromServerLease) {
+            if let Some(end_ms) = lease_expires_ms {
+                authority.renew_wall(sent.observed_ms, end_ms - self.config.renewal_margin_ms as i64);
+            }
+        } else if self.has(Bug::WallClockDeadline) {
+            authority.renew_wall(sent.observed_ms, sent.observed_ms + lease.as_millis() as i64);
+        } else {
+            authority.renew(self.renewal_start(sent).at, lease);
+        }
+    }
+}
+
+/// When a renewal (a claim, a heartbeat) was sent, on the monotonic clock and on the
+/// runner's wall clock (its `observed_ms`).
+#[derive(Clone, Copy, Debug)]
+struct Sent {
+    at: Instant,
+    observed_ms: i64,
 }
 
 /// Executing one claim.
 impl Runner {
-    async fn execute(&self, grant: Grant, sent: Instant) {
+    async fn execute(&self, grant: Grant, sent: Sent) {
         let lease = Duration::from_millis(grant.lease_ms.saturating_sub(self.config.renewal_margin_ms));
-        let authority = Arc::new(Authority { deadline: Mutex::new(sent + lease), lost: Mutex::new(None) });
+        let authority = Arc::new(Authority::new(self.first_deadline(&grant, sent, lease)));
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let heartbeats = self.heartbeats(grant.claim.clone(), lease, authority.clone(), stopped);
         let steps = self.steps(&grant, &authority);
@@ -261,13 +376,20 @@ impl Runner {
             if *stopped.borrow() || authority.lost.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
                 return;
             }
-            let sent = Instant::now();
+            let at = Instant::now();
             let request = HeartbeatRequest { claim: claim.clone(), observed_ms: self.observed_ms() };
+            let sent = Sent { at, observed_ms: request.observed_ms };
             let answer =
                 self.logged(Op::Heartbeat, &claim, request.observed_ms, None, self.control().heartbeat(&request)).await;
             match answer {
-                Ok(verdict) if verdict.decision == Decision::Accepted => authority.renew(sent, lease),
+                Ok(verdict) if verdict.decision == Decision::Accepted => {
+                    self.renewed(&authority, sent, lease, verdict.lease_expires_ms)
+                }
                 Ok(verdict) => authority.lose(format!("heartbeat refused: {}", reason_text(verdict.reason))),
+                // Planted: no answer taken for a renewal.
+                Err(error) if error.outcome_unknown() && self.has(Bug::UnansweredHeartbeatRenews) => {
+                    self.renewed(&authority, sent, lease, None)
+                }
                 Err(error) if error.outcome_unknown() => {}
                 Err(error) => authority.lose(format!("heartbeat refused: {error}")),
             }
@@ -324,12 +446,18 @@ impl Runner {
                 Ok(capability) => capability,
                 Err(why) => return (Outcome::Failed, Some(format!("self-fenced before step {step}: {why}"))),
             };
-            // The capability's answer may come after the deadline: look again before the step.
-            if let Some(why) = authority.lost() {
-                return (Outcome::Failed, Some(format!("self-fenced before step {step}: {why}")));
-            }
             let request = StepRequest { capability, step, steps: grant.spec.steps, duration_ms: grant.spec.step_ms };
-            let Some(answer) = within(|| authority.deadline(), self.step(&grant.claim, &request)).await else {
+            let answer = if self.has(Bug::StepWithHeldCapability) {
+                // Planted: the capability in hand is authority enough, whatever the deadline.
+                Some(self.step(&grant.claim, &request).await)
+            } else {
+                // The capability's answer may come after the deadline: look again before the step.
+                if let Some(why) = authority.lost() {
+                    return (Outcome::Failed, Some(format!("self-fenced before step {step}: {why}")));
+                }
+                within(|| authority.deadline(), self.step(&grant.claim, &request)).await
+            };
+            let Some(answer) = answer else {
                 return (Outcome::Failed, Some(format!("self-fenced during step {step}: renewal deadline passed")));
             };
             match answer {
@@ -455,13 +583,33 @@ mod tests {
     fn a_heartbeat_sent_after_the_deadline_does_not_revive_the_authority() {
         let lease = Duration::from_millis(1_000);
         let start = Instant::now();
-        let authority = Authority { deadline: Mutex::new(start + lease), lost: Mutex::new(None) };
+        let authority = Authority::new(Deadline::Monotonic(start + lease));
         authority.renew(start + Duration::from_millis(600), lease);
         assert_eq!(authority.deadline(), start + Duration::from_millis(1_600), "sent in time: renewed");
         authority.renew(start + Duration::from_millis(1_700), lease);
         assert_eq!(authority.deadline(), start + Duration::from_millis(1_600), "sent late: not renewed");
         authority.renew(start + Duration::from_millis(100), lease);
         assert_eq!(authority.deadline(), start + Duration::from_millis(1_600), "an older send never shortens it");
+    }
+
+    /// The planted `wall-clock-deadline` and `deadline-from-server-lease` keep the deadline
+    /// on the wall clock: moved back a minute, it is a minute further away.
+    #[test]
+    fn a_deadline_kept_on_the_wall_clock_stretches_when_the_clock_moves_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("clock");
+        let clock = WallClock { offset_ms: 0, offset_file: Some(file.clone()) };
+        let authority = Authority::new(Deadline::Wall { at_ms: clock.now_ms() + 1_000, clock });
+        assert!(authority.deadline() <= Instant::now() + Duration::from_millis(1_000));
+        assert!(authority.lost().is_none());
+        std::fs::write(&file, "-60000").unwrap();
+        assert!(authority.deadline() > Instant::now() + Duration::from_secs(59), "a minute further away");
+        assert!(authority.lost().is_none());
+        std::fs::write(&file, "0").unwrap();
+        std::thread::sleep(Duration::from_millis(1_050));
+        assert!(authority.lost().is_some(), "true again, it has passed");
+        std::fs::write(&file, "60000").unwrap();
+        assert!(authority.deadline() < Instant::now(), "moved ahead, it passed long ago");
     }
 
     #[tokio::test]

@@ -795,6 +795,7 @@ command = ["rn", "--id={runner_id}"]
             let role = match bug.home() {
                 lab::bugs::Home::ControlPlane => Role::ControlPlane,
                 lab::bugs::Home::Target => Role::Target,
+                lab::bugs::Home::Runner => Role::Runner,
             };
             // The bug first; a variant may add the setting that widens its window.
             assert_eq!(variant.extra(role).args.first(), Some(&format!("--bug={}", bug.name())), "{bug}");

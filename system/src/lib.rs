@@ -91,6 +91,7 @@ pub fn variant_needs(variant: &workloads::faults::Variant) -> Option<Feature> {
         | Variant::DelayedStep { .. }
         | Variant::LateStep { .. }
         | Variant::TargetLinkMidStep
+        | Variant::BackwardJump { .. }
         // The target's skew exists for the delayed step dealt after it.
         | Variant::TargetSkew { .. } => Some(Feature::RunnerLog),
         _ => None,

@@ -134,6 +134,10 @@ pub enum Variant {
     Latency { latency_ms: u64 },
     /// SIGSTOP the runner for the window, then SIGCONT.
     Pause,
+    /// Latency on the control plane's answers (control plane → runner) on every runner's
+    /// control-plane links — on one runner's when the fault names one — below the lease: every
+    /// renewal is taken in time and answered late, and so is every claim.
+    SlowAnswers { latency_ms: u64 },
     /// Responses on the runner's control-plane link are lost after the server acted.
     LostResponse,
     /// A captured result request of the runner is sent again.
@@ -156,6 +160,10 @@ pub enum Variant {
     StaticSkew { offset_ms: i64 },
     /// The runner's clock jumps by `offset_ms`, and back by twice that halfway.
     Jump { offset_ms: i64 },
+    /// While the runner is between two steps of an attempt, its clock jumps back by
+    /// `offset_ms` (negative) and its control-plane link is cut, for the window: its
+    /// renewals are lost while its wall clock says the lease has long to run.
+    BackwardJump { offset_ms: i64 },
     /// The control-plane link cut while the runner is between target steps.
     ControlLink,
     /// The target link reset while a step is in flight.
@@ -216,13 +224,13 @@ impl Variant {
     /// The fault of the mission this variant realises.
     pub fn kind(&self) -> FaultKind {
         match self {
-            Variant::Latency { .. } | Variant::Pause => FaultKind::DelayedHeartbeats,
+            Variant::Latency { .. } | Variant::Pause | Variant::SlowAnswers { .. } => FaultKind::DelayedHeartbeats,
             Variant::LostResponse | Variant::Replay => FaultKind::DuplicateResults,
             Variant::Conflict | Variant::CrossJob | Variant::Impersonate | Variant::BorrowedClaim => {
                 FaultKind::ConflictingResults
             }
             Variant::CutLinks => FaultKind::Reconnects,
-            Variant::StaticSkew { .. } | Variant::Jump { .. } => FaultKind::ClockSkew,
+            Variant::StaticSkew { .. } | Variant::Jump { .. } | Variant::BackwardJump { .. } => FaultKind::ClockSkew,
             Variant::ControlLink
             | Variant::TargetLinkMidStep
             | Variant::DelayedStep { .. }
@@ -262,6 +270,13 @@ pub struct Fault {
     pub variant: Variant,
 }
 
+impl Fault {
+    /// Whether the fault hits every runner at once (slow answers that name no runner).
+    pub fn on_every_runner(&self) -> bool {
+        self.runner.is_none() && self.variant.hits_every_runner()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScheduleOptions {
     pub kinds: Vec<FaultKind>,
@@ -297,13 +312,19 @@ impl FaultKind {
     /// (latencies, offsets) are placeholders that [`realise`] draws from the seed.
     pub fn variants(self) -> &'static [Variant] {
         match self {
-            FaultKind::DelayedHeartbeats => &[Variant::Latency { latency_ms: 0 }, Variant::Pause],
+            FaultKind::DelayedHeartbeats => {
+                &[Variant::Latency { latency_ms: 0 }, Variant::Pause, Variant::SlowAnswers { latency_ms: 0 }]
+            }
             FaultKind::DuplicateResults => &[Variant::LostResponse, Variant::Replay],
             FaultKind::ConflictingResults => {
                 &[Variant::Conflict, Variant::CrossJob, Variant::Impersonate, Variant::BorrowedClaim]
             }
             FaultKind::Reconnects => &[Variant::CutLinks],
-            FaultKind::ClockSkew => &[Variant::StaticSkew { offset_ms: 0 }, Variant::Jump { offset_ms: 0 }],
+            FaultKind::ClockSkew => &[
+                Variant::StaticSkew { offset_ms: 0 },
+                Variant::Jump { offset_ms: 0 },
+                Variant::BackwardJump { offset_ms: 0 },
+            ],
             FaultKind::DisconnectDuringMutation => &[
                 Variant::ControlLink,
                 Variant::TargetLinkMidStep,
@@ -327,7 +348,8 @@ impl FaultKind {
 }
 
 impl Variant {
-    /// Whether the variant makes the runner's reports reach the control plane late.
+    /// Whether the variant makes the runner's reports reach the control plane late (a
+    /// `backward-jump` does too, but moves the clock itself: it never follows a skew).
     pub fn delays_reports(&self) -> bool {
         matches!(
             self,
@@ -340,11 +362,31 @@ impl Variant {
         )
     }
 
+    /// Whether the variant moves a clock for a window that the lane's next fault falls
+    /// inside (a skew, a runner's or the target's: a skewed clock matters when something
+    /// comes late). A `backward-jump` cuts the runner's link itself and overlaps nothing.
+    pub fn skews(&self) -> bool {
+        matches!(self, Variant::StaticSkew { .. } | Variant::Jump { .. } | Variant::TargetSkew { .. })
+    }
+
+    /// Whether the variant hits every runner when its fault names none (slow answers).
+    pub fn hits_every_runner(&self) -> bool {
+        matches!(self, Variant::SlowAnswers { .. })
+    }
+
+    /// Whether the variant tests the runner's own rules — its renewal deadline against a
+    /// renewal answered late, or a wall clock moved back while its renewals are lost — and
+    /// is dealt early in each round, after the target's skew, so that every run has it.
+    pub fn tests_runner(&self) -> bool {
+        matches!(self, Variant::SlowAnswers { .. } | Variant::BackwardJump { .. })
+    }
+
     /// The variant's name, as `schedule.json` writes it (`how`).
     pub fn name(&self) -> &'static str {
         match self {
             Variant::Latency { .. } => "latency",
             Variant::Pause => "pause",
+            Variant::SlowAnswers { .. } => "slow-answers",
             Variant::LostResponse => "lost-response",
             Variant::Replay => "replay",
             Variant::Conflict => "conflict",
@@ -354,6 +396,7 @@ impl Variant {
             Variant::CutLinks => "cut-links",
             Variant::StaticSkew { .. } => "static-skew",
             Variant::Jump { .. } => "jump",
+            Variant::BackwardJump { .. } => "backward-jump",
             Variant::ControlLink => "control-link",
             Variant::TargetLinkMidStep => "target-link-mid-step",
             Variant::DelayedStep { .. } => "delayed-step",
@@ -450,8 +493,13 @@ fn runner_lanes(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
             round = options.variants();
             round.shuffle(&mut rng);
             // The target's skew, the longest window, opens the round: dealt late it would
-            // not fit in what is left of the run.
-            round.sort_by_key(|variant| matches!(variant, Variant::TargetSkew { .. }));
+            // not fit in what is left of the run. The faults on the runner's own rules come
+            // next, a backward jump before slow answers (which hit every runner and would slow
+            // the steps it waits for): dealt late, a short run would miss them.
+            round.sort_by_key(|variant| {
+                let backward = matches!(variant, Variant::BackwardJump { .. });
+                (matches!(variant, Variant::TargetSkew { .. }), variant.tests_runner(), backward)
+            });
         }
         // A skewed clock matters when something comes late: inside a runner's skew window,
         // the lane's next fault is one that delays the runner's reports; inside the target's,
@@ -512,7 +560,10 @@ fn runner_lanes(seed: u64, options: &ScheduleOptions) -> Vec<Fault> {
         next_ms[lane] = match fault.kind {
             // A skewed clock matters when reports come late: the next fault starts inside
             // the skew window, on the same runner.
-            FaultKind::ClockSkew | FaultKind::TargetClockSkew => fault.at_ms + lease_ms,
+            _ if fault.variant.skews() => fault.at_ms + lease_ms,
+            // A fault on every runner (slow answers) takes no lane: the lane's next fault
+            // starts a lease into it.
+            _ if fault.on_every_runner() => fault.at_ms + lease_ms,
             // A one-off report leaves nothing to recover from: the next comes soon after.
             _ if fault.duration_ms == 0 => fault.at_ms + rng.gen_range(lease_ms / 4..=lease_ms / 2),
             _ => fault.at_ms + fault.duration_ms + rng.gen_range(lease_ms..=lease_ms * 3 / 2),
@@ -542,7 +593,7 @@ fn clashes(fault: &Fault, placed: &[Fault]) -> bool {
 /// Whether `last` is a clock skew (a runner's or the target's) still in effect when the
 /// next fault starts at `at_ms`.
 fn overlaps_next(last: &Fault, at_ms: u64) -> bool {
-    matches!(last.kind, FaultKind::ClockSkew | FaultKind::TargetClockSkew) && at_ms < last.at_ms + last.duration_ms
+    last.variant.skews() && at_ms < last.at_ms + last.duration_ms
 }
 
 /// The fault for `variant` at `at_ms` in `lane`: its duration, its runner (one of the
@@ -564,6 +615,11 @@ fn realise(
     let (duration_ms, runner, variant) = match variant {
         Variant::Latency { .. } => (3 * lease_ms, runner, Variant::Latency { latency_ms: lease_ms * 3 / 2 }),
         Variant::Pause => (2 * lease_ms, runner, Variant::Pause),
+        // On every runner, so that claims answered late come whoever wins the queue's jobs.
+        // Over half a lease, so that a claim's answer and its first capability's together
+        // outlast the lease; under the lease less a heartbeat interval, so that renewals
+        // still reach the control plane in time and no lease lapses there.
+        Variant::SlowAnswers { .. } => (3 * lease_ms, None, Variant::SlowAnswers { latency_ms: lease_ms * 3 / 5 }),
         Variant::LostResponse => (lease_ms / 2, runner, Variant::LostResponse),
         Variant::Replay => (0, runner, Variant::Replay),
         Variant::Conflict => (0, runner, Variant::Conflict),
@@ -573,6 +629,7 @@ fn realise(
         Variant::CutLinks => (3 * lease_ms, runner, Variant::CutLinks),
         Variant::StaticSkew { .. } => (4 * lease_ms, runner, Variant::StaticSkew { offset_ms: skew_ms }),
         Variant::Jump { .. } => (4 * lease_ms, runner, Variant::Jump { offset_ms: skew_ms }),
+        Variant::BackwardJump { .. } => (2 * lease_ms, runner, Variant::BackwardJump { offset_ms: -skew_ms.abs() }),
         Variant::ControlLink => (2 * lease_ms, runner, Variant::ControlLink),
         Variant::TargetLinkMidStep => (lease_ms, runner, Variant::TargetLinkMidStep),
         // The step is held until a newer attempt wrote its key (at most 5 leases): its lease
@@ -668,7 +725,7 @@ mod tests {
         for lane in by_lane(&faults, lanes(3)) {
             let lane: Vec<&Fault> = lane.iter().filter(|fault| fault.runner.is_some()).collect();
             for pair in lane.windows(2) {
-                if pair[0].kind == FaultKind::ClockSkew {
+                if pair[0].variant.skews() {
                     assert!(
                         pair[1].at_ms < pair[0].at_ms + pair[0].duration_ms,
                         "the next fault falls inside the skew"
@@ -689,7 +746,7 @@ mod tests {
         let mut skews = 0;
         for seed in 0..20 {
             let faults = schedule(seed, &options(FaultKind::ALL.to_vec()));
-            for skew in faults.iter().filter(|fault| fault.kind == FaultKind::ClockSkew) {
+            for skew in faults.iter().filter(|fault| fault.kind == FaultKind::ClockSkew && fault.variant.skews()) {
                 skews += 1;
                 let inside = faults.iter().filter(|f| f.runner == skew.runner && f.at_ms > skew.at_ms);
                 let next = inside.min_by_key(|f| f.at_ms).filter(|f| f.at_ms < skew.at_ms + skew.duration_ms);
@@ -721,14 +778,16 @@ mod tests {
         assert!(paired * 10 >= skews * 9, "{paired} of {skews} target skews hold a whole delayed step");
     }
 
-    /// Since `half-open` and `partition` (three 3-lease windows) joined `all`, a 30-second
-    /// run misses one variant in about a third of seeds; 33 seconds hold them all (50 seeds
-    /// measured), so the run that must deal every variant is 35 seconds long.
+    /// Since `half-open` and `partition` (three 3-lease windows) and then `slow-answers` and
+    /// `backward-jump` joined `all`, a 30-second run deals 21.6 of the 23 variants on average (a
+    /// long skew is missing most often: it gives way to a shorter variant near the end); 36
+    /// seconds hold them all (100 seeds measured), so the run that must deal every variant
+    /// is 36 seconds long.
     #[test]
-    fn a_35_second_run_exercises_every_variant() {
-        let longer = ScheduleOptions { time_limit_ms: 35_000, ..default_run() };
+    fn a_36_second_run_exercises_every_variant() {
+        let longer = ScheduleOptions { time_limit_ms: 36_000, ..default_run() };
         let names: Vec<&str> = FaultKind::ALL.iter().flat_map(|kind| kind.variants()).map(Variant::name).collect();
-        assert_eq!(names.len(), 21);
+        assert_eq!(names.len(), 23);
         for seed in 0..20 {
             let faults = schedule(seed, &longer);
             for name in &names {
@@ -737,15 +796,65 @@ mod tests {
         }
     }
 
+    /// The faults on a runner's own rules are dealt right after the target's skew, a backward
+    /// jump before slow answers: every default run has them, a 12-second one too; a
+    /// `backward-jump` always moves the clock back,
+    /// and slow answers hit every runner, taking no lane's time beyond their first lease.
+    #[test]
+    fn every_default_run_tests_the_runners_own_rules() {
+        for seed in 0..50 {
+            for time_limit_ms in [12_000, 30_000] {
+                let faults = schedule(seed, &ScheduleOptions { time_limit_ms, ..default_run() });
+                let first = |name: &str| faults.iter().position(|fault| fault.variant.name() == name);
+                let (jump, slow) = (first("backward-jump"), first("slow-answers"));
+                assert!(jump.is_some() && slow.is_some(), "seed {seed}, {time_limit_ms} ms: {faults:?}");
+                assert!(jump < slow, "seed {seed}: the backward jump comes before the slow answers");
+                for fault in &faults {
+                    match fault.variant {
+                        Variant::BackwardJump { offset_ms } => assert!(offset_ms <= -30_000, "{fault:?}"),
+                        Variant::SlowAnswers { .. } => {
+                            assert!(fault.on_every_runner(), "{fault:?}");
+                            let next = faults.iter().find(|next| next.at_ms > fault.at_ms && next.runner.is_some());
+                            let next = next.expect("a fault follows");
+                            assert!(next.at_ms < fault.at_ms + fault.duration_ms, "overlapped: {next:?}");
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// A scenario's `slow-answers` step that names no runner hits every runner; one that
+    /// names a runner, that runner; another runner's fault still needs one.
+    #[test]
+    fn a_slow_answers_step_without_a_runner_hits_every_runner() {
+        let step = |how: &str, runner: Option<&str>, latency_ms: Option<u64>| crate::scenario::Action::Fault {
+            fault: None,
+            how: how.into(),
+            runner: runner.map(str::to_string),
+            replica: None,
+            duration_ms: 1_000,
+            latency_ms,
+            offset_ms: None,
+        };
+        let every = crate::scenario::fault_of(&step("slow-answers", None, Some(600)), 5, 3).unwrap();
+        assert!(every.on_every_runner() && every.kind == FaultKind::DelayedHeartbeats, "{every:?}");
+        let one = crate::scenario::fault_of(&step("slow-answers", Some("r2"), Some(600)), 5, 3).unwrap();
+        assert_eq!((one.runner, one.on_every_runner()), (Some(1), false));
+        let cut = crate::scenario::fault_of(&step("cut-links", None, None), 5, 3).unwrap_err();
+        assert!(cut.contains("needs a runner"), "{cut}");
+    }
+
     #[test]
     fn replica_faults_run_in_a_lane_of_their_own_and_a_default_run_has_every_variant() {
         let kinds: Vec<FaultKind> =
             FaultKind::ALL.into_iter().chain(FaultKind::REPLICAS).chain(FaultKind::DATABASE).collect();
         let options =
-            ScheduleOptions { kinds, time_limit_ms: 35_000, runners: 3, lease_ms: 1_000, replicas: 3, without: vec![] };
+            ScheduleOptions { kinds, time_limit_ms: 36_000, runners: 3, lease_ms: 1_000, replicas: 3, without: vec![] };
         let runner_only = ScheduleOptions { kinds: FaultKind::ALL.to_vec(), ..options.clone() };
         let names: Vec<&str> = options.kinds.iter().flat_map(|kind| kind.variants()).map(Variant::name).collect();
-        assert_eq!(names.len(), 26);
+        assert_eq!(names.len(), 28);
         for seed in 0..20 {
             let faults = schedule(seed, &options);
             for name in &names {
@@ -779,12 +888,15 @@ mod tests {
                 .max()
                 .unwrap_or(0);
             let runners_hit = faults.iter().filter_map(|fault| fault.runner).collect::<std::collections::BTreeSet<_>>();
-            (faults.len(), busiest, runners_hit.len())
+            // The count over six seeds: one seed's lanes may wait long on the target's one clock.
+            let count: usize = (0..6).map(|seed| schedule(seed, &options).len()).sum();
+            (count, busiest, runners_hit.len())
         };
         let (few, few_at_once, _) = at_once(3);
         let (many, many_at_once, hit) = at_once(48);
         // 24 lanes against 2: well over eight times the faults (one-off faults of no
-        // duration let a short lane hold a few more).
+        // duration let a short lane hold a few more; a lane that waits for the target's
+        // clock, which two skews never move at once, holds fewer).
         assert!(many >= 8 * few, "48 runners: {many} faults, 3 runners: {few}");
         assert!(many_at_once >= 12 && many_at_once > 4 * few_at_once, "{many_at_once} vs {few_at_once} at once");
         assert!(hit >= 40, "48 runners: only {hit} were ever faulted");

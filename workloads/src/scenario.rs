@@ -585,6 +585,7 @@ pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<crate::faul
         (Some(_), _) if on_target => return Err(format!("{how} hits the target, not a runner")),
         (None, _) if on_target => None,
         (None, _) if on_control_plane => None,
+        (None, _) if variant.hits_every_runner() => None,
         (None, _) => return Err(format!("how = `{how}` needs a runner")),
         (Some(name), _) => Some(runner_index(name, runners)? as u32),
     };

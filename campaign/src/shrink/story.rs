@@ -204,7 +204,8 @@ impl Timeline {
                 Some(held.runner) == realised.fault.runner
                     && overlaps(window(&realised.fault), (held.from_ms, held.until_ms))
             };
-            let everywhere = !realised.fault.kind.on_runner() && overlaps(window(&realised.fault), inside);
+            let on_all = !realised.fault.kind.on_runner() || realised.fault.on_every_runner();
+            let everywhere = on_all && overlaps(window(&realised.fault), inside);
             realised.fault.at_ms <= until_ms
                 && (everywhere || held.iter().any(on_attempt) || realised.jobs.iter().any(|job| jobs.contains(job)))
         };
@@ -328,12 +329,14 @@ impl Story {
         for fault in faults {
             let mut fault = fault.clone();
             fault.duration_ms = fault.duration_ms.min(end_ms.saturating_sub(fault.at_ms));
-            fault.runner = match fault.kind.on_runner() {
-                true => match fault.runner.and_then(renumber) {
+            fault.runner = match (fault.kind.on_runner(), fault.runner) {
+                (true, Some(runner)) => match renumber(runner) {
                     Some(runner) => Some(runner),
                     None => continue,
                 },
-                false => None,
+                (true, None) if !fault.on_every_runner() => continue,
+                // Not on a runner, or on every runner (slow answers).
+                _ => None,
             };
             case.faults.push(fault);
         }

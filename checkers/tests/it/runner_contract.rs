@@ -157,6 +157,24 @@ fn a_heartbeat_moves_the_deadline_only_when_answered_accepted_and_sent_in_time()
     check(&late_beat_alone.build(), CHECKER, &[]);
 }
 
+/// The deadline runs from the send of the last renewal whose acceptance the runner had
+/// heard by the time it acted: a heartbeat answered late stretches nothing before its answer
+/// (the planted `deadline-from-answer`, `step-with-held-capability`), and once answered
+/// counts from its send, not its answer. The anomaly names the renewal it ran from.
+#[test]
+fn a_renewal_answered_late_counts_from_its_send_once_answered() {
+    let slow = || Log::new().request(500, Op::Heartbeat);
+    let before = slow().request(1_100, Op::Capability).answer(1_200, Op::Heartbeat, Decision::Accepted).build();
+    let found = check(&before, CHECKER, &["acted-past-deadline"]);
+    assert!(found[0].message.contains("the claim of event 1, accepted"), "{found:?}");
+    assert_eq!(found[0].events, [1, 4], "the claim's request and the act: {found:?}");
+    let after = slow().answer(1_200, Op::Heartbeat, Decision::Accepted).request(1_300, Op::Capability);
+    check(&after.build(), CHECKER, &[]);
+    let past_its_send = slow().answer(1_200, Op::Heartbeat, Decision::Accepted).request(1_501, Op::Capability);
+    let found = check(&past_its_send.build(), CHECKER, &["acted-past-deadline"]);
+    assert!(found[0].message.contains("the heartbeat of event 3, accepted"), "{found:?}");
+}
+
 #[test]
 fn work_after_a_refused_capability_or_step_is_flagged() {
     let refused = Log::new().request(10, Op::Capability).answer(11, Op::Capability, Decision::Rejected);

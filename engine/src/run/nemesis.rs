@@ -190,6 +190,9 @@ fn label(fault: &Fault) -> String {
         (None, None) if fault.kind.on_replicas() => {
             format!("{}(every replica, {})", fault.kind.name(), fault.variant.name())
         }
+        (None, None) if fault.on_every_runner() => {
+            format!("{}(every runner, {})", fault.kind.name(), fault.variant.name())
+        }
         (None, None) => fault.kind.name().to_string(),
     }
 }
@@ -261,6 +264,8 @@ async fn start(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
         Variant::Impersonate => return impersonate(shared, fault, try_number).await,
         Variant::BorrowedClaim => return borrow(shared, fault, try_number).await,
         Variant::DelayedStep { .. } | Variant::LateStep { .. } => return hold_step(shared, fault, try_number).await,
+        Variant::BackwardJump { .. } => return backward_jump(shared, fault, try_number).await,
+        Variant::SlowAnswers { .. } => slow_answers(shared, fault, true).await,
         Variant::ResetControlSide | Variant::ResetRunnerSide => return half_open(shared, fault, try_number).await,
         Variant::DropPackets => return partition(shared, fault, try_number).await,
         Variant::RestartControl => restart_control(shared).await,
@@ -315,6 +320,8 @@ async fn start_on(shared_cluster: &Mutex<Cluster>, index: usize, variant: &Varia
         | Variant::BorrowedClaim
         | Variant::DelayedStep { .. }
         | Variant::LateStep { .. }
+        | Variant::BackwardJump { .. }
+        | Variant::SlowAnswers { .. }
         | Variant::RestartControl
         | Variant::TargetSkew { .. }
         | Variant::KillReplica { .. }
@@ -347,6 +354,10 @@ async fn heal(shared: &Shared, fault: &Fault, fields: serde_json::Map<String, se
             Variant::Latency { .. } | Variant::LostResponse | Variant::ResetControlSide | Variant::ResetRunnerSide => {
                 cluster.control_remove_toxic(index, &toxic_name(fault)).await.map_err(|error| error.to_string())
             }
+            Variant::SlowAnswers { .. } => {
+                drop(cluster);
+                slow_answers(shared, fault, false).await
+            }
             Variant::Pause => {
                 cluster.runners[index].paused_by_nemesis = false;
                 signal(&cluster, index, libc::SIGCONT)
@@ -378,8 +389,9 @@ async fn heal(shared: &Shared, fault: &Fault, fields: serde_json::Map<String, se
             | Variant::Impersonate
             | Variant::BorrowedClaim
             | Variant::RestartControl
-            // A partition heals itself (`partition`).
-            | Variant::DropPackets => return,
+            // A partition and a backward jump heal themselves (`partition`, `backward_jump`).
+            | Variant::DropPackets
+            | Variant::BackwardJump { .. } => return,
         }
     };
     record_with(&shared.recorder, fault, "heal", result, fields);
@@ -426,6 +438,29 @@ async fn on_database(shared: &Shared, fault: &Fault, on: bool) -> Result<(), Str
         _ => unreachable!("a fault on the database or a replica's clock"),
     };
     done.map_err(|error| error.to_string())
+}
+
+/// Starts (`on`) or heals slow answers: a latency toxic on the control plane's answers
+/// (downstream) of the control links of the fault's runner, or of every runner when it
+/// names none.
+async fn slow_answers(shared: &Shared, fault: &Fault, on: bool) -> Result<(), String> {
+    let Variant::SlowAnswers { latency_ms } = fault.variant else { unreachable!("slow answers") };
+    let cluster = shared.cluster.lock().await;
+    let runners = match fault.runner {
+        Some(runner) => vec![runner as usize],
+        None => (0..cluster.runners.len()).collect(),
+    };
+    let name = toxic_name(fault);
+    let toxic = Toxic::new(ToxicKind::Latency { latency_ms, jitter_ms: 0 }).on(Stream::Downstream).named(&name);
+    let mut done = Ok(());
+    for index in runners {
+        let changed = match on {
+            true => cluster.control_add_toxic(index, &toxic).await,
+            false => cluster.control_remove_toxic(index, &name).await,
+        };
+        done = done.and(changed.map_err(|error| format!("r{}: {error}", index + 1)));
+    }
+    done
 }
 
 /// SIGKILLs one replica of the control plane (started again when the fault heals).
@@ -838,7 +873,7 @@ async fn hold_step(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     // while under load) passed unheld and was taken for the held one.
     let seen = std::fs::read_to_string(&log).map_or(0, |text| text.lines().count());
     // Whichever claim the runner holds by now: the step its log shows names it.
-    let Some((claim, key, step)) = step_sent(&log, seen, Duration::from_millis(lease_ms)).await else {
+    let Some((claim, key, step)) = step_sent(&log, seen, Duration::from_millis(lease_ms), |_| true).await else {
         let removed = shared.cluster.lock().await.proxy.remove_toxic(&link, &name).await;
         let removed = removed.map_or_else(|error| format!("; removing its toxic failed: {error}"), |()| String::new());
         return ineffective(format!("runner r{} sent no step within {lease_ms} ms{removed}", index + 1));
@@ -876,17 +911,70 @@ async fn hold_step(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     Started::Window
 }
 
-/// The first step request runner's log shows after its first `seen` lines — its claim,
-/// deployment key and step number — waiting at most `bound` for one.
-async fn step_sent(log: &std::path::Path, seen: usize, bound: Duration) -> Option<(ClaimRef, String, u64)> {
+/// Moves runner `index`'s wall clock back and cuts its control link while it is between two
+/// steps of an attempt, for the fault's window: its renewals are lost while its wall clock
+/// says its lease has long to run, and only a deadline kept on its monotonic clock stops
+/// it. The runner is caught sending a step that is not its attempt's last (its log shows
+/// which; waited for at most 2 leases), so that it has another step to ask a capability for
+/// while it is cut. At the heal the clock is set true first, then the link enabled, so that
+/// no report reaches the control plane stamped by the moved clock. The start names the
+/// step (`value.between`); a runner that sends no such step within 2 leases had nothing to
+/// hit, and the try is ineffective.
+async fn backward_jump(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
+    let index = runner(fault);
+    let Variant::BackwardJump { offset_ms } = fault.variant else { unreachable!("a backward jump") };
+    let lease_ms = shared.config.lease_ms;
+    let log = {
+        let cluster = shared.cluster.lock().await;
+        cluster.system.runner_log(&cluster.runners[index].id)
+    };
+    let seen = std::fs::read_to_string(&log).map_or(0, |text| text.lines().count());
+    let not_last = |value: &serde_json::Value| {
+        let number = |field: &str| value.get(field).and_then(serde_json::Value::as_u64);
+        number("step").zip(number("steps")).is_some_and(|(step, steps)| step + 1 < steps)
+    };
+    let Some((claim, _, step)) = step_sent(&log, seen, Duration::from_millis(2 * lease_ms), not_last).await else {
+        let why = format!("runner r{} sent no step but its attempt's last within {} ms", index + 1, 2 * lease_ms);
+        record_start(&shared.recorder, fault, try_number, Err(why), false);
+        return Started::Ineffective;
+    };
+    let started = tokio::time::Instant::now();
+    let moved = {
+        let cluster = shared.cluster.lock().await;
+        let clock = cluster.set_clock(index, offset_ms).map_err(|error| error.to_string());
+        clock.and(cluster.control_set_enabled(index, false).await.map_err(|error| error.to_string()))
+    };
+    let mut fields = effect(moved.is_ok(), try_number);
+    fields.insert("between".into(), serde_json::json!({"attempt": claim.attempt, "step": step}));
+    record_with(&shared.recorder, fault, "start", moved, fields);
+    tokio::time::sleep_until(started + Duration::from_millis(fault.duration_ms)).await;
+    let healed = {
+        let cluster = shared.cluster.lock().await;
+        let clock = cluster.set_clock(index, 0).map_err(|error| error.to_string());
+        clock.and(cluster.control_set_enabled(index, true).await.map_err(|error| error.to_string()))
+    };
+    record_with(&shared.recorder, fault, "heal", healed, serde_json::Map::new());
+    Started::Done
+}
+
+/// The first step request runner's log shows after its first `seen` lines for which `wanted`
+/// holds (given its `value`: `step` and `steps`) — its claim, deployment key and step number
+/// — waiting at most `bound` for one.
+async fn step_sent(
+    log: &std::path::Path,
+    seen: usize,
+    bound: Duration,
+    wanted: impl Fn(&serde_json::Value) -> bool,
+) -> Option<(ClaimRef, String, u64)> {
     let deadline = tokio::time::Instant::now() + bound;
+    let step_wanted = |event: &history::Event| {
+        let value = event.value.as_ref().unwrap_or(&serde_json::Value::Null);
+        event.kind == EventType::Request && event.f == Op::Step && wanted(value)
+    };
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        let sent = text
-            .lines()
-            .skip(seen)
-            .filter_map(|line| serde_json::from_str::<history::Event>(line).ok())
-            .find(|event| event.kind == EventType::Request && event.f == Op::Step);
+        let mut events = text.lines().skip(seen).filter_map(|line| serde_json::from_str::<history::Event>(line).ok());
+        let sent = events.find(&step_wanted);
         if let Some(event) = sent {
             let step = event.value.as_ref().and_then(|value| value["step"].as_u64()).unwrap_or(0);
             let claim =

@@ -23,6 +23,7 @@ mod pgboss;
 mod replicas;
 mod report;
 mod run;
+mod runner_rules;
 mod scenario;
 mod second;
 mod shrink;

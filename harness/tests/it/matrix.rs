@@ -70,6 +70,11 @@ const KINDS: &[(&str, &[&str])] = &[
     ("duplicate-ack-unrecorded", &["ledger-completeness/answer-missing-from-ledger"]),
     ("refusal-unrecorded", &["ledger-completeness/result-not-ruled"]),
     ("refusal-drops-expiries", &["rules-model/expiry-not-recorded", "rules-model/reconcile-not-uncertain"]),
+    ("deadline-from-answer", &["runner-contract/acted-past-deadline"]),
+    ("deadline-from-server-lease", &["runner-contract/acted-past-deadline"]),
+    ("wall-clock-deadline", &["runner-contract/acted-past-deadline"]),
+    ("unanswered-heartbeat-renews", &["runner-contract/acted-past-deadline"]),
+    ("step-with-held-capability", &["runner-contract/acted-past-deadline"]),
 ];
 
 /// The pinned kinds of `bug` that none of `cells` showed.

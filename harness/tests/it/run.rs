@@ -108,7 +108,7 @@ pub fn schedule_file(dir: &std::path::Path, faults: &[serde_json::Value]) -> Str
 
 /// A run of two busy runners with exactly the faults of `faults`, and `extra` flags (a
 /// planted bug, say), whatever its verdict: jobs of 4 to 6 steps of 150 to 250 ms.
-async fn scheduled(faults: Vec<serde_json::Value>, rate_per_s: &str, extra: &[&str]) -> Finished {
+pub async fn scheduled(faults: Vec<serde_json::Value>, rate_per_s: &str, extra: &[&str]) -> Finished {
     scheduled_jobs(faults, rate_per_s, (4, 6), (150, 250), extra).await
 }
 
