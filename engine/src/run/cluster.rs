@@ -254,7 +254,7 @@ impl Cluster {
         self.target_links.push(format!("http://{}", target.listen_addr()?));
         let registered = self.system.register_token(&id).await?;
         let clock_file = self.system.launch.dir.join(format!("clock-{id}"));
-        std::fs::write(&clock_file, clock_text(&self.clock, 0).unwrap_or_default())?;
+        system::launch::write_clock_file(&clock_file, &clock_text(&self.clock, 0).unwrap_or_default())?;
         self.runners.push(RunnerSlot {
             id,
             token: registered,
@@ -332,19 +332,22 @@ impl Cluster {
     /// Moves replica `replica`'s clock to `offset_ms` from true time (libfaketime's file).
     pub fn set_replica_clock(&self, replica: usize, offset_ms: i64) -> std::io::Result<()> {
         let file = self.system.launch.replica_clock_file(replica);
-        std::fs::write(file, format!("{:+}", offset_ms as f64 / 1_000.0))
+        system::launch::write_clock_file(&file, &format!("{:+}", offset_ms as f64 / 1_000.0))
     }
 
     /// Moves the target's clock to `offset_ms` from true time.
     pub fn set_target_clock(&self, offset_ms: i64) -> std::io::Result<()> {
-        std::fs::write(self.system.launch.target_clock_file(), format!("{:+}", offset_ms as f64 / 1_000.0))
+        system::launch::write_clock_file(
+            &self.system.launch.target_clock_file(),
+            &format!("{:+}", offset_ms as f64 / 1_000.0),
+        )
     }
 
     /// Moves runner `index`'s clock to `offset_ms` from true time.
     pub fn set_clock(&self, index: usize, offset_ms: i64) -> std::io::Result<()> {
         let text = clock_text(&self.clock, offset_ms)
             .ok_or_else(|| std::io::Error::other("this system's runner clocks cannot be moved"))?;
-        std::fs::write(&self.runners[index].clock_file, text)
+        system::launch::write_clock_file(&self.runners[index].clock_file, &text)
     }
 
     pub fn signal_runner(&self, index: usize, signal: i32) -> bool {
