@@ -6,8 +6,6 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::time::Duration;
 
-use history::{EventType, Process};
-
 /// Longest one command may take (generous: the machine may be loaded).
 const WAIT_MAX: Duration = Duration::from_secs(180);
 
@@ -15,49 +13,12 @@ async fn fencelab(args: &[&OsStr]) -> (Option<i32>, String) {
     super::fencelab_output(args, WAIT_MAX).await
 }
 
-/// The run's history cut to its ledger (as `GET /v1/ledger` answers it, `mono_ns` on the
-/// run's clock) and each runner's log, written into `dir`; the evidence's arguments.
+/// The run's history cut to its ledger and each runner's log (`engine::evidence::cut`, the
+/// cut `fencelab evidence --from-run` makes), written into `dir`; the evidence's arguments.
 fn production_records(events: &[history::Event], dir: &Path) -> Vec<String> {
-    let mut ledger = Vec::new();
-    let mut logs: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-    for event in events {
-        match &event.process {
-            Process::Runner(id) => {
-                let mut line = serde_json::to_value(event).unwrap();
-                line.as_object_mut().unwrap().remove("index");
-                logs.entry(id.clone()).or_default().push(line.to_string());
-            }
-            _ if event.kind == EventType::Ledger => {
-                let value = event.value.clone().unwrap_or_default();
-                let entry = protocol::LedgerEntry {
-                    seq: value["seq"].as_u64().unwrap(),
-                    kind: event.f,
-                    project: event.project.clone().unwrap_or_default(),
-                    job: event.job.clone().unwrap(),
-                    attempt: event.attempt.clone(),
-                    runner: event.runner.clone(),
-                    fence: event.fence,
-                    deployment_key: event.key.clone().unwrap_or_default(),
-                    decision: event.decision,
-                    reason: event.reason.clone(),
-                    recorded_as: value["recorded_as"].as_str().and_then(history::RecordedAs::parse),
-                    outcome: event.outcome.as_deref().and_then(history::OutcomeWord::parse),
-                    received_ms: event.received_ms.unwrap(),
-                    observed_ms: event.observed_ms,
-                    mono_ns: event.time_ns,
-                    lease_expires_ms: event.lease_expires_ms,
-                };
-                ledger.push(serde_json::to_string(&entry).unwrap());
-            }
-            _ => {}
-        }
-    }
-    let ledger_path = dir.join("ledger.jsonl");
-    std::fs::write(&ledger_path, ledger.join("\n") + "\n").unwrap();
-    let mut args = vec!["--ledger".to_string(), ledger_path.display().to_string()];
-    for (runner, lines) in logs {
-        let path = dir.join(format!("runner-{runner}.jsonl"));
-        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let cut = engine::evidence::cut(events, dir).unwrap();
+    let mut args = vec!["--ledger".to_string(), cut.ledger.display().to_string()];
+    for path in cut.runner_logs {
         args.extend(["--runner-log".to_string(), path.display().to_string()]);
     }
     args
