@@ -13,32 +13,32 @@ async fn fencelab(args: &[&OsStr]) -> (Option<i32>, String) {
     super::fencelab_output(args, WAIT_MAX).await
 }
 
-/// The run's history cut to its ledger and each runner's log (`engine::evidence::cut`, the
-/// cut `fencelab evidence --from-run` makes), written into `dir`; the evidence's arguments.
-fn production_records(events: &[history::Event], dir: &Path) -> Vec<String> {
-    let cut = engine::evidence::cut(events, dir).unwrap();
-    let mut args = vec!["--ledger".to_string(), cut.ledger.display().to_string()];
-    for path in cut.runner_logs {
-        args.extend(["--runner-log".to_string(), path.display().to_string()]);
-    }
-    args
-}
-
-/// A caught `accept-stale-result` run, cut to its ledger and runner logs and assembled,
-/// imports into a scenario that names the incident's ledger entries and expects the
+/// A caught `accept-stale-result` run, cut to its ledger and runner logs and assembled
+/// (`fencelab evidence --from-run`), imports into a scenario that names the incident's ledger entries and expects the
 /// incident's checker valid; it passes on the correct lab.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_imported_incident_names_its_ledger_entries_and_passes_on_the_correct_lab() {
     let args = ["--time-limit", "8", "--bug", "accept-stale-result", "--nemesis", "reconnects"];
     let (finished, repeat) = super::run::caught(&args).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut evidence: Vec<String> = vec!["evidence".into()];
-    evidence.extend(production_records(&finished.history(), dir.path()));
     let folder = dir.path().join("incident");
-    evidence.extend(["--lease-ms".into(), "1000".into(), "--out".into(), folder.display().to_string()]);
-    let words: Vec<&OsStr> = evidence.iter().map(OsStr::new).collect();
+    let run = finished.folder();
+    let words =
+        [OsStr::new("evidence"), OsStr::new("--from-run"), run.as_os_str(), OsStr::new("--out"), folder.as_os_str()];
     let (code, output) = fencelab(&words).await;
     assert_eq!(code, Some(0), "{output}");
+    // What production keeps, and nothing else: the ledger and one log per runner.
+    let mut records: Vec<String> = std::fs::read_dir(folder.join("records"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    records.sort();
+    assert_eq!(records[0], "ledger.jsonl", "{records:?}");
+    assert!(records.len() > 1 && records[1..].iter().all(|name| name.starts_with("runner-")), "{records:?}");
+    assert!(
+        output.contains("--ledger") && output.contains("--runner-log") && output.contains("--lease-ms"),
+        "{output}"
+    );
     let scenario = dir.path().join("incident.toml");
     let import = [OsStr::new("import"), folder.as_os_str(), OsStr::new("--out"), scenario.as_os_str()];
     let (code, output) = fencelab(&import).await;
