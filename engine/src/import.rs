@@ -390,7 +390,9 @@ struct Forged<'a> {
 }
 
 /// A played report: its step, the wait before it (and why), and its comments.
-type PlayedReport = (Action, Option<(Condition, String)>, Vec<String>);
+/// A played report: its step, the wait before it (and why), its comments, and whether it
+/// keeps its incident time (`at_ms`) or runs as soon as its wait is met (a borrowed claim's).
+type PlayedReport = (Action, Option<(Condition, String)>, Vec<String>, bool);
 
 /// The scenario being made.
 struct Plan {
@@ -523,6 +525,18 @@ impl Plan {
                 incident_runners.push(claim.runner.clone());
             }
         }
+        // A runner that held none of them but sent a played report under its own name (a
+        // borrowed claim) is played too.
+        let reporters: Vec<String> = forged
+            .iter()
+            .filter_map(|report| report.entry.runner.clone())
+            .filter(|runner| !incident_runners.contains(runner))
+            .collect();
+        for runner in &reporters {
+            if !incident_runners.contains(runner) {
+                incident_runners.push(runner.clone());
+            }
+        }
         let numbered = |runner: &String| {
             runner.strip_prefix('r').and_then(|n| n.parse::<u32>().ok()).filter(|n| (1..=16).contains(n))
         };
@@ -638,6 +652,7 @@ impl Plan {
         }
         found.extend(skews(records, &held, lease_ns));
         found.extend(restarts(records, &plan.jobs, lease_ns));
+        found.extend(kept_from_claiming(records, &forged, &reporters, lease_ns));
         merge_overlaps(&mut found);
         plan.steps_of(records, &found, &forged, lease_ns);
         plan.header(records, source, &picked, &held);
@@ -681,7 +696,7 @@ impl Plan {
     /// The steps: submits, faults and played reports at their times, on the scenario's clock.
     fn steps_of(&mut self, records: &Records, found: &[Found], forged: &[Forged], lease_ns: u64) {
         let clock = Clock::new(&self.jobs, found, lease_ns);
-        let mut steps: Vec<(u64, u64, Action, Vec<String>)> = Vec::new();
+        let mut steps: Vec<(u64, u64, Action, Vec<String>, bool)> = Vec::new();
         for job in &self.jobs {
             let mut said = vec![format!(
                 "{} submitted at {} on key {} (ledger seq {})",
@@ -726,7 +741,7 @@ impl Plan {
                 step_ms: job.step_ms,
                 runner: job.first_runner.clone(),
             };
-            steps.push((job.play_ns, 0, action, said));
+            steps.push((job.play_ns, 0, action, said, true));
         }
         for fault in found {
             let runner =
@@ -741,14 +756,14 @@ impl Plan {
                 latency_ms: parameters.get("latency_ms").and_then(serde_json::Value::as_u64),
                 offset_ms: parameters.get("offset_ms").and_then(serde_json::Value::as_i64),
             };
-            steps.push((fault.at_ns, 1, action, fault.because.clone()));
+            steps.push((fault.at_ns, 1, action, fault.because.clone(), true));
         }
         for report in forged {
-            let Some((action, wait, said)) = self.played_report(records, report, lease_ns) else { continue };
+            let Some((action, wait, said, timed)) = self.played_report(records, report, lease_ns) else { continue };
             if let Some((condition, why)) = wait {
-                steps.push((report.entry.time_ns, 2, Action::Wait(Box::new(condition)), vec![why]));
+                steps.push((report.entry.time_ns, 2, Action::Wait(Box::new(condition)), vec![why], false));
             }
-            steps.push((report.entry.time_ns, 3, action, said));
+            steps.push((report.entry.time_ns, 3, action, said, timed));
             self.played += 1;
         }
         // A pinned submit is placed its lead before its claim; the steps in the order of their
@@ -757,12 +772,12 @@ impl Plan {
             Action::Submit { runner: Some(_), .. } => clock.at_ms(at_ns).saturating_sub(PIN_LEAD_MS),
             _ => clock.at_ms(at_ns),
         };
-        steps.sort_by_key(|(at_ns, order, action, _)| (placed(*at_ns, action), *at_ns, *order));
+        steps.sort_by_key(|(at_ns, order, action, _, _)| (placed(*at_ns, action), *at_ns, *order));
         let mut last_ms = 0;
-        for (index, (at_ns, _, action, said)) in steps.into_iter().enumerate() {
+        for (index, (at_ns, _, action, said, timed)) in steps.into_iter().enumerate() {
             let at_ms = placed(at_ns, &action).max(last_ms);
             last_ms = at_ms;
-            let at_ms = (!matches!(action, Action::Wait(_))).then_some(at_ms);
+            let at_ms = timed.then_some(at_ms);
             self.steps.push(Step { index: index + 1, line: 0, at_ms, action });
             self.step_comments.push(said);
         }
@@ -784,6 +799,14 @@ impl Plan {
         let job = entry.job.clone()?;
         let attempt = records.claim(entry.attempt.as_deref()?)?;
         let attempt_job = (attempt.job != job).then(|| attempt.job.clone());
+        // Another runner's later attempt, borrowed: which runner claims it in the scenario is
+        // not arranged, so the report waits for the claim and is played at once, while the
+        // attempt is current. A borrowed capability is not played: where the bug is fixed it is
+        // refused, and a refused `capability` step fails the scenario.
+        let borrowed = attempt.number > 1 && entry.runner.as_deref() != Some(attempt.runner.as_str());
+        if borrowed && entry.f == Op::Capability {
+            return None;
+        }
         let played = |id: &str| self.jobs.iter().any(|played| played.id == id);
         if !played(&attempt.job) || !played(&job) {
             return None;
@@ -836,6 +859,22 @@ impl Plan {
             }
             _ => return None,
         };
+        if borrowed {
+            let condition = Condition {
+                job: Some(attempt.job.clone()),
+                ledger: Some(Op::Claim),
+                attempt: Some(attempt.number),
+                within_ms: Some((20 * self.lease_ms).clamp(10_000, workloads::scenario::WITHIN_MAX_MS)),
+                ..Condition::default()
+            };
+            let why = format!(
+                "it borrowed {}, held by {} (ledger seq {}): wait for that claim, then played at once",
+                attempt.attempt,
+                attempt.runner,
+                attempt.seq.map_or("-".to_string(), |seq| seq.to_string())
+            );
+            return Some((action, Some((condition, why)), said, false));
+        }
         let wait = report.after.and_then(|after| {
             let claim = after.attempt.as_deref().and_then(|id| records.claim(id));
             // The runner is named only where the scenario pins it: a first attempt of a pinned
@@ -864,7 +903,7 @@ impl Plan {
         });
         let wait = wait
             .filter(|(condition, _)| condition.job.as_ref().is_some_and(|job| self.jobs.iter().any(|j| &j.id == job)));
-        Some((action, wait, said))
+        Some((action, wait, said, true))
     }
 
     fn header(&mut self, records: &Records, source: &str, picked: &[&Anomaly], held: &[&Claim]) {
@@ -1667,6 +1706,49 @@ fn forged_reports<'a>(records: &Records<'a>, claim: &Claim, sent: &BTreeSet<u64>
         .collect()
 }
 
+/// A runner that held no played attempt and sent a played report on another runner's later
+/// attempt is paused from before that attempt's claim until after the report: in the incident
+/// it was busy elsewhere, and free in the scenario it could claim the attempt itself (which
+/// runner claims a later attempt, the scenario does not arrange), and the report it borrowed
+/// would be its own.
+fn kept_from_claiming(records: &Records, forged: &[Forged], reporters: &[String], lease_ns: u64) -> Vec<Found> {
+    let mut found = Vec::new();
+    for report in forged {
+        let Some(runner) = report.entry.runner.as_ref().filter(|runner| reporters.contains(runner)) else { continue };
+        let Some(claim) = report.entry.attempt.as_deref().and_then(|attempt| records.claim(attempt)) else { continue };
+        if claim.number < 2 || &claim.runner == runner {
+            continue;
+        }
+        let first_ns = records
+            .claims
+            .iter()
+            .find(|first| first.job == claim.job && first.number == 1)
+            .map_or(claim.at_ns, |first| first.at_ns);
+        let from_ns = (first_ns + lease_ns / 2).max(claim.at_ns.saturating_sub(2 * lease_ns));
+        let until_ns = report.entry.time_ns + 2 * lease_ns;
+        if until_ns <= from_ns {
+            continue;
+        }
+        found.push(Found {
+            at_ns: from_ns,
+            duration_ms: ms(until_ns - from_ns),
+            runner: Some(runner.clone()),
+            variant: Variant::Pause,
+            because: vec![format!(
+                "ledger seq {}: a {} for {} (held by {}) under {runner}, who held no attempt played here: {runner} is stopped from before {}'s claim (ledger seq {}) until after it, so that whichever runner claims {} is not {runner}",
+                seq_of(report.entry).map_or("-".to_string(), |seq| seq.to_string()),
+                report.entry.f,
+                claim.attempt,
+                claim.runner,
+                claim.attempt,
+                claim.seq.map_or("-".to_string(), |seq| seq.to_string()),
+                claim.attempt,
+            )],
+        });
+    }
+    found
+}
+
 /// Faults found twice (an attempt after another on one runner, a skew seen from both) are
 /// kept once: the same variant on the same runner overlapping in time becomes one window.
 fn merge_overlaps(found: &mut Vec<Found>) {
@@ -1830,5 +1912,67 @@ mod tests {
             matches!(&step.action, Action::Report { as_runner, attempt: 2, outcome, .. } if as_runner == "r2" && outcome == "succeeded")
         });
         assert!(played, "the retry is played as r2:\n{text}");
+    }
+
+    /// A ledger where r2, holding nothing of `j1`, sent a heartbeat, a capability and a result
+    /// on r3's `j1-a2` under its own name (a borrowed claim), all accepted.
+    const BORROWED: &str = r#"{"seq":1,"kind":"submit","project":"p","job":"j1","deployment_key":"k","received_ms":1000,"mono_ns":10000000}
+{"seq":2,"kind":"claim","project":"p","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k","decision":"accepted","received_ms":1100,"mono_ns":100000000,"lease_expires_ms":2100}
+{"seq":3,"kind":"expire","project":"p","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k","recorded_as":"uncertain","received_ms":2200,"mono_ns":1200000000,"lease_expires_ms":2100}
+{"seq":4,"kind":"reconcile","project":"p","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k","reason":"execution stopped","outcome":"stopped","received_ms":3300,"mono_ns":2300000000,"lease_expires_ms":2100}
+{"seq":5,"kind":"claim","project":"p","job":"j1","attempt":"j1-a2","runner":"r3","fence":2,"deployment_key":"k","decision":"accepted","received_ms":3400,"mono_ns":2400000000,"lease_expires_ms":4400}
+{"seq":6,"kind":"heartbeat","project":"p","job":"j1","attempt":"j1-a2","runner":"r2","fence":2,"deployment_key":"k","decision":"accepted","received_ms":3600,"observed_ms":3600,"mono_ns":2600000000,"lease_expires_ms":4600}
+{"seq":7,"kind":"capability","project":"p","job":"j1","attempt":"j1-a2","runner":"r2","fence":2,"deployment_key":"k","decision":"accepted","received_ms":3601,"observed_ms":3601,"mono_ns":2601000000,"lease_expires_ms":4600}
+{"seq":8,"kind":"result","project":"p","job":"j1","attempt":"j1-a2","runner":"r2","fence":2,"deployment_key":"k","decision":"accepted","outcome":"failed","received_ms":3602,"observed_ms":3602,"mono_ns":2602000000}
+"#;
+
+    /// r2's log: a claim that found no job.
+    const BORROWED_R2: &str = r#"{"f":"claim","process":"runner:r2","runner":"r2","time_ns":2000000000,"type":"request","observed_ms":3000}
+{"f":"claim","process":"runner:r2","runner":"r2","time_ns":2010000000,"type":"response","value":{}}
+"#;
+
+    /// Reports under a runner that held no played attempt, on another runner's later attempt
+    /// (an accept-borrowed-claim incident, seed 1: 0 of 10 runs reproduced, none played as r2
+    /// held nothing; played at their incident times they came after the attempt had ended):
+    /// played as that runner, right after the attempt's claim, the capability left out (a
+    /// refused one fails the scenario where the bug is fixed), the runner paused over the
+    /// claim so that it does not claim the attempt itself.
+    #[test]
+    fn a_borrowed_claim_is_played_as_its_runner_right_after_the_claim() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("runner-r2.jsonl");
+        std::fs::write(&log, BORROWED_R2).unwrap();
+        let (scenario, text) = imported_with(BORROWED, &[log]);
+        let played: Vec<(String, Option<u64>)> = scenario
+            .steps
+            .iter()
+            .filter_map(|step| match &step.action {
+                Action::Heartbeat { as_runner, .. } => Some((format!("heartbeat {as_runner}"), step.at_ms)),
+                Action::Capability { as_runner, .. } => Some((format!("capability {as_runner}"), step.at_ms)),
+                Action::Report { as_runner, .. } => Some((format!("result {as_runner}"), step.at_ms)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            played,
+            [("heartbeat r2".to_string(), None), ("result r2".to_string(), None)],
+            "played as r2, at once after their wait:\n{text}"
+        );
+        let waits = scenario.steps.iter().filter(|step| {
+            matches!(&step.action, Action::Wait(condition) if condition.ledger == Some(Op::Claim) && condition.attempt == Some(2) && condition.runner.is_none())
+        });
+        assert_eq!(waits.count(), 2, "each waits for j1-a2's claim:\n{text}");
+        let times = times(&scenario);
+        let pause = scenario.steps.iter().find_map(|step| match &step.action {
+            Action::Fault { how, runner: Some(runner), duration_ms, .. } if how == "pause" && runner == "r2" => {
+                Some((step.at_ms.unwrap_or(0), *duration_ms))
+            }
+            _ => None,
+        });
+        let (from_ms, duration_ms) = pause.unwrap_or_else(|| panic!("r2 paused:\n{text}"));
+        // j1-a2's claim came 2.3 s after j1-a1's, at 1000 + 2300 ms on the scenario's clock.
+        let claim_ms = times["submit j1"] + PIN_LEAD_MS + 2_300;
+        assert!(from_ms < claim_ms && from_ms + duration_ms > claim_ms + 1_000, "{from_ms} +{duration_ms}:\n{text}");
+        assert!(scenario.runners >= 3, "{text}");
     }
 }
