@@ -799,14 +799,15 @@ impl Plan {
         let job = entry.job.clone()?;
         let attempt = records.claim(entry.attempt.as_deref()?)?;
         let attempt_job = (attempt.job != job).then(|| attempt.job.clone());
-        // Another runner's later attempt, borrowed: which runner claims it in the scenario is
-        // not arranged, so the report waits for the claim and is played at once, while the
-        // attempt is current. A borrowed capability is not played: where the bug is fixed it is
-        // refused, and a refused `capability` step fails the scenario.
-        let borrowed = attempt.number > 1 && entry.runner.as_deref() != Some(attempt.runner.as_str());
-        if borrowed && entry.f == Op::Capability {
+        // Another runner's attempt, borrowed. A borrowed capability is not played: where the
+        // bug is fixed it is refused, and a refused `capability` step fails the scenario. On a
+        // later attempt, which runner claims it in the scenario is not arranged, so the report
+        // waits for the claim and is played at once, while the attempt is current.
+        let lent = entry.runner.as_deref() != Some(attempt.runner.as_str());
+        if lent && entry.f == Op::Capability {
             return None;
         }
+        let borrowed = attempt.number > 1 && lent;
         let played = |id: &str| self.jobs.iter().any(|played| played.id == id);
         if !played(&attempt.job) || !played(&job) {
             return None;
@@ -1974,5 +1975,29 @@ mod tests {
         let claim_ms = times["submit j1"] + PIN_LEAD_MS + 2_300;
         assert!(from_ms < claim_ms && from_ms + duration_ms > claim_ms + 1_000, "{from_ms} +{duration_ms}:\n{text}");
         assert!(scenario.runners >= 3, "{text}");
+    }
+
+    /// A borrowed capability on a first attempt (the runner pinned) is not played either: an
+    /// accept-borrowed-claim incident (seed 1, all faults, release build) had r2 borrow r3's
+    /// `j51-a1`; its played capability was refused on the correct lab, 0 of 10 runs valid.
+    #[test]
+    fn a_borrowed_capability_on_a_first_attempt_is_not_played() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("runner-r2.jsonl");
+        std::fs::write(&log, BORROWED_R2).unwrap();
+        let first =
+            BORROWED.replace("\"attempt\":\"j1-a2\",\"runner\":\"r2\"", "\"attempt\":\"j1-a1\",\"runner\":\"r2\"");
+        let (scenario, text) = imported_with(&first, &[log]);
+        let played: Vec<&str> = scenario
+            .steps
+            .iter()
+            .filter_map(|step| match &step.action {
+                Action::Heartbeat { as_runner, attempt: 1, .. } if as_runner == "r2" => Some("heartbeat"),
+                Action::Capability { .. } => Some("capability"),
+                Action::Report { as_runner, attempt: 1, .. } if as_runner == "r2" => Some("result"),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(played, ["heartbeat", "result"], "{text}");
     }
 }
