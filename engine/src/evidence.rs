@@ -94,6 +94,100 @@ pub fn assemble(inputs: &Inputs) -> Result<Assembled, FolderError> {
     Ok(Assembled { events: written, sources: given.sources() })
 }
 
+/// A run's history cut to the records a production system keeps: its ledger, as
+/// `GET /v1/ledger` answers it (`mono_ns` on the run's clock), and each runner's log, written
+/// as files; the lease policy the run's control plane ran with.
+#[derive(Clone, Debug)]
+pub struct Cut {
+    pub ledger: PathBuf,
+    pub runner_logs: Vec<PathBuf>,
+    pub lease_ms: Option<u64>,
+}
+
+/// Cuts `events` (a run's history) to its ledger and runners' logs, written into `dir` as
+/// `ledger.jsonl` and `runner-ID.jsonl`: what an incident in production leaves, for
+/// [`assemble`]. The target's step log, the jobs' final states, the operator's and the
+/// nemesis's records are left out.
+pub fn cut(events: &[Event], dir: &Path) -> Result<Cut, FolderError> {
+    let written = |path: &Path, error: std::io::Error| FolderError::Write(format!("{}: {error}", path.display()));
+    let mut ledger = Vec::new();
+    let mut logs: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for event in events {
+        match &event.process {
+            history::Process::Runner(id) => {
+                let mut line = serde_json::to_value(event).map_err(|error| FolderError::Bad(error.to_string()))?;
+                if let Some(fields) = line.as_object_mut() {
+                    fields.remove("index");
+                }
+                logs.entry(id.clone()).or_default().push(line.to_string());
+            }
+            _ if event.kind == history::EventType::Ledger => {
+                let unreadable = || {
+                    FolderError::Bad(format!(
+                        "history event {}: a ledger entry without its seq, job or receipt",
+                        event.index
+                    ))
+                };
+                let value = event.value.clone().unwrap_or_default();
+                let entry = LedgerEntry {
+                    seq: value["seq"].as_u64().ok_or_else(unreadable)?,
+                    kind: event.f,
+                    project: event.project.clone().unwrap_or_default(),
+                    job: event.job.clone().ok_or_else(unreadable)?,
+                    attempt: event.attempt.clone(),
+                    runner: event.runner.clone(),
+                    fence: event.fence,
+                    deployment_key: event.key.clone().unwrap_or_default(),
+                    decision: event.decision,
+                    reason: event.reason.clone(),
+                    recorded_as: value["recorded_as"].as_str().and_then(history::RecordedAs::parse),
+                    outcome: event.outcome.as_deref().and_then(history::OutcomeWord::parse),
+                    received_ms: event.received_ms.ok_or_else(unreadable)?,
+                    observed_ms: event.observed_ms,
+                    mono_ns: event.time_ns,
+                    lease_expires_ms: event.lease_expires_ms,
+                };
+                ledger.push(serde_json::to_string(&entry).map_err(|error| FolderError::Bad(error.to_string()))?);
+            }
+            _ => {}
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(|error| written(dir, error))?;
+    let ledger_path = dir.join("ledger.jsonl");
+    std::fs::write(&ledger_path, ledger.join("\n") + "\n").map_err(|error| written(&ledger_path, error))?;
+    let mut runner_logs = Vec::new();
+    for (runner, lines) in logs {
+        let path = dir.join(format!("runner-{runner}.jsonl"));
+        std::fs::write(&path, lines.join("\n") + "\n").map_err(|error| written(&path, error))?;
+        runner_logs.push(path);
+    }
+    let lease_ms = events.iter().find_map(history::Config::of).and_then(|config| config.lease_ms);
+    Ok(Cut { ledger: ledger_path, runner_logs, lease_ms })
+}
+
+/// `fencelab evidence --from-run RUN --out OUT`: the run's history cut ([`cut`]) into
+/// `OUT/records/`, then assembled from those files as records gathered by hand are
+/// (`--ledger`, `--runner-log`, `--lease-ms`: the run's unless `lease_ms` says one).
+pub fn assemble_run(run: &Path, lease_ms: Option<u64>, out: &Path) -> Result<(Inputs, Assembled), FolderError> {
+    let folder = crate::folder::RunFolder::at(run);
+    folder.required_history()?;
+    let events = folder.history().map_err(FolderError::Bad)?;
+    let history = crate::folder::RunFolder::at(out).history_path();
+    if history.exists() {
+        return Err(FolderError::Bad(format!("--out {} already holds a history.jsonl", out.display())));
+    }
+    let records = cut(&events, &out.join("records"))?;
+    let inputs = Inputs {
+        ledger: Some(records.ledger),
+        runner_logs: records.runner_logs,
+        lease_ms: lease_ms.or(records.lease_ms),
+        out: out.to_path_buf(),
+        ..Inputs::default()
+    };
+    let assembled = assemble(&inputs)?;
+    Ok((inputs, assembled))
+}
+
 /// Records read, each `None` when not given (a given record may be empty).
 pub struct Given<'a> {
     pub ledger: Option<&'a [LedgerEntry]>,

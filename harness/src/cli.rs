@@ -88,6 +88,11 @@ enum Command {
         /// that grants none (an observed Buildbot), whose claims then carry no lease_expires_ms.
         #[arg(long, value_name = "PART", value_parser = part_of_the_contract)]
         lacks: Vec<system::Feature>,
+        /// Instead of records gathered by hand, a run folder's history cut to what production
+        /// keeps — its ledger and its runners' logs, written into `OUT/records/` — and assembled
+        /// from those files (the lease: the run's, unless `--lease-ms` says one).
+        #[arg(long, value_name = "RUN", conflicts_with_all = ["ledger", "jobs", "steps", "runner_logs", "lacks"])]
+        from_run: Option<std::path::PathBuf>,
         /// The folder to write `history.jsonl` into (it must not hold one).
         #[arg(long)]
         out: std::path::PathBuf,
@@ -314,10 +319,26 @@ fn execute(command: Command) -> Result<Exit, CommandError> {
             Ok(print_verdict(&folder, &run, &run.command))
         }
         Command::Audit(args) => audit_command(&args),
-        Command::Evidence { ledger, jobs, steps, runner_logs, lease_ms, lacks, out } => {
+        Command::Evidence { ledger, jobs, steps, runner_logs, lease_ms, lacks, from_run, out } => {
             engine::check::without_huge_pages().map_err(internal)?;
-            let inputs = engine::evidence::Inputs { ledger, jobs, steps, runner_logs, lease_ms, lacks, out };
-            let assembled = engine::evidence::assemble(&inputs)?;
+            let (inputs, assembled) = match from_run {
+                Some(run) => {
+                    let (inputs, assembled) = engine::evidence::assemble_run(&run, lease_ms, &out)?;
+                    let mut words = vec!["fencelab evidence".to_string()];
+                    words.extend(inputs.ledger.iter().map(|ledger| format!("--ledger {}", ledger.display())));
+                    words.extend(inputs.runner_logs.iter().map(|log| format!("--runner-log {}", log.display())));
+                    words.extend(inputs.lease_ms.map(|lease| format!("--lease-ms {lease}")));
+                    words.push(format!("--out {}", out.display()));
+                    println!("cut to       {} (the ledger and the runners' logs)", out.join("records").display());
+                    println!("assembled as {}", words.join(" "));
+                    (inputs, assembled)
+                }
+                None => {
+                    let inputs = engine::evidence::Inputs { ledger, jobs, steps, runner_logs, lease_ms, lacks, out };
+                    let assembled = engine::evidence::assemble(&inputs)?;
+                    (inputs, assembled)
+                }
+            };
             let words: Vec<&str> = assembled.sources.iter().map(|source| source.as_str()).collect();
             let history = engine::folder::RunFolder::at(&inputs.out).history_path();
             println!("history      {} ({} events from {})", history.display(), assembled.events, words.join(", "));

@@ -7,6 +7,9 @@ pub mod conditions;
 pub use workloads::scenario as format;
 mod player;
 mod steps;
+/// What a submit pinned to a runner waits, once the other idle runners are stopped, before
+/// it submits (`fencelab import` places such a submit this much before its claim).
+pub(crate) use steps::SETTLE;
 
 use crate::run::driver::Ended;
 use std::collections::BTreeMap;

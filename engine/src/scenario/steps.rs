@@ -20,7 +20,7 @@ const TOXIC_NAME: &str = "scenario";
 const REQUEST_MAX: Duration = Duration::from_secs(10);
 /// How long a runner just stopped (SIGSTOP) is given for a request it had already sent to
 /// land and be answered: without it a claim in flight could take a job the next step submits.
-pub(super) const SETTLE: Duration = Duration::from_millis(250);
+pub(crate) const SETTLE: Duration = Duration::from_millis(250);
 
 pub struct Driver {
     pub shared: Shared,

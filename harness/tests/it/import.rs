@@ -6,8 +6,6 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::time::Duration;
 
-use history::{EventType, Process};
-
 /// Longest one command may take (generous: the machine may be loaded).
 const WAIT_MAX: Duration = Duration::from_secs(180);
 
@@ -15,69 +13,32 @@ async fn fencelab(args: &[&OsStr]) -> (Option<i32>, String) {
     super::fencelab_output(args, WAIT_MAX).await
 }
 
-/// The run's history cut to its ledger (as `GET /v1/ledger` answers it, `mono_ns` on the
-/// run's clock) and each runner's log, written into `dir`; the evidence's arguments.
-fn production_records(events: &[history::Event], dir: &Path) -> Vec<String> {
-    let mut ledger = Vec::new();
-    let mut logs: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-    for event in events {
-        match &event.process {
-            Process::Runner(id) => {
-                let mut line = serde_json::to_value(event).unwrap();
-                line.as_object_mut().unwrap().remove("index");
-                logs.entry(id.clone()).or_default().push(line.to_string());
-            }
-            _ if event.kind == EventType::Ledger => {
-                let value = event.value.clone().unwrap_or_default();
-                let entry = protocol::LedgerEntry {
-                    seq: value["seq"].as_u64().unwrap(),
-                    kind: event.f,
-                    project: event.project.clone().unwrap_or_default(),
-                    job: event.job.clone().unwrap(),
-                    attempt: event.attempt.clone(),
-                    runner: event.runner.clone(),
-                    fence: event.fence,
-                    deployment_key: event.key.clone().unwrap_or_default(),
-                    decision: event.decision,
-                    reason: event.reason.clone(),
-                    recorded_as: value["recorded_as"].as_str().and_then(history::RecordedAs::parse),
-                    outcome: event.outcome.as_deref().and_then(history::OutcomeWord::parse),
-                    received_ms: event.received_ms.unwrap(),
-                    observed_ms: event.observed_ms,
-                    mono_ns: event.time_ns,
-                    lease_expires_ms: event.lease_expires_ms,
-                };
-                ledger.push(serde_json::to_string(&entry).unwrap());
-            }
-            _ => {}
-        }
-    }
-    let ledger_path = dir.join("ledger.jsonl");
-    std::fs::write(&ledger_path, ledger.join("\n") + "\n").unwrap();
-    let mut args = vec!["--ledger".to_string(), ledger_path.display().to_string()];
-    for (runner, lines) in logs {
-        let path = dir.join(format!("runner-{runner}.jsonl"));
-        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-        args.extend(["--runner-log".to_string(), path.display().to_string()]);
-    }
-    args
-}
-
-/// A caught `accept-stale-result` run, cut to its ledger and runner logs and assembled,
-/// imports into a scenario that names the incident's ledger entries and expects the
+/// A caught `accept-stale-result` run, cut to its ledger and runner logs and assembled
+/// (`fencelab evidence --from-run`), imports into a scenario that names the incident's ledger entries and expects the
 /// incident's checker valid; it passes on the correct lab.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_imported_incident_names_its_ledger_entries_and_passes_on_the_correct_lab() {
     let args = ["--time-limit", "8", "--bug", "accept-stale-result", "--nemesis", "reconnects"];
     let (finished, repeat) = super::run::caught(&args).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut evidence: Vec<String> = vec!["evidence".into()];
-    evidence.extend(production_records(&finished.history(), dir.path()));
     let folder = dir.path().join("incident");
-    evidence.extend(["--lease-ms".into(), "1000".into(), "--out".into(), folder.display().to_string()]);
-    let words: Vec<&OsStr> = evidence.iter().map(OsStr::new).collect();
+    let run = finished.folder();
+    let words =
+        [OsStr::new("evidence"), OsStr::new("--from-run"), run.as_os_str(), OsStr::new("--out"), folder.as_os_str()];
     let (code, output) = fencelab(&words).await;
     assert_eq!(code, Some(0), "{output}");
+    // What production keeps, and nothing else: the ledger and one log per runner.
+    let mut records: Vec<String> = std::fs::read_dir(folder.join("records"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    records.sort();
+    assert_eq!(records[0], "ledger.jsonl", "{records:?}");
+    assert!(records.len() > 1 && records[1..].iter().all(|name| name.starts_with("runner-")), "{records:?}");
+    assert!(
+        output.contains("--ledger") && output.contains("--runner-log") && output.contains("--lease-ms"),
+        "{output}"
+    );
     let scenario = dir.path().join("incident.toml");
     let import = [OsStr::new("import"), folder.as_os_str(), OsStr::new("--out"), scenario.as_os_str()];
     let (code, output) = fencelab(&import).await;
