@@ -171,7 +171,7 @@ pub fn cut(events: &[Event], dir: &Path) -> Result<Cut, FolderError> {
 pub fn assemble_run(run: &Path, lease_ms: Option<u64>, out: &Path) -> Result<(Inputs, Assembled), FolderError> {
     let folder = crate::folder::RunFolder::at(run);
     folder.required_history()?;
-    let events = folder.history().map_err(FolderError::Bad)?;
+    let events = folder.history()?;
     let history = crate::folder::RunFolder::at(out).history_path();
     if history.exists() {
         return Err(FolderError::Bad(format!("--out {} already holds a history.jsonl", out.display())));
