@@ -145,6 +145,17 @@ const FAULTS_ONLY: &[(&str, &str)] = &[
     ("retry-lost-commit", "a COMMIT's answer is lost only when db-link cuts it"),
 ];
 
+/// The planted bugs of the runner: conform plays the runners itself and never runs the
+/// system's own, so none of its cases can see them; `runner-contract` on a run's runner logs
+/// catches them (`fencelab matrix`).
+const RUNNER_ONLY: &[&str] = &[
+    "deadline-from-answer",
+    "deadline-from-server-lease",
+    "wall-clock-deadline",
+    "unanswered-heartbeat-renews",
+    "step-with-held-capability",
+];
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_postgresql_lab_passes_every_case() {
     if !postgres_or_skip() {
@@ -162,9 +173,15 @@ async fn the_postgresql_lab_passes_every_case() {
 async fn every_planted_bug_fails_the_cases_of_its_rule() {
     let declared: Vec<String> = system::SystemFile::lab().variants.into_keys().collect();
     let caught = CAUGHT.iter().map(|(variant, _)| variant.to_string());
-    let mut listed: Vec<String> = caught.chain(FAULTS_ONLY.iter().map(|(variant, _)| variant.to_string())).collect();
+    let faults_only = FAULTS_ONLY.iter().map(|(variant, _)| variant.to_string());
+    let runner_only = RUNNER_ONLY.iter().map(|variant| variant.to_string());
+    let mut listed: Vec<String> = caught.chain(faults_only).chain(runner_only).collect();
     listed.sort();
     assert_eq!(listed, declared, "every variant of systems/lab.toml has its row");
+    for name in RUNNER_ONLY {
+        let bug: lab::bugs::Bug = name.parse().unwrap();
+        assert_eq!(bug.home(), lab::bugs::Home::Runner, "{name} is a bug of the runner");
+    }
     let lab = system::SystemFile::lab();
     for (name, _) in FAULTS_ONLY {
         let variant = &lab.variants[*name];
