@@ -8,7 +8,7 @@ use results::diff::{FaultLine, Side};
 
 /// One run folder as a side of the comparison.
 pub fn read_side(folder: &Path) -> Result<Side, String> {
-    let results = engine::folder::RunFolder::at(folder).results()?.ok_or_else(|| {
+    let results = runfolder::folder::RunFolder::at(folder).results()?.ok_or_else(|| {
         format!("{} is not a run folder: cannot read its results.json (there is none)", folder.display())
     })?;
     let faults = serde_json::from_value::<Vec<workloads::faults::Fault>>(results.schedule.clone())

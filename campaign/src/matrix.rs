@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use engine::run::config::{Db, RunConfig};
 use lab::bugs::Bug;
+use runfolder::config::{Db, RunConfig};
 use serde::Serialize;
 use workloads::faults::{Fault, FaultKind, EVERY_FAULT};
 
@@ -216,7 +216,7 @@ fn lines(args: &Options) -> anyhow::Result<(Vec<Line>, Vec<String>)> {
 pub struct Matrix {
     pub time_limit_s: u64,
     /// The store and replicas of every run.
-    pub db: engine::run::config::Db,
+    pub db: runfolder::config::Db,
     pub control_planes: u32,
     /// Variants left out, each with why (`name: needs --db postgres`).
     pub skipped: Vec<String>,
@@ -262,7 +262,7 @@ impl Row {
 fn leases_after_fault(cell: &Cell, exposing: &[FaultKind]) -> Option<f64> {
     let folder = cell.folder.as_ref()?;
     let first_ms = cell.first_anomaly_s? * 1_000.0;
-    let run_folder = engine::folder::RunFolder::at(folder);
+    let run_folder = runfolder::folder::RunFolder::at(folder);
     let schedule: Vec<Fault> = run_folder.schedule().ok()??;
     let lease_ms = Some(run_folder.run_config().ok()?.run.lease_ms as f64).filter(|lease| *lease > 0.0)?;
     let exposing_start = schedule
@@ -450,10 +450,10 @@ mod tests {
             fault(4_000, "reconnects", "cut-links"),
             fault(9_000, "reconnects", "cut-links"),
         ];
-        let run_folder = engine::folder::RunFolder::at(folder.path());
+        let run_folder = runfolder::folder::RunFolder::at(folder.path());
         run_folder.write_schedule(&serde_json::from_value::<Vec<Fault>>(serde_json::json!(schedule)).unwrap()).unwrap();
-        let config = engine::run::config::ConfigFile {
-            run: engine::run::config::RunConfig { lease_ms: 500, ..Default::default() },
+        let config = runfolder::config::ConfigFile {
+            run: runfolder::config::RunConfig { lease_ms: 500, ..Default::default() },
             clock_control: system::ClockControl::RunnerOffset,
             system: system::SystemInfo::default(),
             healthy_ms: None,

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use engine::folder::RunFolder;
+use runfolder::folder::RunFolder;
 
 use crate::runs::{anomaly_kinds, read_results, Cell};
 
@@ -51,7 +51,7 @@ pub async fn replay(program: &Path, folder: &Path, store: PathBuf) -> Result<Rep
         checkers: vec![],
         first_anomaly_s: None,
         folder: None,
-        command: engine::run::config::command_line(&args),
+        command: runfolder::config::command_line(&args),
     };
     read_results(&store.join("latest"), &mut cell);
     let checkers: BTreeSet<String> = cell.checkers.iter().cloned().collect();

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use engine::run::config::{command_line, RunConfig};
+use runfolder::config::{command_line, RunConfig};
 use serde::{Deserialize, Serialize};
 
 /// What to run: a validated configuration, whose command line its one writer
@@ -101,7 +101,9 @@ fn agree(cell: &mut Cell, code: Option<i32>) {
 
 /// A run folder's `results.json`, read back through the types that wrote it.
 pub fn results_of(folder: &Path) -> Result<results::ResultsDoc, String> {
-    engine::folder::RunFolder::at(folder).results()?.ok_or_else(|| format!("no results.json in {}", folder.display()))
+    runfolder::folder::RunFolder::at(folder)
+        .results()?
+        .ok_or_else(|| format!("no results.json in {}", folder.display()))
 }
 
 /// The (checker, anomaly kind) pairs a run folder's results hold, in order.
@@ -130,7 +132,7 @@ pub struct Found {
 /// anomaly's evidence was complete is not known (`first_s` is none), never taken as zero.
 pub fn found(folder: &Path) -> Result<Vec<Found>, String> {
     let doc = results_of(folder)?;
-    let events = engine::folder::RunFolder::at(folder).history().ok();
+    let events = runfolder::folder::RunFolder::at(folder).history().ok();
     let time_of = |index: u64| events.as_ref()?.get(index as usize).map(|event| event.time_ns as f64 / 1e9);
     let complete_at = |anomaly: &checkers::Anomaly| anomaly.events.iter().copied().filter_map(time_of).reduce(f64::max);
     let found = doc
@@ -212,7 +214,7 @@ mod tests {
         };
         std::fs::create_dir_all(folder).unwrap();
         let json = results::results_json(&run, &[]);
-        engine::folder::RunFolder::at(folder).write_reports(json, String::new(), String::new()).unwrap();
+        runfolder::folder::RunFolder::at(folder).write_reports(json, String::new(), String::new()).unwrap();
     }
 
     #[test]

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use engine::run::config::{command_line, RunConfig};
 use lab::bugs::Bug;
+use runfolder::config::{command_line, RunConfig};
 use serde::Deserialize;
 
 use crate::runs::{run_child, RunSpec};
@@ -193,8 +193,10 @@ pub async fn execute(suite: &Suite, shard: Option<(usize, usize)>, program: &Pat
             let cell = run_child(&program, &out.join("runs"), &spec).await;
             let duration_ms = Some(began.elapsed().as_millis() as u64);
             let passed = cell.verdict.is(run.expect);
-            let report =
-                cell.folder.as_ref().map(|folder| relative(&out, &engine::folder::RunFolder::at(folder).report_path()));
+            let report = cell
+                .folder
+                .as_ref()
+                .map(|folder| relative(&out, &runfolder::folder::RunFolder::at(folder).report_path()));
             let bugs = run.bugs();
             Entry {
                 index,

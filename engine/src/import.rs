@@ -2,7 +2,7 @@
 //! folder (`fencelab evidence`) or a run folder — a scenario that plays the incident's shape
 //! against any system (`docs/scenarios.md`, "From an incident to a scenario").
 //!
-//! The folder's history is checked through the one check path ([`crate::check::check_history`]);
+//! The folder's history is checked through the one check path ([`verdict::check::check_history`]);
 //! its anomalies name the jobs to play (at most [`JOBS_MAX`], the earliest anomalies first, with
 //! every job an anomaly names beside them). Each job is submitted on its deployment key at its
 //! time, its first attempt claimed by the runner that held it; the faults the records imply are
@@ -34,8 +34,8 @@ use history::{Decision, Event, EventType, Op, Process};
 use workloads::faults::Variant;
 use workloads::scenario::{Action, Condition, OperatorMode, Scenario, Step};
 
-use crate::check::FolderError;
-use crate::folder::RunFolder;
+use runfolder::folder::RunFolder;
+use verdict::check::FolderError;
 
 /// Most incident jobs a scenario plays (the earliest anomalies' first).
 pub const JOBS_MAX: usize = 3;
@@ -83,7 +83,7 @@ pub fn import(options: &Options) -> Result<Imported, FolderError> {
         let why = unreadable.reason.as_deref().unwrap_or("a record could not be read");
         return Err(FolderError::Bad(format!("{}: {why}: the incident cannot be read whole", path.display())));
     }
-    let checked = crate::check::check_history(&path, results::KEPT_EVENTS_MAX).map_err(FolderError::Bad)?;
+    let checked = verdict::check::check_history(&path, results::KEPT_EVENTS_MAX).map_err(FolderError::Bad)?;
     let anomalies: Vec<Anomaly> = checked
         .checkers
         .into_iter()
@@ -1800,14 +1800,14 @@ mod tests {
         let path = dir.path().join("ledger.jsonl");
         std::fs::write(&path, ledger).unwrap();
         let evidence = dir.path().join("evidence");
-        let inputs = crate::evidence::Inputs {
+        let inputs = verdict::evidence::Inputs {
             ledger: Some(path),
             runner_logs: runner_logs.to_vec(),
             lease_ms: Some(1_000),
             out: evidence.clone(),
-            ..crate::evidence::Inputs::default()
+            ..verdict::evidence::Inputs::default()
         };
-        crate::evidence::assemble(&inputs).unwrap();
+        verdict::evidence::assemble(&inputs).unwrap();
         let out = dir.path().join("incident.toml");
         import(&Options { folder: evidence, out: out.clone(), jobs: Vec::new() }).unwrap();
         let text = std::fs::read_to_string(&out).unwrap();

@@ -6,9 +6,9 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use engine::run::config::{Db, RunConfig};
 use lab::bugs::Bug;
 use lab::target::Mode;
+use runfolder::config::{Db, RunConfig};
 
 /// The defaults of every flag, from [`RunConfig::default`]: the one place they live.
 fn defaults() -> RunConfig {
@@ -198,7 +198,7 @@ pub fn suite_config(run: &campaign::suite::SuiteRun) -> Result<RunConfig, String
 }
 
 fn read_schedule(path: &std::path::Path) -> Result<Vec<workloads::faults::Fault>, String> {
-    engine::folder::read_schedule(path).map_err(|error| format!("--schedule {error}"))
+    runfolder::folder::read_schedule(path).map_err(|error| format!("--schedule {error}"))
 }
 
 /// The flags of `fencelab conform`.
@@ -377,7 +377,7 @@ mod tests {
         };
         let words = config.command_words(Some(&config.store), None);
         assert_eq!(parse(&words).config(0).unwrap(), config);
-        let command = engine::folder::RunFolder::at("unused").repeat_command(&config);
+        let command = runfolder::folder::RunFolder::at("unused").repeat_command(&config);
         assert_eq!(command, format!("fencelab {}", words.join(" ")), "the printed command is the words");
     }
 
@@ -478,7 +478,7 @@ pub struct AuditArgs {
 
 impl AuditArgs {
     /// The audit's options: the token from `--token` (or its variable), else from `--system`.
-    pub fn options(&self) -> Result<engine::audit::Options, String> {
+    pub fn options(&self) -> Result<verdict::audit::Options, String> {
         let file =
             self.system.as_deref().map(system::SystemFile::read).transpose().map_err(|error| error.to_string())?;
         if let Some(file) = &file {
@@ -507,7 +507,7 @@ impl AuditArgs {
         if self.follow {
             command.push_str(&format!(" --follow --interval-ms {}", self.interval_ms));
         }
-        Ok(engine::audit::Options {
+        Ok(verdict::audit::Options {
             url: self.url.trim_end_matches('/').to_string(),
             token,
             out: self.out.clone(),

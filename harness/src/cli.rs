@@ -243,7 +243,7 @@ enum ScenarioCommand {
     Run {
         file: std::path::PathBuf,
         /// Where run folders go (`STORE/scenario-NAME/START-TIME`).
-        #[arg(long, default_value_os_t = engine::run::config::RunConfig::default().store)]
+        #[arg(long, default_value_os_t = runfolder::config::RunConfig::default().store)]
         store: std::path::PathBuf,
         #[command(flatten)]
         system: SystemArgs,
@@ -314,16 +314,16 @@ fn execute(command: Command) -> Result<Exit, CommandError> {
             Ok(Exit::Valid)
         }
         Command::Check { folder, draw_events } => {
-            engine::check::without_huge_pages().map_err(internal)?;
-            let (_, run) = engine::check::check_folder_drawing(&folder, draw_events as usize)?;
+            verdict::check::without_huge_pages().map_err(internal)?;
+            let (_, run) = verdict::check::check_folder_drawing(&folder, draw_events as usize)?;
             Ok(print_verdict(&folder, &run, &run.command))
         }
         Command::Audit(args) => audit_command(&args),
         Command::Evidence { ledger, jobs, steps, runner_logs, lease_ms, lacks, from_run, out } => {
-            engine::check::without_huge_pages().map_err(internal)?;
+            verdict::check::without_huge_pages().map_err(internal)?;
             let (inputs, assembled) = match from_run {
                 Some(run) => {
-                    let (inputs, assembled) = engine::evidence::assemble_run(&run, lease_ms, &out)?;
+                    let (inputs, assembled) = verdict::evidence::assemble_run(&run, lease_ms, &out)?;
                     let mut words = vec!["fencelab evidence".to_string()];
                     words.extend(inputs.ledger.iter().map(|ledger| format!("--ledger {}", ledger.display())));
                     words.extend(inputs.runner_logs.iter().map(|log| format!("--runner-log {}", log.display())));
@@ -334,13 +334,13 @@ fn execute(command: Command) -> Result<Exit, CommandError> {
                     (inputs, assembled)
                 }
                 None => {
-                    let inputs = engine::evidence::Inputs { ledger, jobs, steps, runner_logs, lease_ms, lacks, out };
-                    let assembled = engine::evidence::assemble(&inputs)?;
+                    let inputs = verdict::evidence::Inputs { ledger, jobs, steps, runner_logs, lease_ms, lacks, out };
+                    let assembled = verdict::evidence::assemble(&inputs)?;
                     (inputs, assembled)
                 }
             };
             let words: Vec<&str> = assembled.sources.iter().map(|source| source.as_str()).collect();
-            let history = engine::folder::RunFolder::at(&inputs.out).history_path();
+            let history = runfolder::folder::RunFolder::at(&inputs.out).history_path();
             println!("history      {} ({} events from {})", history.display(), assembled.events, words.join(", "));
             println!("check with   fencelab check {}", inputs.out.display());
             Ok(Exit::Valid)
@@ -430,7 +430,7 @@ fn run_command(args: crate::args::RunArgs) -> Result<Exit, CommandError> {
     if let Some(warning) = config.backlog_warning() {
         eprintln!("fencelab run: warning: {warning}");
     }
-    let folder = engine::folder::RunFolder::create(&config).map_err(bad)?;
+    let folder = runfolder::folder::RunFolder::create(&config).map_err(bad)?;
     let command = folder.repeat_command(&config);
     let folder = folder.into_path();
     eprintln!("fencelab: seed {}; run folder {}", config.seed, folder.display());
@@ -443,7 +443,7 @@ fn run_command(args: crate::args::RunArgs) -> Result<Exit, CommandError> {
 
 /// `fencelab import`: the scenario written, and what it plays.
 fn import_command(options: &engine::import::Options) -> Result<Exit, CommandError> {
-    engine::check::without_huge_pages().map_err(internal)?;
+    verdict::check::without_huge_pages().map_err(internal)?;
     let imported = engine::import::import(options)?;
     println!(
         "scenario     {} ({} job(s): {}; {} runner(s), {} fault(s), {} played report(s))",
@@ -464,8 +464,8 @@ fn import_command(options: &engine::import::Options) -> Result<Exit, CommandErro
 
 fn audit_command(args: &crate::args::AuditArgs) -> Result<Exit, CommandError> {
     let options = args.options().map_err(bad)?;
-    engine::check::without_huge_pages().map_err(internal)?;
-    let audited = runtime()?.block_on(engine::audit::audit(&options, procs::termination()))?;
+    verdict::check::without_huge_pages().map_err(internal)?;
+    let audited = runtime()?.block_on(verdict::audit::audit(&options, procs::termination()))?;
     let cursor = &audited.cursor;
     println!("audit folder {}", options.out.display());
     println!(
@@ -512,7 +512,7 @@ fn print_verdict(folder: &std::path::Path, run: &results::Run, command: &str) ->
     println!(
         "verdict      {} (report: {})",
         overall.as_str(),
-        engine::folder::RunFolder::at(folder).report_path().display()
+        runfolder::folder::RunFolder::at(folder).report_path().display()
     );
     if overall != results::Overall::Valid {
         println!("repeat with  {command}");
@@ -559,7 +559,10 @@ fn scenario_command(
         Exit::Invalid => "FAILED",
         _ => "unknown",
     };
-    println!("scenario     {word} (report: {})", engine::folder::RunFolder::at(&report.folder).report_path().display());
+    println!(
+        "scenario     {word} (report: {})",
+        runfolder::folder::RunFolder::at(&report.folder).report_path().display()
+    );
     if report.outcome != Exit::Valid {
         println!("repeat with  fencelab scenario run {}{}", file.display(), system.words());
     }

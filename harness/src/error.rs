@@ -56,13 +56,13 @@ impl From<engine::scenario::ScenarioError> for CommandError {
     }
 }
 
-impl From<engine::check::FolderError> for CommandError {
+impl From<verdict::check::FolderError> for CommandError {
     /// A folder whose files are not what they should be is bad input; reports that cannot
     /// be written are an internal failure.
-    fn from(error: engine::check::FolderError) -> CommandError {
+    fn from(error: verdict::check::FolderError) -> CommandError {
         match error {
-            engine::check::FolderError::Bad(message) => CommandError::BadArguments(message),
-            engine::check::FolderError::Write(message) => CommandError::Internal(message),
+            verdict::check::FolderError::Bad(message) => CommandError::BadArguments(message),
+            verdict::check::FolderError::Write(message) => CommandError::Internal(message),
         }
     }
 }
@@ -74,7 +74,7 @@ impl From<anyhow::Error> for CommandError {
             Ok(start) => return CommandError::from(start),
             Err(error) => error,
         };
-        match error.downcast::<engine::check::FolderError>() {
+        match error.downcast::<verdict::check::FolderError>() {
             Ok(folder) => CommandError::from(folder),
             Err(error) => CommandError::Internal(format!("{error:#}")),
         }

@@ -5,6 +5,7 @@
 //! `unreadable` event, which makes every verdict that needs it unknown, with the reason.
 //! A part the system says it lacks (no ledger, no target) is absent, not unreadable.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use history::{Decision, Event, EventType, Op, Process};
@@ -185,4 +186,73 @@ pub fn step_event(record: &StepRecord, time_ns: u64) -> Event {
         "revision": record.revision, "highest_fence_before": record.highest_fence_before,
     }));
     event
+}
+
+/// Every source of a history before it is merged.
+pub struct Sources<'a> {
+    /// Events already on the history's clock (the harness's own).
+    pub own: Vec<Event>,
+    pub runner_logs: &'a [PathBuf],
+    pub ledger: &'a [LedgerEntry],
+    pub steps: &'a [StepRecord],
+    /// Events that close the history, placed at its end (final states, unreadable records,
+    /// the declaration of sources).
+    pub closing: Vec<Event>,
+}
+
+/// The one merge: every source onto one clock (`mono_ns` − `start_ns`), in time order, the
+/// closing events at the end (`now_ns` at the latest), numbered.
+pub fn merge(start_ns: u64, now_ns: u64, sources: Sources<'_>) -> Vec<Event> {
+    let rebase = |mono_ns: u64| mono_ns.saturating_sub(start_ns);
+    let mut all: Vec<Event> = sources.own;
+    for path in sources.runner_logs {
+        all.extend(read_runner_log(path, start_ns, now_ns));
+    }
+    all.extend(sources.ledger.iter().map(|entry| ledger_event(entry, rebase(entry.mono_ns))));
+    all.extend(sources.steps.iter().map(|record| step_event(record, rebase(record.mono_ns))));
+    all.sort_by_key(|event| event.time_ns);
+    let end_ns = all.last().map_or(0, |event| event.time_ns).max(now_ns);
+    all.extend(sources.closing.into_iter().map(|mut event| {
+        event.time_ns = end_ns;
+        event
+    }));
+    for (index, event) in all.iter_mut().enumerate() {
+        event.index = index as u64;
+    }
+    all
+}
+
+/// A runner's log, rebased. A torn last line (a killed runner) is skipped; any other line
+/// that is not an event of the vocabulary, or a log that cannot be read, becomes an
+/// `unreadable` event naming the file and line, so the verdict is unknown rather than blind.
+pub fn read_runner_log(path: &Path, start_ns: u64, now_ns: u64) -> Vec<Event> {
+    let unreadable = |time_ns: u64, why: String| {
+        let mut event = Event::new(time_ns, Process::HARNESS, EventType::Info, Op::Unreadable);
+        event.reason = Some(format!("{}: {why}", path.display()));
+        event
+    };
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return vec![],
+        Err(error) => return vec![unreadable(now_ns, error.to_string())],
+    };
+    let torn = !text.ends_with('\n');
+    let lines: Vec<&str> = text.lines().collect();
+    let mut events = Vec::with_capacity(lines.len());
+    let mut last_ns = 0;
+    for (number, line) in lines.iter().enumerate() {
+        let parsed = serde_json::from_str::<Event>(line)
+            .map_err(|error| error.to_string())
+            .and_then(|event| event.check_vocabulary().map(|()| event).map_err(|why| why.to_string()));
+        match parsed {
+            Ok(mut event) => {
+                event.time_ns = event.time_ns.saturating_sub(start_ns);
+                last_ns = event.time_ns;
+                events.push(event);
+            }
+            Err(_) if torn && number + 1 == lines.len() => {}
+            Err(why) => events.push(unreadable(last_ns, format!("line {}: {why}", number + 1))),
+        }
+    }
+    events
 }

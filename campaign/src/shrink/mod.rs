@@ -25,7 +25,7 @@ use workloads::faults::Fault;
 use workloads::jobs::PlannedJob;
 use workloads::scenario::{Action, Condition, OperatorMode, Scenario, Step};
 
-use engine::folder::RunFolder;
+use runfolder::folder::RunFolder;
 
 use crate::runs::found;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use system::{Launch, Proc, RunningSystem, SystemInfo};
 
-use super::config::RunConfig;
+use runfolder::config::RunConfig;
 use workloads::faults::FaultKind;
 
 pub use system::ClockControl;
@@ -433,6 +433,13 @@ async fn start_proxy(config: &RunConfig, dir: &Path) -> anyhow::Result<Proxies> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn few_runners_poll_often_and_many_poll_together_about_250_times_a_second() {
+        assert_eq!(timings_of(&RunConfig::default()).poll_ms, 50, "a few runners poll every 50 ms");
+        let busy = timings_of(&RunConfig { runners: 256, ..RunConfig::default() });
+        assert_eq!(busy.poll_ms, 1_024, "256 idle runners claim about 250 times a second together");
+    }
 
     #[test]
     fn a_clock_file_is_written_in_the_form_its_method_parses_at_every_offset() {

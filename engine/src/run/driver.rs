@@ -1,6 +1,6 @@
 //! The one driver of runs and scenarios. Both start the system and its proxies the same way,
 //! write the same run folder, keep one history through one recorder, heal every fault, and
-//! end through the one collector (`system::collect`) and the one check (`crate::check`).
+//! end through the one collector (`system::collect`) and the one check (`verdict::check`).
 //! What differs is the work in the middle ([`Work`]): a chaos run's client and nemesis for
 //! the time limit and then recovery (`run::Chaos`), or a scenario's steps in order
 //! (`scenario::Steps`); the driver knows neither.
@@ -22,10 +22,10 @@ use history::{EventType, Op, Process};
 use tokio::sync::Mutex;
 
 use super::cluster::Cluster;
-use super::config::{ConfigFile, RunConfig, ScenarioInfo};
 use super::recorder::Recorder;
 use super::{Shared, State, COLLECT_WAIT_MAX, HEALTHY_WAIT_MAX};
-use crate::folder::{Endpoints, FolderError, RunFolder, RunMeta};
+use runfolder::config::{ConfigFile, RunConfig, ScenarioInfo};
+use runfolder::folder::{Endpoints, FolderError, RunFolder, RunMeta};
 
 /// What a driven run does between the start of its system and the collection of its
 /// records: a chaos run (the client submits the planned jobs and the nemesis executes the
@@ -119,7 +119,7 @@ pub(crate) async fn drive(
     let meta = RunMeta { command, started_at, duration_ms: started.elapsed().as_millis() as u64, complete };
     run_folder.write_meta(&meta)?;
     let (_, run) =
-        crate::check::check_folder(&folder).map_err(|error| anyhow::anyhow!("checking the run folder: {error}"))?;
+        verdict::check::check_folder(&folder).map_err(|error| anyhow::anyhow!("checking the run folder: {error}"))?;
     let steps_passed = ended.steps_passed;
     Ok(Driven { folder, complete, incomplete, steps_passed, records, events, healthy_ms, faults, run, system: info })
 }

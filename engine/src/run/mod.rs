@@ -3,7 +3,7 @@
 //! process, and leave a run folder with the whole history.
 
 pub mod cluster;
-pub mod config;
+
 pub mod driver;
 pub mod nemesis;
 pub mod operator;
@@ -21,8 +21,8 @@ use tokio::sync::Mutex;
 use workloads::jobs::PlannedJob;
 
 use cluster::Cluster;
-use config::RunConfig;
 use recorder::Recorder;
+use runfolder::config::RunConfig;
 
 /// Longest wait for the cluster to be up and healthy (150 s: a system file may give each
 /// server up to 120 s to become ready).
@@ -76,17 +76,17 @@ struct Chaos {
 }
 
 impl driver::Work for Chaos {
-    fn command(&self, config: &RunConfig, folder: &crate::folder::RunFolder) -> String {
+    fn command(&self, config: &RunConfig, folder: &runfolder::folder::RunFolder) -> String {
         folder.repeat_command(config)
     }
 
-    fn write_plan(&self, folder: &crate::folder::RunFolder) -> Result<usize, crate::folder::FolderError> {
+    fn write_plan(&self, folder: &runfolder::folder::RunFolder) -> Result<usize, runfolder::folder::FolderError> {
         folder.write_schedule(&self.schedule)?;
         folder.write_jobs(&self.jobs)?;
         Ok(self.schedule.len())
     }
 
-    async fn prepare(&self, _: &cluster::Cluster) -> Option<config::ScenarioInfo> {
+    async fn prepare(&self, _: &cluster::Cluster) -> Option<runfolder::config::ScenarioInfo> {
         None
     }
 

@@ -4,13 +4,13 @@
 //! run's clock and the file is replaced by the whole history.
 
 use std::fs::File;
-use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use history::{Event, EventType, Op, Process, Writer};
 use protocol::{LedgerEntry, StepRecord};
-use system::collect::{ledger_event, step_event};
+use runfolder::folder::write_whole;
+use system::collect::{merge, read_runner_log, Sources};
 
 pub struct Recorder {
     start_ns: u64,
@@ -102,89 +102,6 @@ pub async fn read_runner_logs(recorder: &Recorder, logs: &[PathBuf]) -> Vec<Even
     let (start_ns, now_ns, logs) = (recorder.start_ns, recorder.now_ns(), logs.to_vec());
     let read = move || logs.iter().flat_map(|path| read_runner_log(path, start_ns, now_ns)).collect();
     tokio::task::spawn_blocking(read).await.unwrap_or_default()
-}
-
-/// Every source of a history before it is merged.
-pub struct Sources<'a> {
-    /// Events already on the history's clock (the harness's own).
-    pub own: Vec<Event>,
-    pub runner_logs: &'a [PathBuf],
-    pub ledger: &'a [LedgerEntry],
-    pub steps: &'a [StepRecord],
-    /// Events that close the history, placed at its end (final states, unreadable records,
-    /// the declaration of sources).
-    pub closing: Vec<Event>,
-}
-
-/// The one merge: every source onto one clock (`mono_ns` − `start_ns`), in time order, the
-/// closing events at the end (`now_ns` at the latest), numbered.
-pub fn merge(start_ns: u64, now_ns: u64, sources: Sources<'_>) -> Vec<Event> {
-    let rebase = |mono_ns: u64| mono_ns.saturating_sub(start_ns);
-    let mut all: Vec<Event> = sources.own;
-    for path in sources.runner_logs {
-        all.extend(read_runner_log(path, start_ns, now_ns));
-    }
-    all.extend(sources.ledger.iter().map(|entry| ledger_event(entry, rebase(entry.mono_ns))));
-    all.extend(sources.steps.iter().map(|record| step_event(record, rebase(record.mono_ns))));
-    all.sort_by_key(|event| event.time_ns);
-    let end_ns = all.last().map_or(0, |event| event.time_ns).max(now_ns);
-    all.extend(sources.closing.into_iter().map(|mut event| {
-        event.time_ns = end_ns;
-        event
-    }));
-    for (index, event) in all.iter_mut().enumerate() {
-        event.index = index as u64;
-    }
-    all
-}
-
-/// Writes a whole history to `path` (through a `.partial` file, renamed: a reader never
-/// sees half of it); answers how many events it holds.
-pub fn write_whole(path: &Path, events: Vec<Event>) -> std::io::Result<usize> {
-    let partial = path.with_extension("jsonl.partial");
-    let mut writer = Writer::new(BufWriter::new(File::create(&partial)?));
-    for event in events {
-        writer.append(event).map_err(std::io::Error::other)?;
-    }
-    let count = writer.len() as usize;
-    drop(writer.into_inner());
-    std::fs::rename(&partial, path)?;
-    Ok(count)
-}
-
-/// A runner's log, rebased. A torn last line (a killed runner) is skipped; any other line
-/// that is not an event of the vocabulary, or a log that cannot be read, becomes an
-/// `unreadable` event naming the file and line, so the verdict is unknown rather than blind.
-pub fn read_runner_log(path: &Path, start_ns: u64, now_ns: u64) -> Vec<Event> {
-    let unreadable = |time_ns: u64, why: String| {
-        let mut event = Event::new(time_ns, Process::HARNESS, EventType::Info, Op::Unreadable);
-        event.reason = Some(format!("{}: {why}", path.display()));
-        event
-    };
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return vec![],
-        Err(error) => return vec![unreadable(now_ns, error.to_string())],
-    };
-    let torn = !text.ends_with('\n');
-    let lines: Vec<&str> = text.lines().collect();
-    let mut events = Vec::with_capacity(lines.len());
-    let mut last_ns = 0;
-    for (number, line) in lines.iter().enumerate() {
-        let parsed = serde_json::from_str::<Event>(line)
-            .map_err(|error| error.to_string())
-            .and_then(|event| event.check_vocabulary().map(|()| event).map_err(|why| why.to_string()));
-        match parsed {
-            Ok(mut event) => {
-                event.time_ns = event.time_ns.saturating_sub(start_ns);
-                last_ns = event.time_ns;
-                events.push(event);
-            }
-            Err(_) if torn && number + 1 == lines.len() => {}
-            Err(why) => events.push(unreadable(last_ns, format!("line {}: {why}", number + 1))),
-        }
-    }
-    events
 }
 
 #[cfg(test)]
@@ -292,7 +209,7 @@ mod tests {
     #[test]
     fn a_foreign_runner_log_without_index_merges_into_a_history_that_checks() {
         let dir = tempfile::tempdir().unwrap();
-        let path = crate::folder::RunFolder::at(dir.path()).history_path();
+        let path = runfolder::folder::RunFolder::at(dir.path()).history_path();
         let recorder = Recorder::create(&path).unwrap();
         recorder.record(Process::HARNESS, EventType::Ok, Op::Config, |event| {
             event.value = Some(json!({"target_mode": "fenced", "bugs": [], "lease_ms": 2_000}));

@@ -19,11 +19,11 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 
 use crate::run::cluster::Cluster;
-use crate::run::config::RunConfig;
 use crate::run::operator;
 use crate::run::Shared;
 use conditions::{describe, evaluate, View};
 use format::{OperatorMode, Scenario};
+use runfolder::config::RunConfig;
 
 /// Why a scenario could not be run to a verdict.
 #[derive(Debug)]
@@ -139,8 +139,9 @@ pub async fn run_file(
 ) -> Result<Report, ScenarioError> {
     let scenario = load(file)?;
     let config = config(&scenario, store, system)?;
-    let folder =
-        crate::folder::RunFolder::create(&config).map_err(|error| ScenarioError::Bad(error.to_string()))?.into_path();
+    let folder = runfolder::folder::RunFolder::create(&config)
+        .map_err(|error| ScenarioError::Bad(error.to_string()))?
+        .into_path();
     eprintln!("fencelab scenario: {} — run folder {}", scenario.name, folder.display());
     let work = Steps { scenario: &scenario, file };
     let driven =
@@ -174,19 +175,19 @@ struct Steps<'a> {
 }
 
 impl crate::run::driver::Work for Steps<'_> {
-    fn command(&self, _: &crate::run::config::RunConfig, _: &crate::folder::RunFolder) -> String {
+    fn command(&self, _: &runfolder::config::RunConfig, _: &runfolder::folder::RunFolder) -> String {
         format!("fencelab scenario run {}", self.file.display())
     }
 
-    fn write_plan(&self, folder: &crate::folder::RunFolder) -> Result<usize, crate::folder::FolderError> {
+    fn write_plan(&self, folder: &runfolder::folder::RunFolder) -> Result<usize, runfolder::folder::FolderError> {
         folder.write_schedule(&[])?;
         Ok(0)
     }
 
-    async fn prepare(&self, cluster: &Cluster) -> Option<crate::run::config::ScenarioInfo> {
+    async fn prepare(&self, cluster: &Cluster) -> Option<runfolder::config::ScenarioInfo> {
         hold_idle(self.scenario, cluster).await;
         let (name, description) = (self.scenario.name.clone(), self.scenario.description.clone());
-        Some(crate::run::config::ScenarioInfo { name, description, file: self.file.to_path_buf() })
+        Some(runfolder::config::ScenarioInfo { name, description, file: self.file.to_path_buf() })
     }
 
     async fn go(self, shared: &Shared, interrupt: impl std::future::Future<Output = ()>) -> Ended {

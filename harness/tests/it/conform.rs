@@ -186,7 +186,7 @@ async fn every_planted_bug_fails_the_cases_of_its_rule() {
     for (name, _) in FAULTS_ONLY {
         let variant = &lab.variants[*name];
         assert!(variant.nemesis.is_some(), "{name} names the faults that expose it");
-        assert_eq!(variant.db, Some(engine::run::config::Db::Postgres), "{name} needs PostgreSQL");
+        assert_eq!(variant.db, Some(runfolder::config::Db::Postgres), "{name} needs PostgreSQL");
     }
     let mut waiting = CAUGHT.iter();
     let mut running = tokio::task::JoinSet::new();

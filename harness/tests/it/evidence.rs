@@ -90,7 +90,7 @@ async fn a_ledger_with_one_result_edited_into_a_stale_completion_is_invalid_nami
         .map(|entry| entry.path())
         .find(|path| path.join("history.jsonl").is_file())
         .unwrap_or(latest);
-    let events = engine::check::read_history(&folder.join("history.jsonl")).unwrap();
+    let events = verdict::check::read_history(&folder.join("history.jsonl")).unwrap();
     let production = BTreeSet::from([Source::Ledger, Source::RunnerLogs]);
     let mut cut = history::cut(&events, &production);
     assert!(invalid(&cut).is_empty(), "the correct records alone are never invalid: {:?}", invalid(&cut));

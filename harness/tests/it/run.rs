@@ -27,7 +27,7 @@ impl Finished {
     }
 
     pub fn history(&self) -> Vec<Event> {
-        engine::check::read_history(&self.folder().join("history.jsonl")).expect("a valid history")
+        verdict::check::read_history(&self.folder().join("history.jsonl")).expect("a valid history")
     }
 }
 
@@ -758,7 +758,7 @@ async fn a_system_file_with_one_store_runs_on_it_without_db() {
     let args = ["--system", &file, "--nemesis", "none", "--time-limit", "3", "--runners", "1", "--seed", "1"];
     let finished = run(&args).await;
     assert_eq!(finished.code, Some(0), "{}\n{}", finished.stdout, finished.stderr);
-    let config = engine::folder::RunFolder::at(finished.folder()).run_config().unwrap();
+    let config = runfolder::folder::RunFolder::at(finished.folder()).run_config().unwrap();
     assert_eq!(config.run.db, system::Db::Postgres, "config.json records the file's one store");
     let repeat = finished.stdout.lines().find(|line| line.contains("fencelab run ")).unwrap_or_default();
     assert!(repeat.contains(&format!("--db postgres --system {file}")), "the repeat command names the store: {repeat}");

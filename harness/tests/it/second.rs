@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use engine::folder::RunFolder;
+use runfolder::folder::RunFolder;
 
 use super::run::run;
 

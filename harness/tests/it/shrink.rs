@@ -75,7 +75,7 @@ async fn a_run_that_found_a_bug_shrinks_to_a_smaller_scenario_that_still_finds_i
         assert_eq!(code, Some(0), "the shrunk scenario passes: {text}\n{repeat}");
         let folder = text.lines().find_map(|line| line.split("run folder ").nth(1)).expect("the run folder is said");
         let folder = Path::new(folder.trim());
-        let history = engine::check::read_history(&folder.join("history.jsonl")).expect("a valid history");
+        let history = verdict::check::read_history(&folder.join("history.jsonl")).expect("a valid history");
         super::report::check_page(folder, &history, &repeat);
     }
     // Against the correct lab the same steps find nothing: the scenario is about the bug.

@@ -6,7 +6,7 @@
 //! network, process, clock or runtime; every Rust file opens with a `//!` comment;
 //! operation names are written only through `history::Op`, never as string literals
 //! compared against an event; a run folder's files are named only by its owner
-//! (`engine::folder`); the `fencelab run` command line is written only by its one writer
+//! (`runfolder::folder`); the `fencelab run` command line is written only by its one writer
 //! (`RunConfig::command_words`); the history's `config` event is built and read only through
 //! its one type (`history::Config`); and the figures the documents state (checkers, fault variants,
 //! conformance cases) are the code's.
@@ -48,9 +48,29 @@ pub const ALLOWED: &[(&str, &[&str])] = &[
     ("procs", &[]),
     ("lab", &["history", "protocol", "procs"]),
     ("system", &["history", "protocol", "workloads", "procs"]),
-    ("engine", &["history", "protocol", "workloads", "checkers", "results", "proxy", "procs", "lab", "system"]),
+    ("runfolder", &["history", "workloads", "results", "lab", "system"]),
+    ("verdict", &["history", "protocol", "checkers", "results", "system", "runfolder"]),
+    (
+        "engine",
+        &[
+            "history",
+            "protocol",
+            "workloads",
+            "checkers",
+            "results",
+            "proxy",
+            "procs",
+            "lab",
+            "system",
+            "runfolder",
+            "verdict",
+        ],
+    ),
     ("conform", &["history", "protocol", "checkers", "results", "system"]),
-    ("campaign", &["history", "checkers", "workloads", "results", "procs", "lab", "system", "engine"]),
+    (
+        "campaign",
+        &["history", "checkers", "workloads", "results", "procs", "lab", "system", "runfolder", "verdict", "engine"],
+    ),
     (
         "harness",
         &[
@@ -62,6 +82,8 @@ pub const ALLOWED: &[(&str, &[&str])] = &[
             "procs",
             "lab",
             "system",
+            "runfolder",
+            "verdict",
             "engine",
             "conform",
             "campaign",
@@ -194,7 +216,7 @@ const RUN_FOLDER_FILES: &[&str] = &[
 ];
 
 /// The one module that creates, writes and reads a run folder.
-const RUN_FOLDER_OWNER: &str = "engine/src/folder.rs";
+const RUN_FOLDER_OWNER: &str = "runfolder/src/folder.rs";
 
 /// A run folder's file named, as a string literal, outside its owner.
 fn run_folder_violations(path: &str, text: &str) -> Vec<String> {
@@ -234,7 +256,7 @@ const RUN_FLAGS: &[&str] = &[
 ];
 
 /// The one writer of the `fencelab run` command line (`RunConfig::command_words`).
-const RUN_COMMAND_WRITER: &str = "engine/src/run/config.rs";
+const RUN_COMMAND_WRITER: &str = "runfolder/src/config.rs";
 
 /// A flag of `fencelab run` written as a whole string literal (a word of a command line)
 /// outside its one writer; an error message that names a flag is not a word.
@@ -263,9 +285,9 @@ const CONFIG_EVENT_KEYS: &[&str] =
 const CONFIG_EVENT_READERS: &[&str] = &[
     "checkers/",
     "results/",
-    "engine/src/check.rs",
-    "engine/src/evidence.rs",
-    "engine/src/audit.rs",
+    "verdict/src/check.rs",
+    "verdict/src/evidence.rs",
+    "verdict/src/audit.rs",
     "engine/src/import.rs",
 ];
 

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use workloads::faults::Fault;
 use workloads::jobs::PlannedJob;
 
-use crate::run::config::{ConfigFile, RunConfig, ScenarioInfo};
+use crate::config::{ConfigFile, RunConfig, ScenarioInfo};
 
 const CONFIG: &str = "config.json";
 const RUN: &str = "run.json";
@@ -376,6 +376,20 @@ pub fn read_history(path: &Path) -> Result<Vec<history::Event>, FolderError> {
     let bad = |error: &dyn std::fmt::Display| FolderError::Bad(format!("{}: {error}", path.display()));
     let file = std::fs::File::open(path).map_err(|error| bad(&error))?;
     history::read(file).map_err(|error| bad(&error))
+}
+
+/// Writes a whole history to `path` (through a `.partial` file, renamed: a reader never
+/// sees half of it); answers how many events it holds.
+pub fn write_whole(path: &Path, events: Vec<history::Event>) -> std::io::Result<usize> {
+    let partial = path.with_extension("jsonl.partial");
+    let mut writer = history::Writer::new(std::io::BufWriter::new(std::fs::File::create(&partial)?));
+    for event in events {
+        writer.append(event).map_err(std::io::Error::other)?;
+    }
+    let count = writer.len() as usize;
+    drop(writer.into_inner());
+    std::fs::rename(&partial, path)?;
+    Ok(count)
 }
 
 #[cfg(test)]

@@ -15,8 +15,8 @@ use std::path::Path;
 
 use results::{Overall, Run};
 
-use crate::folder::RunFolder;
-pub use crate::folder::{read_history, FolderError, RunMeta};
+use runfolder::folder::RunFolder;
+pub use runfolder::folder::{read_history, FolderError, RunMeta};
 
 /// Checks the history in `folder` and writes the three reports; returns the verdict.
 pub fn check_folder(folder: &Path) -> Result<(Overall, Run), FolderError> {

@@ -6,8 +6,8 @@
 //! anomaly whose story the report must tell). Each measurement runs in a child process of
 //! its own, so that its peak resident memory (VmHWM) is its own. Printed per size and
 //! history: seconds of the typed parse (`history::Reader`, nothing kept), of the streamed
-//! check alone (`engine::check::check_history`, no report) and of the whole check
-//! (`engine::check::check_folder`), the whole check's ratio to the parse and events/s, the check's peak memory in
+//! check alone (`verdict::check::check_history`, no report) and of the whole check
+//! (`verdict::check::check_folder`), the whole check's ratio to the parse and events/s, the check's peak memory in
 //! bytes per event, and the size of `report.html`. Each figure is the median of three
 //! interleaved rounds (parse, stream, check, then again).
 //!
@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use engine::folder::RunFolder;
 use history::{Decision, EventType, Op};
+use runfolder::folder::RunFolder;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -99,7 +99,7 @@ impl Written {
 /// The child's side: one measurement, printed as `seconds peak_kib events verdict`.
 fn child(mode: &str, path: &Path) {
     // As `fencelab check` runs (see `without_huge_pages`), every mode alike.
-    engine::check::without_huge_pages().expect("prctl");
+    verdict::check::without_huge_pages().expect("prctl");
     let started = Instant::now();
     let (events, verdict) = match mode {
         "parse" => {
@@ -113,13 +113,13 @@ fn child(mode: &str, path: &Path) {
             (events, "-".to_string())
         }
         "stream" => {
-            let checked = engine::check::check_history(&RunFolder::at(path).history_path(), results::KEPT_EVENTS_MAX)
+            let checked = verdict::check::check_history(&RunFolder::at(path).history_path(), results::KEPT_EVENTS_MAX)
                 .expect("a generated history reads");
             let overall = results::Overall::from_checkers(&checked.checkers);
             (checked.digest.events(), overall.to_string())
         }
         _ => {
-            let (overall, _) = engine::check::check_folder(path).expect("check");
+            let (overall, _) = verdict::check::check_folder(path).expect("check");
             let doc = RunFolder::at(path).results().expect("results.json reads").expect("the check wrote its results");
             (doc.counts.events, overall.to_string())
         }

@@ -24,7 +24,8 @@ use protocol::{JobView, LedgerEntry, StepRecord};
 use system::Feature;
 
 use crate::check::FolderError;
-use crate::run::recorder::{merge, write_whole, Sources};
+use runfolder::folder::write_whole;
+use system::collect::{merge, Sources};
 
 /// The records to assemble, each optional.
 #[derive(Clone, Debug, Default)]
@@ -73,7 +74,7 @@ pub fn assemble(inputs: &Inputs) -> Result<Assembled, FolderError> {
     if inputs.ledger.is_none() && inputs.runner_logs.is_empty() && inputs.steps.is_none() {
         return Err(FolderError::Bad("give at least one of --ledger, --runner-log, --steps".into()));
     }
-    let history = crate::folder::RunFolder::at(&inputs.out).history_path();
+    let history = runfolder::folder::RunFolder::at(&inputs.out).history_path();
     if history.exists() {
         let said = format!("--out {} already holds a history.jsonl", inputs.out.display());
         return Err(FolderError::Bad(said));
@@ -169,10 +170,10 @@ pub fn cut(events: &[Event], dir: &Path) -> Result<Cut, FolderError> {
 /// `OUT/records/`, then assembled from those files as records gathered by hand are
 /// (`--ledger`, `--runner-log`, `--lease-ms`: the run's unless `lease_ms` says one).
 pub fn assemble_run(run: &Path, lease_ms: Option<u64>, out: &Path) -> Result<(Inputs, Assembled), FolderError> {
-    let folder = crate::folder::RunFolder::at(run);
+    let folder = runfolder::folder::RunFolder::at(run);
     folder.required_history()?;
     let events = folder.history()?;
-    let history = crate::folder::RunFolder::at(out).history_path();
+    let history = runfolder::folder::RunFolder::at(out).history_path();
     if history.exists() {
         return Err(FolderError::Bad(format!("--out {} already holds a history.jsonl", out.display())));
     }
@@ -263,7 +264,7 @@ mod tests {
         let out = dir.path().join("evidence");
         let inputs = Inputs { ledger: Some(ledger), lacks, out: out.clone(), ..Inputs::default() };
         assemble(&inputs).unwrap();
-        let history = crate::folder::RunFolder::at(&out).history_path();
+        let history = runfolder::folder::RunFolder::at(&out).history_path();
         let events = crate::check::read_history(&history).unwrap();
         (events, crate::check::check_history(&history, 1_000).unwrap().checkers)
     }

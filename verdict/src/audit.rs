@@ -32,8 +32,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::check::{FolderError, RunMeta};
 use crate::evidence::{history_of, Given};
-use crate::folder::{AuditConfig, FolderConfig, RunFolder};
-use crate::run::recorder::write_whole;
+use runfolder::folder::write_whole;
+use runfolder::folder::{AuditConfig, FolderConfig, RunFolder};
 
 /// Most entries one page may ask for: the contract clamps `limit` to 1 ..= 10 000.
 pub const PAGE_ENTRIES_MAX: u64 = 10_000;
