@@ -130,8 +130,9 @@ fn config_of(line: &Line, seed: u64, settings: &Settings) -> Result<RunConfig, S
         stop_at_first: settings.stop_at_first,
         ..RunConfig::default()
     }
-    .with_nemesis(&line.nemesis)?
-    .validate()
+    .with_nemesis(&line.nemesis)
+    .and_then(RunConfig::validate)
+    .map_err(|error| error.to_string())
 }
 
 async fn run_line(program: &Path, store: &Path, line: &Line, seed: u64, settings: &Settings) -> Cell {

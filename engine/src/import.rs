@@ -83,7 +83,7 @@ pub fn import(options: &Options) -> Result<Imported, FolderError> {
         let why = unreadable.reason.as_deref().unwrap_or("a record could not be read");
         return Err(FolderError::Bad(format!("{}: {why}: the incident cannot be read whole", path.display())));
     }
-    let checked = verdict::check::check_history(&path, results::KEPT_EVENTS_MAX).map_err(FolderError::Bad)?;
+    let checked = verdict::check::check_history(&path, results::KEPT_EVENTS_MAX)?;
     let anomalies: Vec<Anomaly> = checked
         .checkers
         .into_iter()

@@ -4,6 +4,7 @@
 //! knows a run; how a system is started and acted on is the `system` crate's, the run
 //! folder and the run's configuration are `runfolder`'s, and the verdict is `verdict`'s.
 
+pub mod error;
 pub mod import;
 pub mod run;
 pub mod scenario;

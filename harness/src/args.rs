@@ -150,8 +150,9 @@ impl RunArgs {
             ..RunConfig::default()
         }
         .with_lease(self.lease_ms, self.heartbeat_interval_ms, self.reconcile_after_ms)
-        .with_nemesis(&self.nemesis)?
-        .validate()
+        .with_nemesis(&self.nemesis)
+        .and_then(RunConfig::validate)
+        .map_err(|error| error.to_string())
     }
 }
 

@@ -314,13 +314,13 @@ fn execute(command: Command) -> Result<Exit, CommandError> {
             Ok(Exit::Valid)
         }
         Command::Check { folder, draw_events } => {
-            verdict::check::without_huge_pages().map_err(internal)?;
+            verdict::check::without_huge_pages().map_err(|error| internal(error.to_string()))?;
             let (_, run) = verdict::check::check_folder_drawing(&folder, draw_events as usize)?;
             Ok(print_verdict(&folder, &run, &run.command))
         }
         Command::Audit(args) => audit_command(&args),
         Command::Evidence { ledger, jobs, steps, runner_logs, lease_ms, lacks, from_run, out } => {
-            verdict::check::without_huge_pages().map_err(internal)?;
+            verdict::check::without_huge_pages().map_err(|error| internal(error.to_string()))?;
             let (inputs, assembled) = match from_run {
                 Some(run) => {
                     let (inputs, assembled) = verdict::evidence::assemble_run(&run, lease_ms, &out)?;
@@ -443,7 +443,7 @@ fn run_command(args: crate::args::RunArgs) -> Result<Exit, CommandError> {
 
 /// `fencelab import`: the scenario written, and what it plays.
 fn import_command(options: &engine::import::Options) -> Result<Exit, CommandError> {
-    verdict::check::without_huge_pages().map_err(internal)?;
+    verdict::check::without_huge_pages().map_err(|error| internal(error.to_string()))?;
     let imported = engine::import::import(options)?;
     println!(
         "scenario     {} ({} job(s): {}; {} runner(s), {} fault(s), {} played report(s))",
@@ -464,7 +464,7 @@ fn import_command(options: &engine::import::Options) -> Result<Exit, CommandErro
 
 fn audit_command(args: &crate::args::AuditArgs) -> Result<Exit, CommandError> {
     let options = args.options().map_err(bad)?;
-    verdict::check::without_huge_pages().map_err(internal)?;
+    verdict::check::without_huge_pages().map_err(|error| internal(error.to_string()))?;
     let audited = runtime()?.block_on(verdict::audit::audit(&options, procs::termination()))?;
     let cursor = &audited.cursor;
     println!("audit folder {}", options.out.display());

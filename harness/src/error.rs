@@ -56,6 +56,18 @@ impl From<engine::scenario::ScenarioError> for CommandError {
     }
 }
 
+impl From<engine::error::RunError> for CommandError {
+    /// A system's start or a folder's file keeps its own row; anything else that stopped a
+    /// run is an internal failure.
+    fn from(error: engine::error::RunError) -> CommandError {
+        match error {
+            engine::error::RunError::Start(start) => CommandError::from(start),
+            engine::error::RunError::Folder(folder) => CommandError::from(folder),
+            other => CommandError::Internal(other.to_string()),
+        }
+    }
+}
+
 impl From<verdict::check::FolderError> for CommandError {
     /// A folder whose files are not what they should be is bad input; reports that cannot
     /// be written are an internal failure.
@@ -96,6 +108,15 @@ mod tests {
         let bad = CommandError::from(engine::scenario::ScenarioError::Bad("line 3: unknown key".into()));
         assert_eq!(bad.exit(), Exit::BadArguments);
         assert_eq!(CommandError::from(anyhow::anyhow!("disk full")).exit(), Exit::Internal);
+        let run_named = engine::error::RunError::Start(system::StartError::Named("no such variant".into()));
+        assert_eq!(CommandError::from(run_named).exit(), Exit::BadArguments, "a run's wrong name is bad input");
+        let folder = engine::error::RunError::Folder(verdict::check::FolderError::Bad("config.json line 1".into()));
+        assert_eq!(CommandError::from(folder).exit(), Exit::BadArguments);
+        let unhealthy = CommandError::from(engine::error::RunError::Unhealthy(std::time::Duration::from_secs(60)));
+        assert_eq!(
+            (unhealthy.exit(), unhealthy.to_string()),
+            (Exit::Internal, "the cluster was not healthy within 60s".to_string())
+        );
         let repeated = CommandError::Internal("broke".into()).repeat_with("fencelab run --seed 1");
         assert_eq!(repeated.to_string(), "broke\nrepeat with: fencelab run --seed 1");
         let named = CommandError::BadArguments("no image".into()).repeat_with("fencelab run --seed 2");

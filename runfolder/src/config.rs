@@ -14,6 +14,24 @@ pub const RUNNERS_MAX: u32 = 512;
 
 pub use system::Db;
 
+/// A configuration that cannot run: what is wrong, named by the flag that sets it. Nothing
+/// was started.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(String);
+
+impl From<String> for ConfigError {
+    fn from(message: String) -> ConfigError {
+        ConfigError(message)
+    }
+}
+
+impl From<&str> for ConfigError {
+    fn from(message: &str) -> ConfigError {
+        ConfigError(message.to_string())
+    }
+}
+
 /// A run's validated configuration: what `config.json` holds, read back through this type.
 ///
 /// Defaults ([`Default`]): test name `chaos`, seed 0 (a run takes it from the clock when no
@@ -172,7 +190,7 @@ impl RunConfig {
     /// Sets the faults from the words `--nemesis` takes: `all` (every fault, with the
     /// replicas' when there are several control planes and the database's on PostgreSQL:
     /// `control_planes` and `db` are set first), `none`, or a comma-separated list.
-    pub fn with_nemesis(mut self, words: &str) -> Result<RunConfig, String> {
+    pub fn with_nemesis(mut self, words: &str) -> Result<RunConfig, ConfigError> {
         self.nemesis = match words.trim() {
             NO_FAULT => vec![],
             words => FaultKind::parse_list(words).map_err(|error| format!("--nemesis: {error}"))?,
@@ -190,11 +208,11 @@ impl RunConfig {
 
     /// Checks a configuration built from flags or from a scenario: timings consistent,
     /// names known to the system it names; every error names the flag that sets the field.
-    pub fn validate(self) -> Result<RunConfig, String> {
+    pub fn validate(self) -> Result<RunConfig, ConfigError> {
         if let Some(kind) =
             self.nemesis.iter().find(|kind| self.control_planes < 2 && FaultKind::REPLICAS.contains(kind))
         {
-            return Err(format!("--nemesis {}: needs --control-planes 2 or more", kind.name()));
+            return Err(format!("--nemesis {}: needs --control-planes 2 or more", kind.name()).into());
         }
         let (time_limit_s, recovery_limit_s) = (self.time_limit_ms / 1_000, self.recovery_limit_ms / 1_000);
         let checks = [
@@ -219,7 +237,7 @@ impl RunConfig {
             (self.control_planes == 0 || self.control_planes > 9, "--control-planes must be 1..=9"),
         ];
         if let Some((_, message)) = checks.iter().find(|(bad, _)| *bad) {
-            return Err(message.to_string());
+            return Err((*message).into());
         }
         if let Some(image) = &self.toxiproxy_image {
             system::container::ImageName::parse(image).map_err(|why| format!("--toxiproxy-image: {why}"))?;
@@ -431,7 +449,7 @@ mod tests {
         let many = RunConfig { runners: RUNNERS_MAX, keys: 512, ..RunConfig::default() };
         assert!(many.validate().is_ok());
         let too_many = RunConfig { runners: RUNNERS_MAX + 1, ..RunConfig::default() };
-        assert_eq!(too_many.validate().unwrap_err(), "--runners must be 1..=512");
+        assert_eq!(too_many.validate().unwrap_err().to_string(), "--runners must be 1..=512");
     }
 
     #[test]

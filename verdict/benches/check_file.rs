@@ -11,7 +11,7 @@
 //! bytes per event, and the size of `report.html`. Each figure is the median of three
 //! interleaved rounds (parse, stream, check, then again).
 //!
-//! Run: `cargo bench -p engine --bench check_file` (add a size, e.g. `-- 1000000`, to run
+//! Run: `cargo bench -p verdict --bench check_file` (add a size, e.g. `-- 1000000`, to run
 //! one; `FENCELAB_BENCH_DIR=DIR` keeps the generated run folders there). With
 //! `FENCELAB_BENCH_SMOKE=1` (CI: `cargo test --benches`) it runs 10^4 events.
 

@@ -35,7 +35,7 @@ pub fn check_folder_drawing(folder: &Path, kept_max: usize) -> Result<(Overall, 
         duration_ms: 0,
         complete: true,
     });
-    let mut checked = check_history(&history, kept_max).unwrap_or_else(Checked::unreadable);
+    let mut checked = check_history(&history, kept_max).unwrap_or_else(|error| Checked::unreadable(error.to_string()));
     let checkers = std::mem::take(&mut checked.checkers);
     let run = run_with(folder, &checked.view(), checkers, config, meta)?;
     Ok((run.overall(), run))
@@ -46,15 +46,16 @@ pub fn check_folder_drawing(folder: &Path, kept_max: usize) -> Result<(Overall, 
 /// the kernel then compacts memory on demand to make them (`defrag` = `madvise`, the
 /// kernel's default) a page fault can wait for that compaction: with the page cache full of
 /// the history just read, `fencelab check` of 10^7 events spent 7 s of 16 in the kernel
-/// (`cargo bench -p engine --bench check_file`). The setting is inherited, so only commands
+/// (`cargo bench -p verdict --bench check_file`). The setting is inherited, so only commands
 /// that start no process call this (`fencelab check`, `audit`, `evidence`).
-pub fn without_huge_pages() -> Result<(), String> {
+pub fn without_huge_pages() -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: PR_SET_THP_DISABLE takes plain integers and touches no memory of ours.
         let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
         if rc != 0 {
-            return Err(format!("prctl(PR_SET_THP_DISABLE): {}", std::io::Error::last_os_error()));
+            let error = std::io::Error::last_os_error();
+            return Err(std::io::Error::new(error.kind(), format!("prctl(PR_SET_THP_DISABLE): {error}")));
         }
     }
     Ok(())
@@ -211,8 +212,8 @@ impl Checked {
 /// Reads the history at `path` once and checks it, keeping at most about `kept_max` events
 /// (plus the anomalies' own) for the reports; the error, a line that cannot be read, names
 /// the file and the line.
-pub fn check_history(path: &Path, kept_max: usize) -> Result<Checked, String> {
-    let named = |why: String| format!("{}: {why}", path.display());
+pub fn check_history(path: &Path, kept_max: usize) -> Result<Checked, FolderError> {
+    let named = |why: String| FolderError::Bad(format!("{}: {why}", path.display()));
     let file = std::fs::File::open(path).map_err(|error| named(error.to_string()))?;
     let lines = std::sync::Mutex::new(Lines::new(file));
     let mut stream = checkers::Stream::new();
@@ -535,7 +536,7 @@ mod tests {
             (blank_then_torn, "history line 4001: "),
         ] {
             let file = write(&lines);
-            let error = check_history(file.path(), 100).err().expect("a bad line is an error");
+            let error = check_history(file.path(), 100).err().expect("a bad line is an error").to_string();
             assert!(error.contains(expected), "{error}");
             let whole = read_history(file.path()).unwrap_err().to_string();
             assert!(whole.contains(expected), "the same line as a whole read: {whole}");

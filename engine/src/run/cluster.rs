@@ -3,6 +3,7 @@
 //! whose two links — to the control plane and to the target — each go through their own
 //! proxy.
 
+use crate::error::RunError;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -118,10 +119,12 @@ pub fn db_link(replica: usize) -> String {
 
 /// `url` (a `postgres://` or `postgresql://` URL) with its host and port replaced by
 /// `addr`; the user, database and parameters kept.
-pub fn database_url_via(url: &str, addr: &str) -> anyhow::Result<String> {
+pub fn database_url_via(url: &str, addr: &str) -> Result<String, RunError> {
     let Some((scheme, rest)) = url.split_once("://").filter(|(scheme, _)| matches!(*scheme, "postgres" | "postgresql"))
     else {
-        anyhow::bail!("a db-link fault needs the database URL in the form postgres://[user@]host[:port]/...")
+        return Err(RunError::Failed(
+            "a db-link fault needs the database URL in the form postgres://[user@]host[:port]/...".to_string(),
+        ));
     };
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
@@ -130,13 +133,13 @@ pub fn database_url_via(url: &str, addr: &str) -> anyhow::Result<String> {
 }
 
 /// The database's address (`host:port`) from its URL; the first when it names several.
-fn database_addr(url: &str) -> anyhow::Result<String> {
+fn database_addr(url: &str) -> Result<String, RunError> {
     let config = std::str::FromStr::from_str(url)
-        .map_err(|error: postgres::Error| anyhow::anyhow!("database URL: {error}"))
+        .map_err(|error: postgres::Error| RunError::Failed(format!("database URL: {error}")))
         .map(|config: postgres::Config| config)?;
     let host = match config.get_hosts().first() {
         Some(postgres::config::Host::Tcp(host)) => host.clone(),
-        _ => anyhow::bail!("a db-link fault needs a database reached over TCP"),
+        _ => return Err(RunError::Failed("a db-link fault needs a database reached over TCP".to_string())),
     };
     let port = config.get_ports().first().copied().unwrap_or(5432);
     Ok(format!("{host}:{port}"))
@@ -145,7 +148,7 @@ fn database_addr(url: &str) -> anyhow::Result<String> {
 impl Cluster {
     /// Starts everything; `program` is the `fencelab` binary (`{fencelab}` in a system
     /// file: the lab's processes are `fencelab lab ...`).
-    pub async fn start(config: &RunConfig, dir: &Path, program: &Path) -> anyhow::Result<Cluster> {
+    pub async fn start(config: &RunConfig, dir: &Path, program: &Path) -> Result<Cluster, RunError> {
         let choice = choice_of(config);
         let mut launch = Launch::new(&choice, &timings_of(config), dir, program)?;
         if launch.file.uses_containers() || config.toxiproxy_image.is_some() {
@@ -207,26 +210,28 @@ impl Cluster {
     /// Every proxy carries traffic: the control plane's and the target's health answer
     /// through each runner's two links (a link to a runner protocol of the system's own
     /// accepts a connection through the proxy to it).
-    async fn check_links(&self) -> anyhow::Result<()> {
+    async fn check_links(&self) -> Result<(), RunError> {
         let target_links = if self.system.target.is_some() { &self.target_links[..] } else { &[] };
         let links = self.control_links.iter().flatten();
         let http = match self.system.launch.file.runner_link {
             system::RunnerLink::Http => links.map(|addr| format!("http://{addr}")).collect(),
             system::RunnerLink::Tcp => {
                 for addr in links {
-                    tcp_through(*addr).await.map_err(|error| anyhow::anyhow!("link {addr} is not healthy: {error}"))?;
+                    tcp_through(*addr)
+                        .await
+                        .map_err(|error| RunError::Failed(format!("link {addr} is not healthy: {error}")))?;
                 }
                 vec![]
             }
         };
         for url in http.iter().chain(target_links) {
             let client = protocol::client::Client::new(url, None, Duration::from_secs(5));
-            client.health().await.map_err(|error| anyhow::anyhow!("link {url} is not healthy: {error}"))?;
+            client.health().await.map_err(|error| RunError::Failed(format!("link {url} is not healthy: {error}")))?;
         }
         Ok(())
     }
 
-    async fn add_runner(&mut self, index: usize) -> anyhow::Result<()> {
+    async fn add_runner(&mut self, index: usize) -> Result<(), RunError> {
         let id = format!("r{}", index + 1);
         let target_name = target_link(index);
         let replicas = self.system.replicas.len();
@@ -252,9 +257,11 @@ impl Cluster {
             self.system.target.as_ref().map_or_else(|| "127.0.0.1:9".to_string(), |t| t.addr.to_string());
         let target = self.proxy.create_proxy(&target_name, "127.0.0.1:0", &target_upstream).await?;
         self.target_links.push(format!("http://{}", target.listen_addr()?));
-        let registered = self.system.register_token(&id).await?;
+        let registered =
+            self.system.register_token(&id).await.map_err(|error| RunError::Failed(format!("{error:#}")))?;
         let clock_file = self.system.launch.dir.join(format!("clock-{id}"));
-        system::launch::write_clock_file(&clock_file, &clock_text(&self.clock, 0).unwrap_or_default())?;
+        system::launch::write_clock_file(&clock_file, &clock_text(&self.clock, 0).unwrap_or_default())
+            .map_err(RunError::io("writing a runner's clock file"))?;
         self.runners.push(RunnerSlot {
             id,
             token: registered,
@@ -268,7 +275,7 @@ impl Cluster {
     }
 
     /// Starts (or starts again) runner `index` with its links through its proxies.
-    pub fn start_runner(&mut self, index: usize) -> anyhow::Result<()> {
+    pub fn start_runner(&mut self, index: usize) -> Result<(), RunError> {
         let slot = &self.runners[index];
         let log = self.system.runner_log(&slot.id);
         let links = &self.control_links[index];
@@ -322,7 +329,7 @@ impl Cluster {
     }
 
     /// Every step the target logged; none when the system has no target.
-    pub async fn target_steps(&self, wait: Duration) -> Result<Vec<protocol::StepRecord>, String> {
+    pub(crate) async fn target_steps(&self, wait: Duration) -> Result<Vec<protocol::StepRecord>, String> {
         match self.target_client(wait) {
             Some(target) => target.steps(10_000_000).await.map_err(|error| error.to_string()),
             None => Ok(vec![]),
@@ -401,22 +408,30 @@ const LINK_HELD_MS: u64 = 200;
 /// Opens a TCP connection to `addr` (a proxy) and holds it briefly: the proxy closes a
 /// connection it cannot carry to its upstream at once, so a connection still open after a
 /// moment reached the system.
-async fn tcp_through(addr: std::net::SocketAddr) -> anyhow::Result<()> {
+async fn tcp_through(addr: std::net::SocketAddr) -> Result<(), RunError> {
     use tokio::io::AsyncReadExt;
-    let mut stream = tokio::time::timeout(LINK_OPEN_MAX, tokio::net::TcpStream::connect(addr)).await??;
+    let mut stream = tokio::time::timeout(LINK_OPEN_MAX, tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| RunError::Failed(format!("no connection within {LINK_OPEN_MAX:?}")))?
+        .map_err(RunError::io("connecting through the proxy"))?;
     let mut byte = [0_u8; 1];
     match tokio::time::timeout(Duration::from_millis(LINK_HELD_MS), stream.read(&mut byte)).await {
-        Ok(Ok(0)) | Ok(Err(_)) => anyhow::bail!("the proxy closed the connection: its upstream did not accept it"),
+        Ok(Ok(0)) | Ok(Err(_)) => {
+            Err(RunError::Failed("the proxy closed the connection: its upstream did not accept it".to_string()))
+        }
         Ok(Ok(_)) | Err(_) => Ok(()),
     }
 }
 
 type Proxies = (Option<proxy::ServerHandle>, proxy::Client, Option<Proc>);
 
-async fn start_proxy(config: &RunConfig, dir: &Path) -> anyhow::Result<Proxies> {
+async fn start_proxy(config: &RunConfig, dir: &Path) -> Result<Proxies, RunError> {
     if let Some(url) = &config.toxiproxy_url {
         let client = proxy::Client::new(url)?;
-        client.version().await.map_err(|error| anyhow::anyhow!("--toxiproxy-url {url} is not reachable: {error}"))?;
+        client
+            .version()
+            .await
+            .map_err(|error| RunError::Failed(format!("--toxiproxy-url {url} is not reachable: {error}")))?;
         client.reset().await?;
         return Ok((None, client, None));
     }
@@ -425,7 +440,10 @@ async fn start_proxy(config: &RunConfig, dir: &Path) -> anyhow::Result<Proxies> 
         let client = proxy::Client::new(&url)?;
         return Ok((None, client, Some(container)));
     }
-    let server = proxy::start("127.0.0.1:0".parse()?, config.seed).await?;
+    let any_port = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let server = proxy::start(any_port, config.seed)
+        .await
+        .map_err(|error| RunError::Failed(format!("starting the fault proxy: {error}")))?;
     let client = proxy::Client::new(&server.url())?;
     Ok((Some(server), client, None))
 }

@@ -12,6 +12,7 @@
 //!        └─► Recorder::finish (history.jsonl) ─► run.json ─► check::check_folder
 //! ```
 
+use crate::error::RunError;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -72,16 +73,16 @@ pub(crate) async fn drive(
     program: &Path,
     work: impl Work,
     interrupt: impl Future<Output = ()>,
-) -> anyhow::Result<Driven> {
+) -> Result<Driven, RunError> {
     let started = Instant::now();
     let started_at = chrono::Utc::now().to_rfc3339();
     let run_folder = RunFolder::at(&folder);
     let command = work.command(&config, &run_folder);
     let faults = work.write_plan(&run_folder)?;
-    let recorder = Recorder::create(&run_folder.history_path())?;
+    let recorder = Recorder::create(&run_folder.history_path()).map_err(RunError::io("creating the history"))?;
     let cluster = tokio::time::timeout(HEALTHY_WAIT_MAX, Cluster::start(&config, &run_folder.lab_path(), program))
         .await
-        .map_err(|_| anyhow::anyhow!("the cluster was not healthy within {HEALTHY_WAIT_MAX:?}"))??;
+        .map_err(|_| RunError::Unhealthy(HEALTHY_WAIT_MAX))??;
     let healthy_ms = started.elapsed().as_millis() as u64;
     let scenario = work.prepare(&cluster).await;
     let file = ConfigFile {
@@ -118,8 +119,7 @@ pub(crate) async fn drive(
     let complete = incomplete.is_none();
     let meta = RunMeta { command, started_at, duration_ms: started.elapsed().as_millis() as u64, complete };
     run_folder.write_meta(&meta)?;
-    let (_, run) =
-        verdict::check::check_folder(&folder).map_err(|error| anyhow::anyhow!("checking the run folder: {error}"))?;
+    let (_, run) = verdict::check::check_folder(&folder).map_err(RunError::Check)?;
     let steps_passed = ended.steps_passed;
     Ok(Driven { folder, complete, incomplete, steps_passed, records, events, healthy_ms, faults, run, system: info })
 }
@@ -164,7 +164,7 @@ pub struct Ended {
 /// records are read), collects every record, stops everything and writes the whole
 /// history. An interrupted run gets no `final` events: it never reached its end, so the
 /// checkers that need them answer unknown instead of reading an unsettled job as lost.
-async fn finish(shared: &Shared, ended: &Ended) -> anyhow::Result<(system::collect::Records, usize)> {
+async fn finish(shared: &Shared, ended: &Ended) -> Result<(system::collect::Records, usize), RunError> {
     let interrupted = ended.interrupted;
     let mut cluster = shared.cluster.lock().await;
     for (runner, status) in cluster.exited_runners().await {
@@ -185,7 +185,10 @@ async fn finish(shared: &Shared, ended: &Ended) -> anyhow::Result<(system::colle
     tokio::time::sleep(Duration::from_millis(10)).await;
     let mut closing = records.closing_events(!interrupted);
     closing.push(history::sources_event(&sources));
-    let events = shared.recorder.finish(&logs, &records.ledger, &records.steps, closing)?;
+    let events = shared
+        .recorder
+        .finish(&logs, &records.ledger, &records.steps, closing)
+        .map_err(RunError::io("writing the history"))?;
     Ok((records, events))
 }
 

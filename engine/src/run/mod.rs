@@ -9,6 +9,7 @@ pub mod nemesis;
 pub mod operator;
 pub mod recorder;
 
+use crate::error::RunError;
 use history::{Op, Process};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,7 +55,7 @@ pub async fn execute(
     folder: PathBuf,
     program: &Path,
     interrupt: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<driver::Driven> {
+) -> Result<driver::Driven, RunError> {
     let system = system::SystemFile::of_choice(config.system.as_deref())?;
     let not_run = faults_not_run(&config, &system, &system.clock_control());
     let partitions = workloads::faults::FaultKind::Partition;

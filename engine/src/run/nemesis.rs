@@ -797,7 +797,7 @@ async fn claim_of_another(
 
 /// Heals everything: toxics removed and proxies enabled, paused runners continued, clocks
 /// true, killed runners started again.
-pub async fn heal_all(cluster: &Arc<Mutex<Cluster>>) -> Result<(), String> {
+pub(crate) async fn heal_all(cluster: &Arc<Mutex<Cluster>>) -> Result<(), String> {
     // A partition's rules go with its fault's task; any left are removed here all the same.
     let _ = tokio::task::spawn_blocking(system::packets::remove_own).await;
     let mut cluster = cluster.lock().await;

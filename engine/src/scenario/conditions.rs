@@ -42,7 +42,7 @@ pub fn describe(condition: &Condition) -> String {
 }
 
 /// Ok when the condition holds; else what was found.
-pub fn evaluate(condition: &Condition, view: &View) -> Result<(), String> {
+pub(crate) fn evaluate(condition: &Condition, view: &View) -> Result<(), String> {
     if let Some(checker) = &condition.checker {
         return evaluate_checker(checker, condition.verdict.as_deref().unwrap_or("valid"), &view.checkers);
     }

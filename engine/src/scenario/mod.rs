@@ -31,7 +31,7 @@ pub enum ScenarioError {
     /// The file is unreadable or not a valid scenario: nothing was started (exit 254).
     Bad(String),
     /// Something broke while running it (exit 255).
-    Internal(anyhow::Error),
+    Internal(crate::error::RunError),
 }
 
 /// What a scenario run found.
@@ -87,7 +87,7 @@ fn config(scenario: &Scenario, store: &Path, system: &SystemChoice) -> Result<Ru
     }
     .with_lease(scenario.lease_ms, scenario.heartbeat_interval_ms, scenario.reconcile_after_ms)
     .validate()
-    .map_err(bad)?;
+    .map_err(|error| bad(error.to_string()))?;
     config.recovery_limit_ms = scenario.settle_within_ms;
     // The faults its steps play: the cluster is set up for them (a target or replica clock
     // that can be moved, a database link through a proxy).

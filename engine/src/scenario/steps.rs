@@ -65,7 +65,7 @@ impl Driver {
 
     /// Runs one step (at its `at_ms`, if it has one); an error says why the step failed
     /// (the scenario then fails).
-    pub async fn step(&mut self, step: &Step) -> Result<(), String> {
+    pub(crate) async fn step(&mut self, step: &Step) -> Result<(), String> {
         if let Some(at_ms) = step.at_ms {
             let wait_ms = at_ms.saturating_sub(self.shared.recorder.now_ms());
             tokio::time::sleep(Duration::from_millis(wait_ms)).await;
