@@ -360,7 +360,12 @@ async fn heal(shared: &Shared, fault: &Fault, fields: serde_json::Map<String, se
             }
             Variant::Pause => {
                 cluster.runners[index].paused_by_nemesis = false;
-                signal(&cluster, index, libc::SIGCONT)
+                // A runner the operator froze meanwhile stays frozen until its finding.
+                if cluster.runners[index].frozen_by_operator {
+                    Ok(())
+                } else {
+                    signal(&cluster, index, libc::SIGCONT)
+                }
             }
             Variant::CutLinks | Variant::ControlLink | Variant::TargetLinkMidStep => {
                 enable_links(&cluster, index).await

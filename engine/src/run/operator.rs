@@ -27,12 +27,16 @@ pub async fn run(shared: Shared) {
     }
 }
 
-/// Whether the process that ran an attempt claimed at `claimed_ms` no longer executes.
+/// Whether the process that ran an attempt claimed at `claimed_ms` no longer executes, and
+/// will not again before the operator says so: killed since the claim, or stopped and not
+/// only by the nemesis, whose pause ends when its fault heals. A runner the nemesis paused
+/// is frozen by the operator itself first (it then holds the stop, and thaws it after its
+/// finding), so that no `stopped` finding is recorded for an execution that goes on.
 fn execution_stopped(slot: &RunnerSlot, claimed_ms: i64) -> bool {
     if slot.killed_at_ms.is_some_and(|killed_ms| killed_ms >= claimed_ms) {
         return true;
     }
-    slot.is_stopped()
+    slot.is_stopped() && (slot.frozen_by_operator || !slot.paused_by_nemesis)
 }
 
 async fn round(shared: &Shared) -> Result<(), String> {
@@ -151,9 +155,37 @@ async fn reconcile(
     // The answer, whatever it is, is in the history; the next round sees the job as it is.
     let _answer = send_reconcile(&shared.recorder, &cluster.system.operator, &request, &claim).await;
     if cluster.runners[index].frozen_by_operator {
-        cluster.signal_runner(index, libc::SIGCONT);
+        // A runner the nemesis still pauses is continued by the nemesis when its fault heals.
+        if !cluster.runners[index].paused_by_nemesis {
+            cluster.signal_runner(index, libc::SIGCONT);
+        }
         cluster.runners[index].frozen_by_operator = false;
         shared.recorder.record(Process::OPERATOR, EventType::Ok, Op::Thaw, claim);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(paused_by_nemesis: bool, frozen_by_operator: bool, killed_at_ms: Option<i64>) -> RunnerSlot {
+        RunnerSlot {
+            id: "r1".into(),
+            token: "t".into(),
+            process: None,
+            clock_file: "clock-r1".into(),
+            killed_at_ms,
+            frozen_by_operator,
+            paused_by_nemesis,
+        }
+    }
+
+    #[test]
+    fn a_runner_only_the_nemesis_paused_is_not_evidence_that_its_execution_stopped() {
+        assert!(!execution_stopped(&slot(true, false, None), 1_000), "the nemesis continues it when its fault heals");
+        assert!(execution_stopped(&slot(true, true, None), 1_000), "the operator holds the stop itself");
+        assert!(execution_stopped(&slot(false, false, None), 1_000), "a process that is gone executes nothing");
+        assert!(execution_stopped(&slot(true, false, Some(1_500)), 1_000), "killed since the claim");
+    }
 }
