@@ -393,12 +393,12 @@ fn part_of_the_contract(text: &str) -> Result<system::Feature, String> {
     serde_json::from_value(serde_json::Value::String(text.to_string())).map_err(|error| error.to_string())
 }
 
-fn bad(message: impl Into<String>) -> CommandError {
-    CommandError::BadArguments(message.into())
+fn bad(message: impl std::fmt::Display) -> CommandError {
+    CommandError::BadArguments(message.to_string())
 }
 
-fn internal(message: impl Into<String>) -> CommandError {
-    CommandError::Internal(message.into())
+fn internal(message: impl std::fmt::Display) -> CommandError {
+    CommandError::Internal(message.to_string())
 }
 
 /// The one tokio runtime of a command; failing to start one is an internal error.
@@ -436,7 +436,7 @@ fn run_command(args: crate::args::RunArgs) -> Result<Exit, CommandError> {
     eprintln!("fencelab: seed {}; run folder {}", config.seed, folder.display());
     let driven = runtime
         .block_on(engine::run::execute(config, folder, &program, procs::termination()))
-        .map_err(|error| CommandError::from(error).repeat_with(&command))?;
+        .map_err(|error| CommandError::of_engine(error).repeat_with(&command))?;
     summary(&driven, &command);
     Ok(print_verdict(&driven.folder, &driven.run, &command))
 }

@@ -530,7 +530,9 @@ fn check_step(step: &Step, runners: u32) -> Result<(), String> {
             Ok(())
         }
         Action::Reconcile { finding, outcome, .. } => check_finding(finding, outcome.as_deref()),
-        Action::Fault { .. } => fault_of(&step.action, step.at_ms.unwrap_or(0), runners).map(drop),
+        Action::Fault { .. } => {
+            fault_of(&step.action, step.at_ms.unwrap_or(0), runners).map(drop).map_err(String::from)
+        }
         Action::Report { as_runner, outcome, .. } => {
             index(as_runner)?;
             check_outcome(outcome)
@@ -546,10 +548,50 @@ fn check_step(step: &Step, runners: u32) -> Result<(), String> {
 /// Longest window a `fault` step may hold a fault (10 minutes).
 pub const FAULT_DURATION_MAX_MS: u64 = 600_000;
 
+/// Why a `fault` step describes no fault the nemesis can run.
+#[derive(Debug, thiserror::Error)]
+pub enum FaultStepError {
+    #[error("not a fault step")]
+    NotAFault,
+    #[error("replica = 0: replicas are numbered from 1")]
+    ReplicaZero,
+    /// `how` and its parameters are no fault variant.
+    #[error("how = `{how}`: {source}")]
+    How {
+        how: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The variant's parameters could not be written back.
+    #[error("{0}")]
+    Parameters(#[source] serde_json::Error),
+    #[error("how = `{how}` takes no {key}")]
+    TakesNo { how: String, key: &'static str },
+    #[error("how = `{how}` realises `{realises}`, not `{named}`")]
+    Realises { how: String, realises: &'static str, named: &'static str },
+    #[error("duration_ms = {0}: must be at most {max}", max = FAULT_DURATION_MAX_MS)]
+    TooLong(u64),
+    /// A runner named for a fault that hits the control plane or the target.
+    #[error("{how} hits the {hits}, not a runner")]
+    NotOnARunner { how: String, hits: &'static str },
+    #[error("how = `{how}` needs a runner")]
+    NeedsARunner { how: String },
+    /// The runner named is not one of the scenario's.
+    #[error("{0}")]
+    Runner(String),
+}
+
+/// The scenario runner's steps answer with their message.
+impl From<FaultStepError> for String {
+    fn from(error: FaultStepError) -> String {
+        error.to_string()
+    }
+}
+
 /// The nemesis fault a `fault` step describes, starting at `at_ms`.
-pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<crate::faults::Fault, String> {
+pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<crate::faults::Fault, FaultStepError> {
     let Action::Fault { fault, how, runner, replica, duration_ms, latency_ms, offset_ms } = action else {
-        return Err("not a fault step".into());
+        return Err(FaultStepError::NotAFault);
     };
     let mut fields = serde_json::json!({ "how": how });
     if let Some(ms) = latency_ms {
@@ -559,35 +601,36 @@ pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<crate::faul
         fields["offset_ms"] = (*ms).into();
     }
     match replica {
-        Some(0) => return Err("replica = 0: replicas are numbered from 1".into()),
+        Some(0) => return Err(FaultStepError::ReplicaZero),
         Some(replica) => fields["replica"] = (replica - 1).into(),
         None => {}
     }
     let variant: crate::faults::Variant =
-        serde_json::from_value(fields.clone()).map_err(|error| format!("how = `{how}`: {error}"))?;
-    let parameters = serde_json::to_value(&variant).map_err(|error| error.to_string())?;
+        serde_json::from_value(fields.clone()).map_err(|source| FaultStepError::How { how: how.clone(), source })?;
+    let parameters = serde_json::to_value(&variant).map_err(FaultStepError::Parameters)?;
     for key in ["latency_ms", "offset_ms", "replica"] {
         if fields.get(key).is_some() && parameters.get(key).is_none() {
-            return Err(format!("how = `{how}` takes no {key}"));
+            return Err(FaultStepError::TakesNo { how: how.clone(), key });
         }
     }
     let kind = variant.kind();
     if let Some(named) = fault.filter(|named| *named != kind) {
-        return Err(format!("how = `{how}` realises `{}`, not `{}`", kind.name(), named.name()));
+        return Err(FaultStepError::Realises { how: how.clone(), realises: kind.name(), named: named.name() });
     }
     if *duration_ms > FAULT_DURATION_MAX_MS {
-        return Err(format!("duration_ms = {duration_ms}: must be at most {FAULT_DURATION_MAX_MS}"));
+        return Err(FaultStepError::TooLong(*duration_ms));
     }
     let on_control_plane = kind == crate::faults::FaultKind::RestartControlPlane || kind.on_replicas();
     let on_target = kind == crate::faults::FaultKind::TargetClockSkew;
+    let not_on_a_runner = |hits| FaultStepError::NotOnARunner { how: how.clone(), hits };
     let runner = match (runner, kind) {
-        (Some(_), _) if on_control_plane => return Err(format!("{how} hits the control plane, not a runner")),
-        (Some(_), _) if on_target => return Err(format!("{how} hits the target, not a runner")),
+        (Some(_), _) if on_control_plane => return Err(not_on_a_runner("control plane")),
+        (Some(_), _) if on_target => return Err(not_on_a_runner("target")),
         (None, _) if on_target => None,
         (None, _) if on_control_plane => None,
         (None, _) if variant.hits_every_runner() => None,
-        (None, _) => return Err(format!("how = `{how}` needs a runner")),
-        (Some(name), _) => Some(runner_index(name, runners)? as u32),
+        (None, _) => return Err(FaultStepError::NeedsARunner { how: how.clone() }),
+        (Some(name), _) => Some(runner_index(name, runners).map_err(FaultStepError::Runner)? as u32),
     };
     Ok(crate::faults::Fault { at_ms, duration_ms: *duration_ms, kind, runner, variant })
 }
