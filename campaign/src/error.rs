@@ -31,6 +31,15 @@ pub enum CampaignError {
         #[source]
         source: serde_json::Error,
     },
+    /// A system file that cannot be used, or a variant it does not declare.
+    #[error(transparent)]
+    System(#[from] system::file::FileError),
+    /// The store that could not be made, or `matrix.json` not written into it.
+    #[error("{0}")]
+    Store(#[source] std::io::Error),
+    /// A cell's task that did not finish: it panicked or was cancelled.
+    #[error("{0}")]
+    Cell(#[source] tokio::task::JoinError),
     /// A campaign's own record that could not be serialised.
     #[error("{0}")]
     Serialise(#[source] serde_json::Error),

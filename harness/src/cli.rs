@@ -617,7 +617,7 @@ fn image_command(tag: &str, toxiproxy_tag: &str, force: bool) -> Result<Exit, Co
 
 fn matrix_command(args: &crate::args::MatrixArgs) -> Result<Exit, CommandError> {
     let (runtime, program) = (runtime()?, program()?);
-    let matrix = runtime.block_on(campaign::matrix::run(&args.options().map_err(bad)?, &program))?;
+    let matrix = runtime.block_on(campaign::matrix::run(&args.options().map_err(bad)?, &program)).map_err(internal)?;
     print!("{}", campaign::matrix::table(&matrix));
     println!("matrix.json in {}", args.store.display());
     Ok(Exit::passed(matrix.rows.iter().all(campaign::matrix::Row::holds)))
