@@ -6,11 +6,13 @@ use std::path::Path;
 
 use results::diff::{FaultLine, Side};
 
+use crate::CampaignError;
+
 /// One run folder as a side of the comparison.
-pub fn read_side(folder: &Path) -> Result<Side, String> {
-    let results = runfolder::folder::RunFolder::at(folder).results()?.ok_or_else(|| {
-        format!("{} is not a run folder: cannot read its results.json (there is none)", folder.display())
-    })?;
+pub fn read_side(folder: &Path) -> Result<Side, CampaignError> {
+    let results = runfolder::folder::RunFolder::at(folder)
+        .results()?
+        .ok_or_else(|| CampaignError::NotARunFolder(folder.to_path_buf()))?;
     let faults = serde_json::from_value::<Vec<workloads::faults::Fault>>(results.schedule.clone())
         .ok()
         .map(|faults| faults.iter().map(line).collect());

@@ -4,9 +4,12 @@
 //! processes, read back through the run folder's typed files.
 
 pub mod diff;
+pub mod error;
 pub mod matrix;
 pub mod replay;
 pub mod runs;
 pub mod shrink;
 pub mod suite;
 pub mod trends;
+
+pub use error::CampaignError;

@@ -89,7 +89,7 @@ pub async fn run_variant_cell(
     variant: &str,
     seed: u64,
     time_limit: u64,
-) -> anyhow::Result<Cell> {
+) -> Result<Cell, crate::CampaignError> {
     let file = system::SystemFile::read(system)?;
     file.check_variants(&[variant.to_string()])?;
     let exposing = file.variants[variant].nemesis.clone().unwrap_or_else(|| EVERY_FAULT.to_string());
@@ -171,7 +171,7 @@ fn replicas_note(args: &Options, lines: &[Line]) -> Option<String> {
 
 /// The matrix's rows: every planted bug (or the system file's variants) and the correct
 /// system; and the variants left out because they need another store than `--db`.
-fn lines(args: &Options) -> anyhow::Result<(Vec<Line>, Vec<String>)> {
+fn lines(args: &Options) -> Result<(Vec<Line>, Vec<String>), crate::CampaignError> {
     let needs_other_db = |file: &system::SystemFile, name: &str| {
         file.variants.get(name).and_then(|variant| variant.db).filter(|db| *db != args.db)
     };
@@ -302,8 +302,8 @@ fn row(bug: Option<String>, nemesis: &str, exposing: &str, cells: &[&Cell]) -> R
 }
 
 /// Runs every cell, `parallel` at a time.
-pub async fn run(args: &Options, program: &Path) -> anyhow::Result<Matrix> {
-    std::fs::create_dir_all(&args.store)?;
+pub async fn run(args: &Options, program: &Path) -> Result<Matrix, crate::CampaignError> {
+    std::fs::create_dir_all(&args.store).map_err(crate::CampaignError::Store)?;
     let (lines, skipped) = lines(args)?;
     let notes: Vec<String> = replicas_note(args, &lines).into_iter().collect();
     let settings = Settings {
@@ -324,13 +324,13 @@ pub async fn run(args: &Options, program: &Path) -> anyhow::Result<Matrix> {
     let mut running = tokio::task::JoinSet::new();
     for (line, seed) in plan {
         if running.len() >= args.parallel.max(1) {
-            cells.push(running.join_next().await.expect("a running cell")?);
+            cells.push(running.join_next().await.expect("a running cell").map_err(crate::CampaignError::Cell)?);
         }
         let (program, store, settings) = (program.to_path_buf(), args.store.clone(), settings.clone());
         running.spawn(async move { run_line(&program, &store, &line, seed, &settings).await });
     }
     while let Some(cell) = running.join_next().await {
-        cells.push(cell?);
+        cells.push(cell.map_err(crate::CampaignError::Cell)?);
     }
     cells.sort_by(|a, b| (a.bug.is_none(), &a.bug, a.seed).cmp(&(b.bug.is_none(), &b.bug, b.seed)));
     let mut rows = Vec::new();
@@ -351,7 +351,8 @@ pub async fn run(args: &Options, program: &Path) -> anyhow::Result<Matrix> {
         cells,
         rows,
     };
-    std::fs::write(args.store.join("matrix.json"), serde_json::to_vec_pretty(&matrix)?)?;
+    let json = serde_json::to_vec_pretty(&matrix).map_err(crate::CampaignError::Serialise)?;
+    std::fs::write(args.store.join("matrix.json"), json).map_err(crate::CampaignError::Store)?;
     Ok(matrix)
 }
 

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use runfolder::folder::RunFolder;
 
 use crate::runs::{anomaly_kinds, read_results, Cell};
+use crate::CampaignError;
 
 /// What one replay found.
 #[derive(Debug)]
@@ -24,24 +25,24 @@ pub fn invalid_checkers(folder: &Path) -> Option<BTreeSet<String>> {
 
 /// The `fencelab run` command's words of a recorded run, written from its typed
 /// `config.json`, with its realised schedule and a new store.
-pub fn replay_args(folder: &Path, store: &Path) -> Result<Vec<String>, String> {
+pub fn replay_args(folder: &Path, store: &Path) -> Result<Vec<String>, CampaignError> {
     let run_folder = RunFolder::at(folder);
     let config = run_folder.run_config()?;
     let schedule = run_folder.schedule_path();
-    let schedule = std::fs::canonicalize(&schedule).map_err(|error| format!("{}: {error}", schedule.display()))?;
+    let schedule = std::fs::canonicalize(&schedule).map_err(|error| CampaignError::io(&schedule, error))?;
     Ok(config.run.command_words(Some(store), Some(&schedule)))
 }
 
 /// Replays the run in `folder` once, into `store`.
-pub async fn replay(program: &Path, folder: &Path, store: PathBuf) -> Result<Replayed, String> {
-    let original = invalid_checkers(folder).ok_or_else(|| format!("{} holds no results.json", folder.display()))?;
+pub async fn replay(program: &Path, folder: &Path, store: PathBuf) -> Result<Replayed, CampaignError> {
+    let original = invalid_checkers(folder).ok_or_else(|| CampaignError::NothingToReplay(folder.to_path_buf()))?;
     let args = replay_args(folder, &store)?;
     let output = crate::runs::child(program, &args).output();
     let bound = std::time::Duration::from_secs(24 * 3_600);
     tokio::time::timeout(bound, output)
         .await
-        .map_err(|_| "the replay did not end".to_string())?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| CampaignError::ReplayDidNotEnd)?
+        .map_err(CampaignError::Child)?;
     let mut cell = Cell {
         test_name: String::new(),
         bug: None,

@@ -100,10 +100,10 @@ fn agree(cell: &mut Cell, code: Option<i32>) {
 }
 
 /// A run folder's `results.json`, read back through the types that wrote it.
-pub fn results_of(folder: &Path) -> Result<results::ResultsDoc, String> {
+pub fn results_of(folder: &Path) -> Result<results::ResultsDoc, crate::CampaignError> {
     runfolder::folder::RunFolder::at(folder)
         .results()?
-        .ok_or_else(|| format!("no results.json in {}", folder.display()))
+        .ok_or_else(|| crate::CampaignError::NoResults(folder.to_path_buf()))
 }
 
 /// The (checker, anomaly kind) pairs a run folder's results hold, in order.
@@ -130,7 +130,7 @@ pub struct Found {
 /// The checkers of a run folder that found anomalies, in results order; an error when the
 /// folder holds no readable results.json. When its history cannot be read, when each
 /// anomaly's evidence was complete is not known (`first_s` is none), never taken as zero.
-pub fn found(folder: &Path) -> Result<Vec<Found>, String> {
+pub fn found(folder: &Path) -> Result<Vec<Found>, crate::CampaignError> {
     let doc = results_of(folder)?;
     let events = runfolder::folder::RunFolder::at(folder).history().ok();
     let time_of = |index: u64| events.as_ref()?.get(index as usize).map(|event| event.time_ns as f64 / 1e9);
@@ -154,14 +154,14 @@ pub fn read_results(folder: &Path, cell: &mut Cell) {
     let doc = match results_of(folder) {
         Ok(doc) => doc,
         Err(why) => {
-            cell.verdict = results::RunVerdict::Error(why);
+            cell.verdict = results::RunVerdict::Error(why.to_string());
             return;
         }
     };
     let found = match found(folder) {
         Ok(found) => found,
         Err(why) => {
-            cell.verdict = results::RunVerdict::Error(why);
+            cell.verdict = results::RunVerdict::Error(why.to_string());
             return;
         }
     };

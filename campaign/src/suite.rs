@@ -10,6 +10,7 @@ use runfolder::config::{command_line, RunConfig};
 use serde::Deserialize;
 
 use crate::runs::{run_child, RunSpec};
+use crate::CampaignError;
 
 /// A suite file (see `docs/suites.md`).
 #[derive(Clone, Debug, Deserialize)]
@@ -110,38 +111,42 @@ pub fn exit(result: &SuiteResult) -> history::Exit {
 
 /// Reads a suite file; `configure` makes each `[[run]]` (its system file made absolute
 /// first) a validated configuration: the command line's flags are its to read.
-pub fn read(path: &Path, configure: impl Fn(&SuiteRun) -> Result<RunConfig, String>) -> Result<Suite, String> {
-    let text = std::fs::read_to_string(path).map_err(|error| format!("{}: {error}", path.display()))?;
-    let mut suite: SuiteFile = toml::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?;
+pub fn read(path: &Path, configure: impl Fn(&SuiteRun) -> Result<RunConfig, String>) -> Result<Suite, CampaignError> {
+    let text = std::fs::read_to_string(path).map_err(|error| CampaignError::io(path, error))?;
+    let mut suite: SuiteFile =
+        toml::from_str(&text).map_err(|source| CampaignError::Toml { path: path.to_path_buf(), source })?;
     let dir = path.parent().unwrap_or(Path::new("."));
     for run in &mut suite.runs {
         if let Some(system) = &run.system {
             run.system = Some(std::path::absolute(dir.join(system)).unwrap_or_else(|_| dir.join(system)));
         }
     }
-    typed(suite, configure).map_err(|error| format!("{}: {error}", path.display()))
+    typed(suite, configure).map_err(|error| CampaignError::In { path: path.to_path_buf(), source: Box::new(error) })
 }
 
 /// A suite file's model made typed: every run needs seeds and an expectation, and
 /// `configure` builds its configuration; an error names the run.
-pub fn typed(file: SuiteFile, configure: impl Fn(&SuiteRun) -> Result<RunConfig, String>) -> Result<Suite, String> {
+pub fn typed(
+    file: SuiteFile,
+    configure: impl Fn(&SuiteRun) -> Result<RunConfig, String>,
+) -> Result<Suite, CampaignError> {
     let mut runs = Vec::new();
     for run in &file.runs {
         if run.seeds.is_empty() || run.expect == results::Overall::Unknown {
-            return Err(format!("run `{}` needs seeds and expect = valid|invalid", run.name));
+            return Err(CampaignError::RunNeedsSeeds(run.name.clone()));
         }
-        let config = configure(run).map_err(|error| format!("run `{}`: {error}", run.name))?;
+        let config = configure(run).map_err(|message| CampaignError::RunConfig { run: run.name.clone(), message })?;
         runs.push(Workload { name: run.name.clone(), seeds: run.seeds.clone(), expect: run.expect, config });
     }
     Ok(Suite { name: file.name, time_budget_s: file.time_budget_s, parallel: file.parallel, runs })
 }
 
 /// Parses `I/N` (1-based).
-pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
+pub fn parse_shard(text: &str) -> Result<(usize, usize), CampaignError> {
     let parsed = text.split_once('/').and_then(|(i, n)| Some((i.parse().ok()?, n.parse().ok()?)));
     match parsed {
         Some((i, n)) if i >= 1 && i <= n => Ok((i, n)),
-        _ => Err(format!("--shard `{text}`: expected I/N with 1 <= I <= N")),
+        _ => Err(CampaignError::Shard(text.to_string())),
     }
 }
 
@@ -222,10 +227,11 @@ pub async fn execute(suite: &Suite, shard: Option<(usize, usize)>, program: &Pat
 
 /// Joins shard results into one, in suite order. Each result comes with the folder it was
 /// read from; report links are rewritten to be relative to `out`.
-pub fn merge(results: Vec<(PathBuf, SuiteResult)>, out: &Path) -> Result<SuiteResult, String> {
-    let suite = results.first().map(|(_, result)| result.suite.clone()).ok_or("nothing to merge")?;
+pub fn merge(results: Vec<(PathBuf, SuiteResult)>, out: &Path) -> Result<SuiteResult, CampaignError> {
+    let suite = results.first().map(|(_, result)| result.suite.clone()).ok_or(CampaignError::NothingToMerge)?;
     if let Some((folder, other)) = results.iter().find(|(_, result)| result.suite != suite) {
-        return Err(format!("shards of different suites: `{suite}` and `{}` ({})", other.suite, folder.display()));
+        let (other, folder) = (other.suite.clone(), folder.clone());
+        return Err(CampaignError::DifferentSuites { suite, other, folder });
     }
     let mut entries: Vec<(PathBuf, Entry)> = Vec::new();
     for (folder, result) in results {
@@ -237,14 +243,13 @@ pub fn merge(results: Vec<(PathBuf, SuiteResult)>, out: &Path) -> Result<SuiteRe
     entries.sort_by_key(|(_, entry)| entry.index);
     if let Some(pair) = entries.windows(2).find(|pair| pair[0].1.index == pair[1].1.index) {
         let ((first, entry), (second, _)) = (&pair[0], &pair[1]);
-        return Err(format!(
-            "two shards ran entry {} (`{}`, seed {}): {} and {}",
-            entry.index,
-            entry.name,
-            entry.seed,
-            first.display(),
-            second.display()
-        ));
+        return Err(CampaignError::EntryTwice {
+            index: entry.index,
+            name: entry.name.clone(),
+            seed: entry.seed,
+            first: first.clone(),
+            second: second.clone(),
+        });
     }
     Ok(SuiteResult { suite, entries: entries.into_iter().map(|(_, entry)| entry).collect() })
 }
@@ -276,10 +281,10 @@ pub fn write_with_trends(result: &SuiteResult, out: &Path, trends: &str) -> std:
 }
 
 /// Reads a `suite.json` written by [`write`].
-pub fn read_result(folder: &Path) -> Result<SuiteResult, String> {
+pub fn read_result(folder: &Path) -> Result<SuiteResult, CampaignError> {
     let path = folder.join("suite.json");
-    let text = std::fs::read_to_string(&path).map_err(|error| format!("{}: {error}", path.display()))?;
-    serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))
+    let text = std::fs::read_to_string(&path).map_err(|error| CampaignError::io(&path, error))?;
+    serde_json::from_str(&text).map_err(|source| CampaignError::Json { path, source })
 }
 
 #[cfg(test)]
@@ -322,7 +327,7 @@ expect = "invalid"
         for bad in ["0/2", "3/2", "1", "a/b", "1/0"] {
             assert!(parse_shard(bad).is_err(), "{bad}");
         }
-        assert_eq!(parse_shard("2/4"), Ok((2, 4)));
+        assert_eq!(parse_shard("2/4").unwrap(), (2, 4));
         assert!(toml::from_str::<SuiteFile>("name = \"x\"\n[[run]]\nname = \"a\"\nseeds = [1]\ncolour = 1\n").is_err());
     }
 
@@ -356,7 +361,7 @@ expect = "invalid"
         );
         assert_eq!(merged.entries[1].report.as_deref(), Some(Path::new("../s2/runs/x/report.html")));
         assert_eq!(exit(&merged), history::Exit::Invalid);
-        let error = merge(vec![("/s1".into(), first.clone()), ("/s3".into(), first)], out).unwrap_err();
+        let error = merge(vec![("/s1".into(), first.clone()), ("/s3".into(), first)], out).unwrap_err().to_string();
         assert!(error.contains("entry 0 (`a`, seed 0)") && error.contains("/s1") && error.contains("/s3"), "{error}");
     }
 

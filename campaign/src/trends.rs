@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use results::trends::{Night, NightResult, NightRun};
 
 use crate::suite::{read_result, SuiteResult};
+use crate::CampaignError;
 
 /// Most earlier nights `--history-limit` may ask for.
 pub const MAX_HISTORY_LIMIT: usize = 365;
@@ -19,22 +20,22 @@ pub struct History {
 }
 
 /// Checks `--history DIR` / `--history-limit N` before anything runs.
-pub fn validate(dir: Option<PathBuf>, limit: usize) -> Result<Option<History>, String> {
+pub fn validate(dir: Option<PathBuf>, limit: usize) -> Result<Option<History>, CampaignError> {
     if !(1..=MAX_HISTORY_LIMIT).contains(&limit) {
-        return Err(format!("--history-limit {limit}: expected 1..={MAX_HISTORY_LIMIT}"));
+        return Err(CampaignError::HistoryLimit(limit));
     }
     match dir {
         None => Ok(None),
         Some(dir) if dir.is_dir() => Ok(Some(History { dir, limit })),
-        Some(dir) => Err(format!("--history {}: not a folder of earlier suite outputs", dir.display())),
+        Some(dir) => Err(CampaignError::NotHistory(dir)),
     }
 }
 
 /// The earlier nights in `history.dir`: its sub-folders with a readable `suite.json`, by
 /// folder name, the last `history.limit`; `out` (tonight's folder) is never one of them.
 /// Folders whose suite.json cannot be read are skipped with a warning on stderr.
-pub fn read_nights(history: &History, out: &Path) -> Result<Vec<Night>, String> {
-    let listing = std::fs::read_dir(&history.dir).map_err(|error| format!("{}: {error}", history.dir.display()))?;
+pub fn read_nights(history: &History, out: &Path) -> Result<Vec<Night>, CampaignError> {
+    let listing = std::fs::read_dir(&history.dir).map_err(|error| CampaignError::io(&history.dir, error))?;
     let tonight = std::fs::canonicalize(out).ok();
     let mut folders: Vec<(String, PathBuf)> = listing
         .filter_map(|item| item.ok())

@@ -189,7 +189,7 @@ async fn send_row(s: &Session, row: &Row, base: &str) -> Result<Answered, String
     let host = base.trim_start_matches("http://").to_string();
     if let Some((bytes, half_close)) = row.raw_request(&host) {
         let exchanged = tokio::task::spawn_blocking(move || exchange(&host, &bytes, half_close, REQUEST_MAX));
-        return exchanged.await.map_err(|error| error.to_string())?;
+        return exchanged.await.map_err(|error| error.to_string())?.map_err(|error| error.to_string());
     }
     let request = Request {
         method: row.method,

@@ -393,12 +393,12 @@ fn part_of_the_contract(text: &str) -> Result<system::Feature, String> {
     serde_json::from_value(serde_json::Value::String(text.to_string())).map_err(|error| error.to_string())
 }
 
-fn bad(message: impl Into<String>) -> CommandError {
-    CommandError::BadArguments(message.into())
+fn bad(message: impl std::fmt::Display) -> CommandError {
+    CommandError::BadArguments(message.to_string())
 }
 
-fn internal(message: impl Into<String>) -> CommandError {
-    CommandError::Internal(message.into())
+fn internal(message: impl std::fmt::Display) -> CommandError {
+    CommandError::Internal(message.to_string())
 }
 
 /// The one tokio runtime of a command; failing to start one is an internal error.
@@ -620,7 +620,7 @@ fn image_command(tag: &str, toxiproxy_tag: &str, force: bool) -> Result<Exit, Co
 
 fn matrix_command(args: &crate::args::MatrixArgs) -> Result<Exit, CommandError> {
     let (runtime, program) = (runtime()?, program()?);
-    let matrix = runtime.block_on(campaign::matrix::run(&args.options().map_err(bad)?, &program))?;
+    let matrix = runtime.block_on(campaign::matrix::run(&args.options().map_err(bad)?, &program)).map_err(internal)?;
     print!("{}", campaign::matrix::table(&matrix));
     println!("matrix.json in {}", args.store.display());
     Ok(Exit::passed(matrix.rows.iter().all(campaign::matrix::Row::holds)))

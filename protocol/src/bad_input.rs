@@ -504,35 +504,51 @@ impl Row {
     }
 }
 
+/// Why a raw exchange has no answer to judge.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    /// The connection could not be made, written or read.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The host resolves to no address.
+    #[error("{0} names no address")]
+    NoAddress(String),
+    /// What was read is not an HTTP/1.1 answer.
+    #[error("{0}")]
+    Answer(&'static str),
+}
+
 /// Writes `bytes` on a fresh TCP connection to `host` (`HOST:PORT`), closing the write half
 /// when `half_close`, and reads the whole answer; every step within `timeout`. Blocking.
-pub fn exchange(host: &str, bytes: &[u8], half_close: bool, timeout: Duration) -> Result<Answered, String> {
-    let address = std::net::ToSocketAddrs::to_socket_addrs(host)
-        .map_err(|error| error.to_string())?
+pub fn exchange(host: &str, bytes: &[u8], half_close: bool, timeout: Duration) -> Result<Answered, ExchangeError> {
+    let address = std::net::ToSocketAddrs::to_socket_addrs(host)?
         .next()
-        .ok_or_else(|| format!("{host} names no address"))?;
-    let mut stream = std::net::TcpStream::connect_timeout(&address, timeout).map_err(|error| error.to_string())?;
-    stream.set_write_timeout(Some(timeout)).map_err(|error| error.to_string())?;
-    stream.set_read_timeout(Some(timeout)).map_err(|error| error.to_string())?;
-    stream.write_all(bytes).map_err(|error| error.to_string())?;
+        .ok_or_else(|| ExchangeError::NoAddress(host.to_string()))?;
+    let mut stream = std::net::TcpStream::connect_timeout(&address, timeout)?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.write_all(bytes)?;
     if half_close {
-        stream.shutdown(std::net::Shutdown::Write).map_err(|error| error.to_string())?;
+        stream.shutdown(std::net::Shutdown::Write)?;
     }
     let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).map_err(|error| error.to_string())?;
+    stream.read_to_end(&mut answer)?;
     parse_answer(&answer)
 }
 
 /// An HTTP/1.1 answer: status line, headers, body (by length or chunked).
-fn parse_answer(bytes: &[u8]) -> Result<Answered, String> {
-    let end = bytes.windows(4).position(|window| window == b"\r\n\r\n").ok_or("no complete answer head")?;
+fn parse_answer(bytes: &[u8]) -> Result<Answered, ExchangeError> {
+    let end = bytes
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .ok_or(ExchangeError::Answer("no complete answer head"))?;
     let head = String::from_utf8_lossy(&bytes[..end]).to_string();
     let mut lines = head.split("\r\n");
     let status = lines
         .next()
         .and_then(|line| line.split(' ').nth(1))
         .and_then(|code| code.parse().ok())
-        .ok_or("no status line")?;
+        .ok_or(ExchangeError::Answer("no status line"))?;
     let headers: Vec<(String, String)> = lines
         .filter_map(|line| line.split_once(':'))
         .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_string()))

@@ -377,7 +377,7 @@ fn header_lines(text: &str, name: &str) -> Vec<usize> {
 
 /// Parses and validates a scenario; the error is one message for people.
 /// `checkers` are the names an `[[expect]]` may give as `checker`.
-pub fn parse(text: &str, checkers: &[&str]) -> Result<Scenario, String> {
+fn parse_text(text: &str, checkers: &[&str]) -> Result<Scenario, String> {
     let raw: Raw = toml::from_str(text).map_err(|error| error.to_string().trim_end().to_string())?;
     let step_lines = header_lines(text, "step");
     let expect_lines = header_lines(text, "expect");
@@ -467,7 +467,7 @@ fn check_header(scenario: &Scenario) -> Result<(), String> {
         return Err(format!("target_mode = `{}`: must be fenced, idempotent or unfenced", scenario.target_mode));
     }
     for runner in &scenario.idle {
-        runner_index(runner, scenario.runners).map_err(|message| format!("idle: {message}"))?;
+        index_of_runner(runner, scenario.runners).map_err(|message| format!("idle: {message}"))?;
     }
     if let Some(ms) = scenario.heartbeat_interval_ms {
         if ms == 0 || ms >= scenario.lease_ms {
@@ -492,7 +492,7 @@ fn check_header(scenario: &Scenario) -> Result<(), String> {
 }
 
 /// `rK` → K-1, when 1 <= K <= runners.
-pub fn runner_index(name: &str, runners: u32) -> Result<usize, String> {
+fn index_of_runner(name: &str, runners: u32) -> Result<usize, String> {
     let number = name.strip_prefix('r').and_then(|rest| rest.parse::<u32>().ok());
     match number {
         Some(number) if (1..=runners).contains(&number) => Ok(number as usize - 1),
@@ -501,7 +501,7 @@ pub fn runner_index(name: &str, runners: u32) -> Result<usize, String> {
 }
 
 fn check_step(step: &Step, runners: u32) -> Result<(), String> {
-    let index = |name: &str| runner_index(name, runners).map(drop);
+    let index = |name: &str| index_of_runner(name, runners).map(drop);
     match &step.action {
         Action::Wait(condition) => check_condition(condition, true, runners, &[]),
         Action::Submit { steps, step_ms, runner, .. } => {
@@ -530,7 +530,9 @@ fn check_step(step: &Step, runners: u32) -> Result<(), String> {
             Ok(())
         }
         Action::Reconcile { finding, outcome, .. } => check_finding(finding, outcome.as_deref()),
-        Action::Fault { .. } => fault_of(&step.action, step.at_ms.unwrap_or(0), runners).map(drop),
+        Action::Fault { .. } => {
+            fault_of(&step.action, step.at_ms.unwrap_or(0), runners).map(drop).map_err(String::from)
+        }
         Action::Report { as_runner, outcome, .. } => {
             index(as_runner)?;
             check_outcome(outcome)
@@ -546,10 +548,79 @@ fn check_step(step: &Step, runners: u32) -> Result<(), String> {
 /// Longest window a `fault` step may hold a fault (10 minutes).
 pub const FAULT_DURATION_MAX_MS: u64 = 600_000;
 
+/// A scenario file that is not a valid scenario, or a step naming what it cannot: what is
+/// wrong, with the line where there is one.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadScenario(String);
+
+impl From<String> for BadScenario {
+    fn from(message: String) -> BadScenario {
+        BadScenario(message)
+    }
+}
+
+impl From<&str> for BadScenario {
+    fn from(message: &str) -> BadScenario {
+        BadScenario(message.to_string())
+    }
+}
+
+/// Reads and validates a scenario file's text; `checkers` are the names an expectation may
+/// use.
+pub fn parse(text: &str, checkers: &[&str]) -> Result<Scenario, BadScenario> {
+    parse_text(text, checkers).map_err(BadScenario)
+}
+
+/// The index of runner `name` (`r1` is 0) among `runners`.
+pub fn runner_index(name: &str, runners: u32) -> Result<usize, BadScenario> {
+    index_of_runner(name, runners).map_err(BadScenario)
+}
+
+/// Why a `fault` step describes no fault the nemesis can run.
+#[derive(Debug, thiserror::Error)]
+pub enum FaultStepError {
+    #[error("not a fault step")]
+    NotAFault,
+    #[error("replica = 0: replicas are numbered from 1")]
+    ReplicaZero,
+    /// `how` and its parameters are no fault variant.
+    #[error("how = `{how}`: {source}")]
+    How {
+        how: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The variant's parameters could not be written back.
+    #[error("{0}")]
+    Parameters(#[source] serde_json::Error),
+    #[error("how = `{how}` takes no {key}")]
+    TakesNo { how: String, key: &'static str },
+    #[error("how = `{how}` realises `{realises}`, not `{named}`")]
+    Realises { how: String, realises: &'static str, named: &'static str },
+    #[error("duration_ms = {0}: must be at most {max}", max = FAULT_DURATION_MAX_MS)]
+    TooLong(u64),
+    /// A runner named for a fault that hits the control plane or the target.
+    #[error("{how} hits the {hits}, not a runner")]
+    NotOnARunner { how: String, hits: &'static str },
+    #[error("how = `{how}` needs a runner")]
+    NeedsARunner { how: String },
+    /// The runner named is not one of the scenario's.
+    #[error("{0}")]
+    Runner(String),
+}
+
+/// The scenario runner's steps answer with their message.
+impl From<FaultStepError> for String {
+    fn from(error: FaultStepError) -> String {
+        error.to_string()
+    }
+}
+
 /// The nemesis fault a `fault` step describes, starting at `at_ms`.
-pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<crate::faults::Fault, String> {
+pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<crate::faults::Fault, FaultStepError> {
     let Action::Fault { fault, how, runner, replica, duration_ms, latency_ms, offset_ms } = action else {
-        return Err("not a fault step".into());
+        return Err(FaultStepError::NotAFault);
     };
     let mut fields = serde_json::json!({ "how": how });
     if let Some(ms) = latency_ms {
@@ -559,35 +630,36 @@ pub fn fault_of(action: &Action, at_ms: u64, runners: u32) -> Result<crate::faul
         fields["offset_ms"] = (*ms).into();
     }
     match replica {
-        Some(0) => return Err("replica = 0: replicas are numbered from 1".into()),
+        Some(0) => return Err(FaultStepError::ReplicaZero),
         Some(replica) => fields["replica"] = (replica - 1).into(),
         None => {}
     }
     let variant: crate::faults::Variant =
-        serde_json::from_value(fields.clone()).map_err(|error| format!("how = `{how}`: {error}"))?;
-    let parameters = serde_json::to_value(&variant).map_err(|error| error.to_string())?;
+        serde_json::from_value(fields.clone()).map_err(|source| FaultStepError::How { how: how.clone(), source })?;
+    let parameters = serde_json::to_value(&variant).map_err(FaultStepError::Parameters)?;
     for key in ["latency_ms", "offset_ms", "replica"] {
         if fields.get(key).is_some() && parameters.get(key).is_none() {
-            return Err(format!("how = `{how}` takes no {key}"));
+            return Err(FaultStepError::TakesNo { how: how.clone(), key });
         }
     }
     let kind = variant.kind();
     if let Some(named) = fault.filter(|named| *named != kind) {
-        return Err(format!("how = `{how}` realises `{}`, not `{}`", kind.name(), named.name()));
+        return Err(FaultStepError::Realises { how: how.clone(), realises: kind.name(), named: named.name() });
     }
     if *duration_ms > FAULT_DURATION_MAX_MS {
-        return Err(format!("duration_ms = {duration_ms}: must be at most {FAULT_DURATION_MAX_MS}"));
+        return Err(FaultStepError::TooLong(*duration_ms));
     }
     let on_control_plane = kind == crate::faults::FaultKind::RestartControlPlane || kind.on_replicas();
     let on_target = kind == crate::faults::FaultKind::TargetClockSkew;
+    let not_on_a_runner = |hits| FaultStepError::NotOnARunner { how: how.clone(), hits };
     let runner = match (runner, kind) {
-        (Some(_), _) if on_control_plane => return Err(format!("{how} hits the control plane, not a runner")),
-        (Some(_), _) if on_target => return Err(format!("{how} hits the target, not a runner")),
+        (Some(_), _) if on_control_plane => return Err(not_on_a_runner("control plane")),
+        (Some(_), _) if on_target => return Err(not_on_a_runner("target")),
         (None, _) if on_target => None,
         (None, _) if on_control_plane => None,
         (None, _) if variant.hits_every_runner() => None,
-        (None, _) => return Err(format!("how = `{how}` needs a runner")),
-        (Some(name), _) => Some(runner_index(name, runners)? as u32),
+        (None, _) => return Err(FaultStepError::NeedsARunner { how: how.clone() }),
+        (Some(name), _) => Some(index_of_runner(name, runners).map_err(FaultStepError::Runner)? as u32),
     };
     Ok(crate::faults::Fault { at_ms, duration_ms: *duration_ms, kind, runner, variant })
 }
@@ -636,7 +708,7 @@ fn check_condition(condition: &Condition, wait: bool, runners: u32, checkers: &[
         return Ok(());
     }
     if let Some(runner) = &condition.runner {
-        runner_index(runner, runners)?;
+        index_of_runner(runner, runners)?;
     }
     let Some(_) = &condition.job else {
         return Err("a condition names a job (or a checker, or stale_step)".into());

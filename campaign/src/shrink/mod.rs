@@ -28,6 +28,7 @@ use workloads::scenario::{Action, Condition, OperatorMode, Scenario, Step};
 use runfolder::folder::RunFolder;
 
 use crate::runs::found;
+use crate::CampaignError;
 
 /// Most tries a shrink may make.
 pub const TRIES_MAX: u32 = 500;
@@ -279,18 +280,18 @@ pub struct Original {
 
 /// Reads a run folder: its configuration, jobs, schedule and anomalies. `checkers` names
 /// the anomalies to keep; empty means the first checker to find one.
-pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, String> {
+pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, CampaignError> {
     let run_folder = RunFolder::at(folder);
     let file = run_folder.run_config()?;
     let config = file.run;
     if file.scenario.is_some() {
-        return Err(format!("{} is a scenario's run folder: shrink takes a `fencelab run` folder", folder.display()));
+        return Err(CampaignError::ScenarioFolder(folder.to_path_buf()));
     }
     let jobs: Vec<PlannedJob> = run_folder.required_jobs()?;
     let faults: Vec<Fault> = run_folder.required_schedule()?;
     let found = found(folder)?;
     if found.is_empty() {
-        return Err(format!("the run in {} found no anomaly: nothing to shrink", folder.display()));
+        return Err(CampaignError::NoAnomaly(folder.to_path_buf()));
     }
     let targets: Vec<String> = if checkers.is_empty() {
         let first = found.iter().min_by(|a, b| a.first_s.unwrap_or(f64::MAX).total_cmp(&b.first_s.unwrap_or(f64::MAX)));
@@ -302,8 +303,8 @@ pub fn read_original(folder: &Path, checkers: &[String]) -> Result<Original, Str
     let mut named = BTreeSet::new();
     for target in &targets {
         let Some(hit) = found.iter().find(|found| &found.checker == target) else {
-            let names: Vec<&str> = found.iter().map(|found| found.checker.as_str()).collect();
-            return Err(format!("--checker {target}: found no anomaly in this run (these did: {})", names.join(", ")));
+            let found = found.iter().map(|found| found.checker.clone()).collect();
+            return Err(CampaignError::CheckerFoundNothing { checker: target.clone(), found });
         };
         complete_s = complete_s.zip(hit.first_s).map(|(a, b)| a.max(b));
         named.extend(hit.jobs.iter().cloned());
@@ -346,7 +347,7 @@ fn stories(
     planned: &[PlannedJob],
     schedule: &[Fault],
     lease_ms: u64,
-) -> Result<Vec<story::Story>, String> {
+) -> Result<Vec<story::Story>, CampaignError> {
     let events = RunFolder::at(folder).history()?;
     let timeline = story::Timeline::read(&events, schedule);
     let doc = crate::runs::results_of(folder)?;
@@ -363,7 +364,7 @@ fn stories(
 
 /// Job → the runner (0-based) that claimed its first attempt, from the run's final events;
 /// a history that cannot be read is an error (the run cannot be shrunk on a guess).
-fn first_claims(folder: &Path) -> Result<BTreeMap<String, u32>, String> {
+fn first_claims(folder: &Path) -> Result<BTreeMap<String, u32>, CampaignError> {
     let events = RunFolder::at(folder).history()?;
     let finals = events.into_iter().filter(|event| event.process == Process::HARNESS && event.f == Op::Final);
     Ok(finals
@@ -638,9 +639,9 @@ impl Shrinker<'_> {
 }
 
 /// Shrinks the run in `options.folder` with `program` (the `fencelab` binary).
-pub async fn shrink(program: &Path, options: &Options) -> Result<Shrunk, String> {
+pub async fn shrink(program: &Path, options: &Options) -> Result<Shrunk, CampaignError> {
     let original = read_original(&options.folder, &options.checkers)?;
-    std::fs::create_dir_all(&options.work).map_err(|error| format!("{}: {error}", options.work.display()))?;
+    std::fs::create_dir_all(&options.work).map_err(|error| CampaignError::io(&options.work, error))?;
     let before = original.case.size();
     println!(
         "shrinking {}: {} invalid; runners {} jobs {} faults {} steps {} span {} ms",
@@ -690,7 +691,7 @@ pub async fn shrink(program: &Path, options: &Options) -> Result<Shrunk, String>
     };
     if let Some((case, confirmed)) = chosen {
         let text = scenario_text(&original.header, &case, &original.checkers);
-        std::fs::write(&options.out, text).map_err(|error| format!("{}: {error}", options.out.display()))?;
+        std::fs::write(&options.out, text).map_err(|error| CampaignError::io(&options.out, error))?;
         shrunk.after = Some(case.size());
         shrunk.confirmed = confirmed;
         shrunk.scenario = Some(options.out.clone());
@@ -698,8 +699,8 @@ pub async fn shrink(program: &Path, options: &Options) -> Result<Shrunk, String>
         shrunk.command = Some(format!("fencelab scenario run {}{system}", options.out.display()));
     }
     let report = options.work.join("shrink.json");
-    let json = serde_json::to_vec_pretty(&shrunk).map_err(|error| error.to_string())?;
-    std::fs::write(&report, json).map_err(|error| format!("{}: {error}", report.display()))?;
+    let json = serde_json::to_vec_pretty(&shrunk).map_err(CampaignError::Serialise)?;
+    std::fs::write(&report, json).map_err(|error| CampaignError::io(&report, error))?;
     Ok(shrunk)
 }
 
@@ -826,7 +827,7 @@ mod tests {
             .collect();
         assert_eq!(read, faults, "{text}");
         let beyond = text.replace("control_planes = 3", "control_planes = 2");
-        let error = parse(&beyond, &engine::scenario::checker_names()).unwrap_err();
+        let error = parse(&beyond, &engine::scenario::checker_names()).unwrap_err().to_string();
         assert!(error.contains("replica = 3: the scenario has control_planes = 2"), "{error}");
     }
 

@@ -56,7 +56,7 @@ pub fn load(file: &Path) -> Result<Scenario, ScenarioError> {
     let text =
         std::fs::read_to_string(file).map_err(|error| ScenarioError::Bad(format!("{}: {error}", file.display())))?;
     let bad = |message: String| ScenarioError::Bad(format!("{}: {message}", file.display()));
-    let scenario = format::parse(&text, &checker_names()).map_err(bad)?;
+    let scenario = format::parse(&text, &checker_names()).map_err(|error| bad(error.to_string()))?;
     // The planted bugs are the lab's vocabulary, which the pure format does not know.
     for bug in &scenario.bugs {
         bug.parse::<lab::bugs::Bug>().map_err(|error| bad(format!("bugs: {error}")))?;

@@ -45,7 +45,7 @@ async fn busy_runners(operator: &Client) -> std::collections::BTreeSet<String> {
 }
 
 fn index(name: &str, cluster: &Cluster) -> Result<usize, String> {
-    runner_index(name, cluster.runners.len() as u32)
+    runner_index(name, cluster.runners.len() as u32).map_err(|error| error.to_string())
 }
 
 impl Driver {

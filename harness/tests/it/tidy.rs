@@ -8,8 +8,9 @@
 //! compared against an event; a run folder's files are named only by its owner
 //! (`runfolder::folder`); the `fencelab run` command line is written only by its one writer
 //! (`RunConfig::command_words`); the history's `config` event is built and read only through
-//! its one type (`history::Config`); and the figures the documents state (checkers, fault variants,
-//! conformance cases) are the code's.
+//! its one type (`history::Config`); the figures the documents state (checkers, fault variants,
+//! conformance cases) are the code's; and errors are typed: no library's public function
+//! returns `Result<_, String>` and the binary never downcasts an error to find its exit code.
 
 use std::path::{Path, PathBuf};
 
@@ -312,6 +313,80 @@ fn config_event_violations(path: &str, text: &str) -> Vec<String> {
     found
 }
 
+/// The binary's crate, the only one whose errors may be `anyhow` and where libraries' errors
+/// end; every other crate is a library.
+const BINARY: &str = "harness";
+
+/// The return type of the function whose signature starts `signature` (from `fn` on): what
+/// follows the parameters' closing parenthesis, up to the body, a `where` or a `;`.
+fn return_type(signature: &str) -> Option<String> {
+    let open = signature.find('(')?;
+    let mut depth = 0;
+    for (at, character) in signature[open..].char_indices() {
+        match character {
+            '(' => depth += 1,
+            ')' if depth == 1 => {
+                let rest = signature[open + at + 1..].trim_start().strip_prefix("->")?;
+                let end = rest.find(['{', ';']).unwrap_or(rest.len());
+                let end = rest[..end].find(" where").unwrap_or(end);
+                return Some(rest[..end].split_whitespace().collect::<Vec<_>>().join(" "));
+            }
+            ')' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// A library's public function whose error is a bare `String` (its signature read across
+/// lines): errors are typed (thiserror), each carrying its message and its source.
+fn string_error_violations(path: &str, text: &str) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    for (number, line) in lines.iter().enumerate() {
+        let words = line.trim_start();
+        let public = ["pub fn ", "pub async fn ", "pub const fn "].iter().any(|start| words.starts_with(start));
+        if !public {
+            continue;
+        }
+        let signature = lines[number..].iter().take(12).copied().collect::<Vec<_>>().join(" ");
+        let returns = return_type(&signature[signature.find("fn ").unwrap_or(0)..]).unwrap_or_default();
+        if returns.starts_with("Result<") && returns.replace(", ", ",").ends_with(",String>") {
+            found.push(format!("{path}:{}: a public function returns `{returns}`: give it a typed error", number + 1));
+        }
+    }
+    found
+}
+
+/// `downcast` in the binary: its commands carry their error's type (`CommandError`), and the
+/// exit code is a match on it.
+fn downcast_violations(path: &str, text: &str) -> Vec<String> {
+    let code = text.lines().enumerate().filter(|(_, line)| !line.trim_start().starts_with("//"));
+    code.filter(|(_, line)| line.contains("downcast"))
+        .map(|(number, _)| format!("{path}:{}: a downcast: carry the error's type instead", number + 1))
+        .collect()
+}
+
+#[test]
+fn libraries_return_typed_errors_and_the_binary_never_downcasts() {
+    let root = workspace();
+    let mut violations = Vec::new();
+    for krate in crates().into_iter().filter(|krate| krate != BINARY) {
+        let mut files = Vec::new();
+        rust_files(&root.join(&krate).join("src"), &mut files);
+        for file in files {
+            violations.extend(string_error_violations(&relative(&file), &std::fs::read_to_string(&file).unwrap()));
+        }
+    }
+    let mut files = Vec::new();
+    rust_files(&root.join(BINARY).join("src"), &mut files);
+    assert!(files.len() > 3, "the binary's sources were not found");
+    for file in files {
+        violations.extend(downcast_violations(&relative(&file), &std::fs::read_to_string(&file).unwrap()));
+    }
+    assert!(violations.is_empty(), "untyped errors:\n{}", violations.join("\n"));
+}
+
 fn relative(path: &Path) -> String {
     path.strip_prefix(workspace()).unwrap_or(path).display().to_string()
 }
@@ -388,6 +463,23 @@ fn tidy_rules_catch_planted_violations() {
     assert_eq!(config_event_violations("checkers/src/x.rs", read).len(), 1);
     assert_eq!(config_event_violations("system/src/x.rs", read).len(), 0, "a system file's placeholder");
     assert_eq!(config_event_violations("x.rs", &format!("//! a module\n#[cfg(test)]\n{config}")).len(), 0);
+    let strings = [
+        ("pub fn read(path: &Path) -> Result<Suite, String> {", 1),
+        ("pub async fn run(\n    program: &Path,\n) -> Result<(Client, String), String> {", 1),
+        ("    pub fn validate(self) -> Result<RunConfig, String>\n    where\n        Self: Sized,\n{", 1),
+        ("pub fn read(configure: impl Fn(&Run) -> Result<Config, String>) -> Result<Suite, SuiteError> {", 0),
+        ("pub fn expand(values: &BTreeMap<&str, String>) -> Result<String, PlaceholderError> {", 0),
+        ("pub async fn register_token(&self) -> anyhow::Result<String> {", 0),
+        ("pub fn of_run(run: &Path) -> Result<Vec<String>, StartError> {", 0),
+        ("pub(crate) fn submit(job: &Job) -> Result<(), String> {", 0),
+        ("fn check(step: &Step) -> Result<(), String> {", 0),
+    ];
+    for (text, count) in strings {
+        assert_eq!(string_error_violations("x.rs", text).len(), count, "{text}");
+    }
+    assert_eq!(downcast_violations("x.rs", "match error.downcast::<StartError>() {").len(), 1);
+    assert_eq!(downcast_violations("x.rs", "let start = error.downcast_ref::<StartError>();").len(), 1);
+    assert_eq!(downcast_violations("x.rs", "// never downcast: match the variant").len(), 0);
 }
 
 /// The workspace's crates (every folder with a Cargo.toml), in name order.

@@ -88,7 +88,7 @@ impl Lab {
         let host = base.trim_start_matches("http://").to_string();
         if let Some((bytes, half_close)) = row.raw_request(&host) {
             let exchanged = tokio::task::spawn_blocking(move || exchange(&host, &bytes, half_close, REQUEST_TIMEOUT));
-            return exchanged.await.map_err(|error| error.to_string())?;
+            return exchanged.await.map_err(|error| error.to_string())?.map_err(|error| error.to_string());
         }
         let method = reqwest::Method::from_bytes(row.method.as_bytes()).map_err(|error| error.to_string())?;
         let mut request = self.http.request(method, format!("{base}{}", row.path));
