@@ -68,7 +68,7 @@ async fn principal(app: &Shared, headers: &HeaderMap) -> Result<Principal, ApiEr
     blocking(app, move |rules| rules.principal(&token)).await
 }
 
-/// Parses the body and authenticates, in that order of cheapness.
+/// Authenticates, then parses the body: both before the rule's transaction starts.
 async fn authed<T: serde::de::DeserializeOwned>(
     app: &Shared,
     headers: &HeaderMap,

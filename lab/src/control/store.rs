@@ -176,7 +176,8 @@ pub trait Tx {
     fn update_job(&mut self, job: &JobRow) -> StoreResult<()>;
     /// The conditional update: returns the id of the attempt it changed, or `None` for zero rows.
     fn guarded_update(&mut self, guard: &Guard, change: &AttemptChange) -> StoreResult<Option<String>>;
-    /// An update with no predicate but the id. Only planted bugs call it.
+    /// An update with no predicate but the id: for expiry and reconciliation (which the
+    /// operator authorises), and for planted bugs.
     fn unguarded_update(&mut self, attempt: &str, change: &AttemptChange) -> StoreResult<bool>;
     /// Every running attempt, by fence.
     fn running_attempts(&mut self) -> StoreResult<Vec<AttemptRow>>;
