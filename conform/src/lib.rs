@@ -177,7 +177,7 @@ pub fn prepare(args: &Options, program: &Path) -> Result<Prepared, StartError> {
         heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
         renewal_margin_ms: RENEWAL_MARGIN_MS,
         request_timeout_ms: REQUEST_TIMEOUT_MS,
-        target_mode: "fenced".to_string(),
+        target_mode: history::TargetMode::Fenced,
         replicas: 1,
         secret: format!("conform-secret-{:x}", protocol::monotonic_ns()),
         poll_ms: system::launch::poll_ms_for(1),
@@ -232,13 +232,13 @@ async fn mode_targets(launch: &Launch, out: &Path) -> Result<BTreeMap<&'static s
     if !mode_choosable(launch) {
         return Ok(targets);
     }
-    for mode in ["idempotent", "unfenced"] {
+    for mode in [history::TargetMode::Idempotent, history::TargetMode::Unfenced] {
         let mut other = launch.clone();
-        other.target_mode = mode.to_string();
+        other.target_mode = mode;
         other.dir = out.join(format!("target-{mode}"));
         std::fs::create_dir_all(&other.dir)
             .map_err(|error| StartError::Failed(format!("{}: {error}", other.dir.display())))?;
-        targets.insert(mode, other.start_server(Role::Target, 0, 0).await?);
+        targets.insert(mode.as_str(), other.start_server(Role::Target, 0, 0).await?);
     }
     Ok(targets)
 }

@@ -406,7 +406,7 @@ struct Plan {
     lease_ms: u64,
     heartbeat_interval_ms: Option<u64>,
     reconcile_after_ms: Option<u64>,
-    target_mode: String,
+    target_mode: history::TargetMode,
     steps: Vec<Step>,
     step_comments: Vec<Vec<String>>,
     checkers: Vec<String>,
@@ -563,7 +563,7 @@ impl Plan {
             lease_ms,
             heartbeat_interval_ms: None,
             reconcile_after_ms: None,
-            target_mode: "fenced".to_string(),
+            target_mode: history::TargetMode::Fenced,
             steps: Vec::new(),
             step_comments: Vec::new(),
             checkers,
@@ -682,8 +682,8 @@ impl Plan {
         }
         self.reconcile_after_ms =
             number("reconcile_after_ms").or_else(|| reconcile_after(records)).map(|ms| ms.min(600_000));
-        match config.target_mode.as_deref() {
-            Some(mode) => self.target_mode = mode.to_string(),
+        match config.target_mode {
+            Some(mode) => self.target_mode = mode,
             None => unknowns.push(if records.has_target_log {
                 "the target's mode is not in the records: `fenced` assumed".to_string()
             } else {
@@ -955,7 +955,7 @@ impl Plan {
             runners: self.runner_count,
             idle: Vec::new(),
             lease_ms: self.lease_ms,
-            target_mode: self.target_mode.clone(),
+            target_mode: self.target_mode,
             bugs: Vec::new(),
             db: None,
             control_planes: 1,

@@ -41,7 +41,8 @@ pub struct RunArgs {
     /// Planted bugs to switch on in the lab (repeatable).
     #[arg(long = "bug")]
     pub bugs: Vec<String>,
-    #[arg(long, value_enum, default_value_t = defaults().target_mode)]
+    /// `fenced`, `idempotent` or `unfenced`.
+    #[arg(long, default_value_t = defaults().target_mode)]
     pub target_mode: Mode,
     #[arg(long, default_value_t = defaults().lease_ms)]
     pub lease_ms: u64,

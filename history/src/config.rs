@@ -23,7 +23,7 @@ pub struct Config {
     pub renewal_margin_ms: Option<u64>,
     /// The target's mode (`fenced`, `idempotent`, `unfenced`); none: fenced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_mode: Option<String>,
+    pub target_mode: Option<crate::TargetMode>,
     /// The system attacked, and what of the run it could not take.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<SystemConfig>,
@@ -70,7 +70,7 @@ impl Config {
 
     /// Whether the target ran without fencing.
     pub fn target_unfenced(&self) -> bool {
-        self.target_mode.as_deref() == Some("unfenced")
+        self.target_mode == Some(crate::TargetMode::Unfenced)
     }
 }
 

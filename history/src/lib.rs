@@ -32,7 +32,7 @@ pub use config::{Config, SystemConfig};
 pub use event::{Decision, Event, EventType};
 pub use exit::Exit;
 pub use io::{is_blank, log_line, parse_line, read, Error, LineError, Order, Reader, Writer};
-pub use vocab::{ClosedBy, Op, OutcomeWord, Process, Reason, RecordedAs, Role, Source, WordError};
+pub use vocab::{ClosedBy, Op, OutcomeWord, Process, Reason, RecordedAs, Role, Source, TargetMode, WordError};
 
 mod sources;
 pub use sources::{cut, declared, sources_event, sources_of};

@@ -104,6 +104,28 @@ macro_rules! words {
 }
 
 words! {
+    /// How the deployment target treats a step's fence: `fenced` refuses a fence lower than
+    /// the highest it applied on the key, `idempotent` also refuses one step applied twice,
+    /// `unfenced` applies everything (the residual risk, named).
+    TargetMode {
+        Fenced = "fenced",
+        Idempotent = "idempotent",
+        Unfenced = "unfenced",
+    }
+}
+
+impl std::str::FromStr for TargetMode {
+    type Err = WordError;
+
+    /// A mode by its word, as `--target-mode`, a scenario's `target_mode` and `config.json`
+    /// write it.
+    fn from_str(word: &str) -> Result<TargetMode, WordError> {
+        TargetMode::parse(word)
+            .ok_or_else(|| WordError::unknown("target mode", word, TargetMode::ALL.iter().map(|mode| mode.as_str())))
+    }
+}
+
+words! {
     /// The operation of an event (its `f`).
     Op {
         /// A job submitted (client) or recorded (ledger).

@@ -121,7 +121,7 @@ struct TargetArgs {
     listen: SocketAddr,
     #[arg(long, env = "FENCELAB_CAPABILITY_SECRET")]
     secret: String,
-    #[arg(long, value_enum, default_value = "fenced")]
+    #[arg(long, default_value_t = Mode::Fenced)]
     mode: Mode,
     /// Append every step record to this JSONL file.
     #[arg(long)]

@@ -25,42 +25,8 @@ use crate::web::{read_json, ApiError};
 use history::Reason;
 use protocol::{StepRecord, StepRequest, StepResponse};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    Fenced,
-    Idempotent,
-    Unfenced,
-}
-
-impl Mode {
-    /// The mode's name, as `--target-mode` and `config.json` write it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Fenced => "fenced",
-            Mode::Idempotent => "idempotent",
-            Mode::Unfenced => "unfenced",
-        }
-    }
-}
-
-impl std::fmt::Display for Mode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Mode {
-    type Err = String;
-
-    /// A mode by its name, in any case.
-    fn from_str(word: &str) -> Result<Mode, String> {
-        [Mode::Fenced, Mode::Idempotent, Mode::Unfenced]
-            .into_iter()
-            .find(|mode| mode.name().eq_ignore_ascii_case(word))
-            .ok_or_else(|| format!("`{word}` is not a target mode: `fenced`, `idempotent` or `unfenced`"))
-    }
-}
+/// The target's mode: the vocabulary's word, which the harness writes and reads too.
+pub use history::TargetMode as Mode;
 
 /// Longest a step may run on the target (10 minutes).
 pub const STEP_DURATION_MS_MAX: u64 = 600_000;

@@ -336,7 +336,7 @@ impl RunConfig {
             ("--keys", self.keys.to_string()),
             ("--rate", self.rate_per_s.to_string()),
             ("--nemesis", nemesis),
-            ("--target-mode", self.target_mode.name().to_string()),
+            ("--target-mode", self.target_mode.to_string()),
             ("--lease-ms", self.lease_ms.to_string()),
             ("--heartbeat-interval-ms", self.heartbeat_interval_ms.to_string()),
             ("--reconcile-after-ms", self.reconcile_after_ms.to_string()),

@@ -38,7 +38,7 @@ pub struct Launch {
     /// a folder in it.
     pub dir: PathBuf,
     pub lease_ms: u64,
-    pub target_mode: String,
+    pub target_mode: history::TargetMode,
     pub db: Db,
     pub database_url: Option<String>,
     pub schema: Option<String>,
@@ -86,7 +86,7 @@ pub struct Timings {
     pub renewal_margin_ms: u64,
     pub request_timeout_ms: u64,
     /// The target's mode (`fenced`, `idempotent`, `unfenced`).
-    pub target_mode: String,
+    pub target_mode: history::TargetMode,
     /// Replicas of the control plane, at least 1.
     pub replicas: usize,
     /// The capability secret (`{secret}`).
@@ -116,7 +116,7 @@ impl Launch {
             program: program.to_path_buf(),
             dir: std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()),
             lease_ms: timings.lease_ms,
-            target_mode: timings.target_mode.clone(),
+            target_mode: timings.target_mode,
             db: choice.db,
             database_url: None,
             schema: None,
@@ -329,7 +329,7 @@ impl Launch {
                 values.insert("runner_port", String::new());
             }
             Role::Target => {
-                values.insert("target_mode", self.target_mode.clone());
+                values.insert("target_mode", self.target_mode.to_string());
                 values.insert("step_log", self.data_dir(role).join("steps.jsonl").display().to_string());
             }
             Role::Runner => {

@@ -15,7 +15,7 @@ pub struct Scenario {
     pub runners: u32,
     pub idle: Vec<String>,
     pub lease_ms: u64,
-    pub target_mode: String,
+    pub target_mode: history::TargetMode,
     pub bugs: Vec<String>,
     /// The control plane's store (`sqlite` or `postgres`, as `--db`); none: as `--db` left
     /// out, the system file's one store if it declares one, else `sqlite`.
@@ -106,7 +106,7 @@ impl Scenario {
             reconcile_after_ms: self.reconcile_after_ms,
             settle_within_ms: self.settle_within_ms,
             settle_quiet_ms: self.settle_quiet_ms,
-            target_mode: &self.target_mode,
+            target_mode: self.target_mode.as_str(),
             bugs: &self.bugs,
             db: self.db.as_deref(),
             control_planes: self.control_planes,
@@ -414,6 +414,10 @@ fn parse_text(text: &str, checkers: &[&str]) -> Result<Scenario, String> {
         check_condition(&condition, false, raw.runners, checkers).map_err(|message| format!("{place}: {message}"))?;
         expects.push(condition);
     }
+    let target_mode = raw
+        .target_mode
+        .parse::<history::TargetMode>()
+        .map_err(|_| format!("target_mode = `{}`: must be fenced, idempotent or unfenced", raw.target_mode))?;
     let scenario = Scenario {
         name: raw.name,
         description: raw.description,
@@ -421,7 +425,7 @@ fn parse_text(text: &str, checkers: &[&str]) -> Result<Scenario, String> {
         runners: raw.runners,
         idle: raw.idle,
         lease_ms: raw.lease_ms,
-        target_mode: raw.target_mode,
+        target_mode,
         bugs: raw.bugs,
         db: raw.db,
         control_planes: raw.control_planes,
@@ -462,9 +466,6 @@ fn check_header(scenario: &Scenario) -> Result<(), String> {
     }
     if !(100..=60_000).contains(&scenario.lease_ms) {
         return Err(format!("lease_ms = {}: must be 100..=60000", scenario.lease_ms));
-    }
-    if !["fenced", "idempotent", "unfenced"].contains(&scenario.target_mode.as_str()) {
-        return Err(format!("target_mode = `{}`: must be fenced, idempotent or unfenced", scenario.target_mode));
     }
     for runner in &scenario.idle {
         index_of_runner(runner, scenario.runners).map_err(|message| format!("idle: {message}"))?;

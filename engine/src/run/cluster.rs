@@ -88,7 +88,7 @@ pub fn timings_of(config: &RunConfig) -> system::Timings {
         heartbeat_interval_ms: config.heartbeat_interval_ms,
         renewal_margin_ms: config.renewal_margin_ms,
         request_timeout_ms: config.request_timeout_ms,
-        target_mode: config.target_mode.name().to_string(),
+        target_mode: config.target_mode,
         replicas: config.control_planes as usize,
         secret: format!("capability-secret-{:016x}", config.seed),
         poll_ms: system::launch::poll_ms_for(config.runners),

@@ -73,7 +73,7 @@ fn config(scenario: &Scenario, store: &Path, system: &SystemChoice) -> Result<Ru
         runners: scenario.runners,
         nemesis: Vec::new(),
         bugs: bugs.collect::<Result<Vec<_>, String>>().map_err(bad)?,
-        target_mode: scenario.target_mode.parse().map_err(bad)?,
+        target_mode: scenario.target_mode,
         store: store.to_path_buf(),
         db: system::SystemFile::store_of(
             system.system.as_deref(),
