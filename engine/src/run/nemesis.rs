@@ -921,10 +921,14 @@ async fn hold_step(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
 /// says its lease has long to run, and only a deadline kept on its monotonic clock stops
 /// it. The runner is caught sending a step that is not its attempt's last (its log shows
 /// which; waited for at most 2 leases), so that it has another step to ask a capability for
-/// while it is cut. At the heal the clock is set true first, then the link enabled, so that
-/// no report reaches the control plane stamped by the moved clock. The start names the
-/// step (`value.between`); a runner that sends no such step within 2 leases had nothing to
-/// hit, and the try is ineffective.
+/// while it is cut. The link is cut first and the clock moved after it, and at the heal the
+/// clock is set true first and the link enabled after it, so that no report reaches the
+/// control plane stamped by the moved clock. The start is recorded, and the window timed,
+/// from the clock's move: the proxy may be slow to cut the link on a loaded host, and a
+/// start recorded after it would leave the runner's requests read on the moved clock before
+/// the start, and the window short of the fault's length. The start names the step
+/// (`value.between`); a runner that sends no such step within 2 leases had nothing to hit,
+/// and the try is ineffective.
 async fn backward_jump(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let index = runner(fault);
     let Variant::BackwardJump { offset_ms } = fault.variant else { unreachable!("a backward jump") };
@@ -943,12 +947,12 @@ async fn backward_jump(shared: &Shared, fault: &Fault, try_number: u32) -> Start
         record_start(&shared.recorder, fault, try_number, Err(why), false);
         return Started::Ineffective;
     };
-    let started = tokio::time::Instant::now();
     let moved = {
         let cluster = shared.cluster.lock().await;
-        let clock = cluster.set_clock(index, offset_ms).map_err(|error| error.to_string());
-        clock.and(cluster.control_set_enabled(index, false).await.map_err(|error| error.to_string()))
+        let cut = cluster.control_set_enabled(index, false).await.map_err(|error| error.to_string());
+        cut.and_then(|()| cluster.set_clock(index, offset_ms).map_err(|error| error.to_string()))
     };
+    let started = tokio::time::Instant::now();
     let mut fields = effect(moved.is_ok(), try_number);
     fields.insert("between".into(), serde_json::json!({"attempt": claim.attempt, "step": step}));
     record_with(&shared.recorder, fault, "start", moved, fields);
