@@ -1223,8 +1223,10 @@ fn from_log(records: &Records, claim: &Claim, log: &[&Event], lease_ns: u64) -> 
         if exchange.request.f != Op::Result || exchange.answered() || exchange.entry.is_some() {
             continue;
         }
-        let unanswered = |before: &usize| on_attempt[*before].request.f == Op::Result && !on_attempt[*before].answered();
-        if let Some(recorded) = (0..at).rev().take_while(unanswered).find(|before| on_attempt[*before].entry.is_some()) {
+        let unanswered =
+            |before: &usize| on_attempt[*before].request.f == Op::Result && !on_attempt[*before].answered();
+        if let Some(recorded) = (0..at).rev().take_while(unanswered).find(|before| on_attempt[*before].entry.is_some())
+        {
             retries.insert(at);
             retried_until.insert(recorded, exchange.end_ns());
         }
@@ -2049,7 +2051,7 @@ mod tests {
     const DUPLICATE_ACK_R1: &str = r#"{"f":"claim","process":"runner:r1","runner":"r1","time_ns":90000000,"type":"request","observed_ms":1090}
 {"attempt":"j1-a1","decision":"accepted","f":"claim","fence":1,"job":"j1","key":"k","process":"runner:r1","runner":"r1","time_ns":110000000,"type":"response","value":{"ledger_seq":2}}
 {"attempt":"j1-a1","f":"result","fence":1,"job":"j1","outcome":"succeeded","process":"runner:r1","runner":"r1","time_ns":590000000,"type":"request","observed_ms":1590}
-{"attempt":"j1-a1","f":"result","fence":1,"job":"j1","outcome":"succeeded","process":"runner:r1","runner":"r1","time_ns":591000000,"type":"info","reason":"connection closed before message completed"}
+{"attempt":"j1-a1","f":"result","fence":1,"job":"j1","outcome":"succeeded","process":"runner:r1","runner":"r1","time_ns":601000000,"type":"info","reason":"connection closed before message completed"}
 {"attempt":"j1-a1","f":"result","fence":1,"job":"j1","outcome":"succeeded","process":"runner:r1","runner":"r1","time_ns":1290000000,"type":"request","observed_ms":2290}
 {"attempt":"j1-a1","f":"result","fence":1,"job":"j1","outcome":"succeeded","process":"runner:r1","runner":"r1","time_ns":1291000000,"type":"info","reason":"connection closed before message completed"}
 {"attempt":"j1-a1","f":"result","fence":1,"job":"j1","outcome":"succeeded","process":"runner:r1","runner":"r1","time_ns":1600000000,"type":"request","observed_ms":2600}
