@@ -344,6 +344,10 @@ fn exchanges<'a>(records: &Records<'a>, log: &[&'a Event], lease_ns: u64) -> Vec
     let mut taken: BTreeSet<u64> = BTreeSet::new();
     for exchange in &mut out {
         let by_seq = exchange.answer.and_then(ledger_seq_of).and_then(|seq| records.by_seq.get(&seq).copied());
+        // An answer naming an entry received before its request was sent names another
+        // request's entry (a duplicate answered with the committed result's): that entry
+        // recorded the earlier request, whose own answer may never have come.
+        let by_seq = by_seq.filter(|entry| entry.time_ns >= exchange.request.time_ns);
         if let Some(entry) = by_seq {
             taken.insert(entry.index);
             exchange.entry = Some(entry);
@@ -1209,23 +1213,48 @@ fn from_log(records: &Records, claim: &Claim, log: &[&Event], lease_ns: u64) -> 
     let mut found = Vec::new();
     let runner = &claim.runner;
     let slow_ns = (lease_ns / 4).max(200_000_000);
+    // A result sent again without an answer after one the ledger recorded whose answer never
+    // came: the lost response going on (an identical retry is ruled a duplicate, which a
+    // control plane may leave unrecorded), not a cut. Each lost response → when its last
+    // retry ended.
+    let mut retries: BTreeSet<usize> = BTreeSet::new();
+    let mut retried_until: BTreeMap<usize, u64> = BTreeMap::new();
+    for (at, exchange) in on_attempt.iter().enumerate() {
+        if exchange.request.f != Op::Result || exchange.answered() || exchange.entry.is_some() {
+            continue;
+        }
+        let unanswered =
+            |before: &usize| on_attempt[*before].request.f == Op::Result && !on_attempt[*before].answered();
+        if let Some(recorded) = (0..at).rev().take_while(unanswered).find(|before| on_attempt[*before].entry.is_some())
+        {
+            retries.insert(at);
+            retried_until.insert(recorded, exchange.end_ns());
+        }
+    }
     // Unanswered requests the ledger never saw, in runs: a cut of the control link.
     let mut at = 0;
     while at < on_attempt.len() {
-        let lost = |exchange: &Exchange| !exchange.answered() && exchange.entry.is_none();
-        if !lost(on_attempt[at]) {
+        let lost = |at: usize| {
+            let exchange = on_attempt[at];
+            !exchange.answered() && exchange.entry.is_none() && !retries.contains(&at)
+        };
+        if !lost(at) {
             at += 1;
             continue;
         }
         let first = at;
-        while at < on_attempt.len() && lost(on_attempt[at]) {
+        while at < on_attempt.len() && lost(at) {
             at += 1;
         }
         let last = at - 1;
         let before = first.checked_sub(1).map(|before| on_attempt[before].end_ns()).unwrap_or(claim.at_ns);
         let start_ns = before.max(on_attempt[first].request.time_ns.saturating_sub(lease_ns / 4));
         let heard = on_attempt.get(at).map(|next| next.request.time_ns);
-        let end_ns = heard.unwrap_or(on_attempt[last].end_ns() + lease_ns);
+        // A request that hung until its timeout was cut off for as long, even where a later
+        // one was answered (a heartbeat left hanging lets the lease lapse while the runner's
+        // other requests pass).
+        let hung_ns = on_attempt[first..=last].iter().map(|exchange| exchange.end_ns()).max().unwrap_or(0);
+        let end_ns = heard.unwrap_or(on_attempt[last].end_ns() + lease_ns).max(hung_ns);
         let target_lost = steps.iter().any(|step| {
             (start_ns..=end_ns).contains(&step.request.time_ns)
                 && step.answer.is_some_and(|answer| answer.kind == EventType::Info)
@@ -1254,6 +1283,12 @@ fn from_log(records: &Records, claim: &Claim, log: &[&Event], lease_ns: u64) -> 
                 ms(end_ns - start_ns)
             )),
         }
+        if heard.is_some_and(|next| hung_ns > next) {
+            because.push(format!(
+                "one of them hung unanswered until {} (its timeout) while later ones passed: the cut lasts as long",
+                secs(hung_ns)
+            ));
+        }
         if target_lost {
             because.push("its target steps went unanswered meanwhile: both its links cut".to_string());
         }
@@ -1265,12 +1300,15 @@ fn from_log(records: &Records, claim: &Claim, log: &[&Event], lease_ns: u64) -> 
             because,
         });
     }
-    // Reports the ledger recorded whose answer never came: a lost response.
-    for exchange in on_attempt.iter().filter(|exchange| !exchange.answered() && exchange.entry.is_some()) {
-        let entry = exchange.entry.expect("filtered");
+    // Reports the ledger recorded whose answer never came: a lost response (for as long as
+    // the retries of a result went unanswered too).
+    for (at, exchange) in on_attempt.iter().enumerate() {
+        let Some(entry) = exchange.entry.filter(|_| !exchange.answered()) else { continue };
+        let at_ns = exchange.request.time_ns.saturating_sub(50_000_000);
+        let retried_ms = retried_until.get(&at).map_or(0, |until| ms(until.saturating_sub(at_ns)) + 50);
         found.push(Found {
-            at_ns: exchange.request.time_ns.saturating_sub(50_000_000),
-            duration_ms: (ms(lease_ns) / 2).max(100),
+            at_ns,
+            duration_ms: (ms(lease_ns) / 2).max(100).max(retried_ms),
             runner: Some(runner.clone()),
             variant: Variant::LostResponse,
             because: vec![format!(
@@ -1999,5 +2037,90 @@ mod tests {
             })
             .collect();
         assert_eq!(played, ["heartbeat", "result"], "{text}");
+    }
+
+    /// A ledger where r1's result was committed (seq 3) and an identical retry was answered
+    /// `duplicate` with no entry of its own.
+    const DUPLICATE_ACK: &str = r#"{"seq":1,"kind":"submit","project":"p","job":"j1","deployment_key":"k","received_ms":1000,"mono_ns":10000000}
+{"seq":2,"kind":"claim","project":"p","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k","decision":"accepted","received_ms":1100,"mono_ns":100000000,"lease_expires_ms":2100}
+{"seq":3,"kind":"result","project":"p","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k","decision":"accepted","outcome":"succeeded","received_ms":1600,"observed_ms":1600,"mono_ns":600000000}
+"#;
+
+    /// r1's log: its claim, its result unanswered (the answer lost), sent again unanswered, and
+    /// again, answered `duplicate`, naming the committed result's entry.
+    const DUPLICATE_ACK_R1: &str = r#"{"f":"claim","process":"runner:r1","runner":"r1","time_ns":90000000,"type":"request","observed_ms":1090}
+{"attempt":"j1-a1","decision":"accepted","f":"claim","fence":1,"job":"j1","key":"k","process":"runner:r1","runner":"r1","time_ns":110000000,"type":"response","value":{"ledger_seq":2}}
+{"attempt":"j1-a1","f":"result","fence":1,"job":"j1","outcome":"succeeded","process":"runner:r1","runner":"r1","time_ns":590000000,"type":"request","observed_ms":1590}
+{"attempt":"j1-a1","f":"result","fence":1,"job":"j1","outcome":"succeeded","process":"runner:r1","runner":"r1","time_ns":601000000,"type":"info","reason":"connection closed before message completed"}
+{"attempt":"j1-a1","f":"result","fence":1,"job":"j1","outcome":"succeeded","process":"runner:r1","runner":"r1","time_ns":1290000000,"type":"request","observed_ms":2290}
+{"attempt":"j1-a1","f":"result","fence":1,"job":"j1","outcome":"succeeded","process":"runner:r1","runner":"r1","time_ns":1291000000,"type":"info","reason":"connection closed before message completed"}
+{"attempt":"j1-a1","f":"result","fence":1,"job":"j1","outcome":"succeeded","process":"runner:r1","runner":"r1","time_ns":1600000000,"type":"request","observed_ms":2600}
+{"attempt":"j1-a1","decision":"duplicate","f":"result","fence":1,"job":"j1","outcome":"succeeded","process":"runner:r1","runner":"r1","time_ns":1610000000,"type":"response","value":{"ledger_seq":3}}
+"#;
+
+    /// An answer naming an entry received before its request was sent is not that request's
+    /// entry: the entry recorded the earlier request, whose answer was lost (a
+    /// duplicate-ack-unrecorded incident, seed 1, duplicate-results: the retry's `duplicate`
+    /// answer named the committed result, the first result matched no entry and was played as
+    /// a cut, 0 of 10 runs reproduced).
+    #[test]
+    fn a_duplicate_answered_with_the_committed_entry_is_a_lost_response() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("runner-r1.jsonl");
+        std::fs::write(&log, DUPLICATE_ACK_R1).unwrap();
+        let (scenario, text) = imported_with(DUPLICATE_ACK, &[log]);
+        let faults: Vec<(String, u64)> = scenario
+            .steps
+            .iter()
+            .filter_map(|step| match &step.action {
+                Action::Fault { how, duration_ms, .. } => Some((how.clone(), *duration_ms)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(faults.len(), 1, "one fault, no cut:\n{text}");
+        // From 50 ms before the result to past its unanswered retry's end (1.291 s).
+        assert_eq!(faults[0].0, "lost-response", "{text}");
+        assert!(faults[0].1 >= 1_291 - 540, "the retries' answers lost too:\n{text}");
+    }
+
+    /// A ledger where r1's heartbeat renewed j1-a1 to 1.35 s (mono), its capability was
+    /// answered, and its result was accepted at 2.65 s, after the lease.
+    const HUNG_HEARTBEAT: &str = r#"{"seq":1,"kind":"submit","project":"p","job":"j1","deployment_key":"k","received_ms":1000,"mono_ns":10000000}
+{"seq":2,"kind":"claim","project":"p","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k","decision":"accepted","received_ms":1100,"mono_ns":100000000,"lease_expires_ms":2100}
+{"seq":3,"kind":"heartbeat","project":"p","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k","decision":"accepted","received_ms":1350,"observed_ms":1350,"mono_ns":350000000,"lease_expires_ms":2350}
+{"seq":4,"kind":"capability","project":"p","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k","decision":"accepted","received_ms":1808,"observed_ms":1808,"mono_ns":808000000,"lease_expires_ms":2350}
+{"seq":5,"kind":"result","project":"p","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k","decision":"accepted","outcome":"succeeded","received_ms":3650,"observed_ms":3650,"mono_ns":2650000000}
+"#;
+
+    /// r1's log: its heartbeat at 0.6 s hangs until its timeout at 2.6 s, while its capability
+    /// at 0.807 s is answered; its result at 2.649 s is answered.
+    const HUNG_HEARTBEAT_R1: &str = r#"{"f":"claim","process":"runner:r1","runner":"r1","time_ns":90000000,"type":"request","observed_ms":1090}
+{"attempt":"j1-a1","decision":"accepted","f":"claim","fence":1,"job":"j1","key":"k","process":"runner:r1","runner":"r1","time_ns":110000000,"type":"response","value":{"ledger_seq":2}}
+{"attempt":"j1-a1","f":"heartbeat","fence":1,"job":"j1","process":"runner:r1","runner":"r1","time_ns":349000000,"type":"request","observed_ms":1349}
+{"attempt":"j1-a1","decision":"accepted","f":"heartbeat","fence":1,"job":"j1","process":"runner:r1","runner":"r1","time_ns":351000000,"type":"response","value":{"ledger_seq":3}}
+{"attempt":"j1-a1","f":"heartbeat","fence":1,"job":"j1","process":"runner:r1","runner":"r1","time_ns":600000000,"type":"request","observed_ms":1600}
+{"attempt":"j1-a1","f":"capability","fence":1,"job":"j1","process":"runner:r1","runner":"r1","time_ns":807000000,"type":"request","observed_ms":1807}
+{"attempt":"j1-a1","decision":"accepted","f":"capability","fence":1,"job":"j1","process":"runner:r1","runner":"r1","time_ns":809000000,"type":"response","value":{"ledger_seq":4}}
+{"attempt":"j1-a1","f":"heartbeat","fence":1,"job":"j1","process":"runner:r1","runner":"r1","time_ns":2600000000,"type":"info","reason":"operation timed out"}
+{"attempt":"j1-a1","f":"result","fence":1,"job":"j1","outcome":"succeeded","process":"runner:r1","runner":"r1","time_ns":2649000000,"type":"request","observed_ms":3649}
+{"attempt":"j1-a1","decision":"accepted","f":"result","fence":1,"job":"j1","outcome":"succeeded","process":"runner:r1","runner":"r1","time_ns":2651000000,"type":"response","value":{"ledger_seq":5}}
+"#;
+
+    /// A heartbeat that hung until its timeout while the runner's later requests were answered
+    /// cut the runner off for as long as it hung (a lease-judged-by-sweeper incident, seed 1:
+    /// a heartbeat hung 2 s, the import read a cut until the next request, 207 ms, and the
+    /// scenario's heartbeats renewed the lease: 0 of 10 runs reproduced).
+    #[test]
+    fn a_hung_heartbeat_cuts_the_runner_off_for_as_long_as_it_hung() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("runner-r1.jsonl");
+        std::fs::write(&log, HUNG_HEARTBEAT_R1).unwrap();
+        let (scenario, text) = imported_with(HUNG_HEARTBEAT, &[log]);
+        let cut = scenario.steps.iter().find_map(|step| match &step.action {
+            Action::Fault { how, duration_ms, .. } if how == "control-link" => Some(*duration_ms),
+            _ => None,
+        });
+        // From the heartbeat before it (0.351 s) to the hung one's timeout (2.6 s).
+        assert_eq!(cut, Some(2_600 - 351), "{text}");
     }
 }

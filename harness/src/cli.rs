@@ -326,10 +326,14 @@ fn execute(command: Command) -> Result<Exit, CommandError> {
                     let (inputs, assembled) = verdict::evidence::assemble_run(&run, lease_ms, &out)?;
                     let mut words = vec!["fencelab evidence".to_string()];
                     words.extend(inputs.ledger.iter().map(|ledger| format!("--ledger {}", ledger.display())));
+                    words.extend(inputs.steps.iter().map(|steps| format!("--steps {}", steps.display())));
                     words.extend(inputs.runner_logs.iter().map(|log| format!("--runner-log {}", log.display())));
                     words.extend(inputs.lease_ms.map(|lease| format!("--lease-ms {lease}")));
                     words.push(format!("--out {}", out.display()));
-                    println!("cut to       {} (the ledger and the runners' logs)", out.join("records").display());
+                    println!(
+                        "cut to       {} (the ledger, the target's step log and the runners' logs)",
+                        out.join("records").display()
+                    );
                     println!("assembled as {}", words.join(" "));
                     (inputs, assembled)
                 }

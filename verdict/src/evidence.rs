@@ -96,22 +96,27 @@ pub fn assemble(inputs: &Inputs) -> Result<Assembled, FolderError> {
 }
 
 /// A run's history cut to the records a production system keeps: its ledger, as
-/// `GET /v1/ledger` answers it (`mono_ns` on the run's clock), and each runner's log, written
-/// as files; the lease policy the run's control plane ran with.
+/// `GET /v1/ledger` answers it (`mono_ns` on the run's clock), the target's step log, as
+/// `GET /v1/steps` answers it, and each runner's log, written as files; the lease policy the
+/// run's control plane ran with.
 #[derive(Clone, Debug)]
 pub struct Cut {
     pub ledger: PathBuf,
+    /// The target's step log, when the run has one.
+    pub steps: Option<PathBuf>,
     pub runner_logs: Vec<PathBuf>,
     pub lease_ms: Option<u64>,
 }
 
-/// Cuts `events` (a run's history) to its ledger and runners' logs, written into `dir` as
-/// `ledger.jsonl` and `runner-ID.jsonl`: what an incident in production leaves, for
-/// [`assemble`]. The target's step log, the jobs' final states, the operator's and the
-/// nemesis's records are left out.
+/// Cuts `events` (a run's history) to its ledger, the target's step log and the runners'
+/// logs, written into `dir` as `ledger.jsonl`, `steps.jsonl` and `runner-ID.jsonl`: what an
+/// incident in production leaves (the target is the deployment system, which keeps its own
+/// records), for [`assemble`]. The jobs' final states, the operator's and the nemesis's
+/// records are left out.
 pub fn cut(events: &[Event], dir: &Path) -> Result<Cut, FolderError> {
     let written = |path: &Path, error: std::io::Error| FolderError::Write(format!("{}: {error}", path.display()));
     let mut ledger = Vec::new();
+    let mut steps = Vec::new();
     let mut logs: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for event in events {
         match &event.process {
@@ -121,6 +126,10 @@ pub fn cut(events: &[Event], dir: &Path) -> Result<Cut, FolderError> {
                     fields.remove("index");
                 }
                 logs.entry(id.clone()).or_default().push(line.to_string());
+            }
+            _ if event.process == history::Process::TARGET && event.kind == history::EventType::Step => {
+                let record = step_record(event)?;
+                steps.push(serde_json::to_string(&record).map_err(|error| FolderError::Bad(error.to_string()))?);
             }
             _ if event.kind == history::EventType::Ledger => {
                 let unreadable = || {
@@ -156,6 +165,13 @@ pub fn cut(events: &[Event], dir: &Path) -> Result<Cut, FolderError> {
     std::fs::create_dir_all(dir).map_err(|error| written(dir, error))?;
     let ledger_path = dir.join("ledger.jsonl");
     std::fs::write(&ledger_path, ledger.join("\n") + "\n").map_err(|error| written(&ledger_path, error))?;
+    let steps_path = dir.join("steps.jsonl");
+    let steps = if steps.is_empty() {
+        None
+    } else {
+        std::fs::write(&steps_path, steps.join("\n") + "\n").map_err(|error| written(&steps_path, error))?;
+        Some(steps_path)
+    };
     let mut runner_logs = Vec::new();
     for (runner, lines) in logs {
         let path = dir.join(format!("runner-{runner}.jsonl"));
@@ -163,12 +179,35 @@ pub fn cut(events: &[Event], dir: &Path) -> Result<Cut, FolderError> {
         runner_logs.push(path);
     }
     let lease_ms = events.iter().find_map(history::Config::of).and_then(|config| config.lease_ms);
-    Ok(Cut { ledger: ledger_path, runner_logs, lease_ms })
+    Ok(Cut { ledger: ledger_path, steps, runner_logs, lease_ms })
+}
+
+/// A target step event of a history as the step record the target keeps.
+fn step_record(event: &Event) -> Result<StepRecord, FolderError> {
+    let unreadable = || FolderError::Bad(format!("history event {}: a target step without its record", event.index));
+    let value = event.value.clone().unwrap_or_default();
+    let number = |key: &str| value[key].as_u64().ok_or_else(unreadable);
+    Ok(StepRecord {
+        seq: number("seq")?,
+        deployment_key: event.key.clone().ok_or_else(unreadable)?,
+        job: event.job.clone().ok_or_else(unreadable)?,
+        attempt: event.attempt.clone().ok_or_else(unreadable)?,
+        runner: event.runner.clone().ok_or_else(unreadable)?,
+        fence: event.fence.ok_or_else(unreadable)?,
+        step: number("step")? as u32,
+        steps: number("steps")? as u32,
+        applied: event.decision == Some(history::Decision::Accepted),
+        reason: event.reason.as_deref().and_then(history::Reason::parse),
+        revision: number("revision")?,
+        highest_fence_before: number("highest_fence_before")?,
+        received_ms: event.received_ms.ok_or_else(unreadable)?,
+        mono_ns: event.time_ns,
+    })
 }
 
 /// `fencelab evidence --from-run RUN --out OUT`: the run's history cut ([`cut`]) into
 /// `OUT/records/`, then assembled from those files as records gathered by hand are
-/// (`--ledger`, `--runner-log`, `--lease-ms`: the run's unless `lease_ms` says one).
+/// (`--ledger`, `--steps`, `--runner-log`, `--lease-ms`: the run's unless `lease_ms` says one).
 pub fn assemble_run(run: &Path, lease_ms: Option<u64>, out: &Path) -> Result<(Inputs, Assembled), FolderError> {
     let folder = runfolder::folder::RunFolder::at(run);
     folder.required_history()?;
@@ -180,6 +219,7 @@ pub fn assemble_run(run: &Path, lease_ms: Option<u64>, out: &Path) -> Result<(In
     let records = cut(&events, &out.join("records"))?;
     let inputs = Inputs {
         ledger: Some(records.ledger),
+        steps: records.steps,
         runner_logs: records.runner_logs,
         lease_ms: lease_ms.or(records.lease_ms),
         out: out.to_path_buf(),
@@ -293,5 +333,34 @@ mod tests {
         assert!(events.iter().all(|event| event.f != Op::Config));
         let unknown = verdict(&results, "explicit-uncertainty");
         assert!(matches!(unknown, Verdict::Unknown { reason } if reason.contains("malformed")), "{unknown:?}");
+    }
+
+    /// The cut keeps the target's step log, record for record (the target is the deployment
+    /// system, which keeps its own records): a stale step applied there is judged from the cut
+    /// (a target-ignores-fence run's cut held no anomaly without it, `check` exit 2).
+    #[test]
+    fn the_cut_keeps_the_targets_step_log() {
+        let record = StepRecord {
+            seq: 3,
+            deployment_key: "k".into(),
+            job: "j".into(),
+            attempt: "j-a1".into(),
+            runner: "r1".into(),
+            fence: 1,
+            step: 2,
+            steps: 4,
+            applied: false,
+            reason: Some(history::Reason::StaleFence),
+            revision: 5,
+            highest_fence_before: 2,
+            received_ms: 1_000,
+            mono_ns: 7_000_000,
+        };
+        let events = [system::collect::step_event(&record, record.mono_ns)];
+        let dir = tempfile::tempdir().unwrap();
+        let cut = cut(&events, dir.path()).unwrap();
+        let steps = cut.steps.expect("the step log written");
+        let kept: Vec<StepRecord> = records(&steps).unwrap();
+        assert_eq!(kept, vec![record]);
     }
 }

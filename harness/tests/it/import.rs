@@ -27,18 +27,18 @@ async fn an_imported_incident_names_its_ledger_entries_and_passes_on_the_correct
         [OsStr::new("evidence"), OsStr::new("--from-run"), run.as_os_str(), OsStr::new("--out"), folder.as_os_str()];
     let (code, output) = fencelab(&words).await;
     assert_eq!(code, Some(0), "{output}");
-    // What production keeps, and nothing else: the ledger and one log per runner.
+    // What production keeps, and nothing else: the ledger, the target's step log and one
+    // log per runner.
     let mut records: Vec<String> = std::fs::read_dir(folder.join("records"))
         .unwrap()
         .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     records.sort();
-    assert_eq!(records[0], "ledger.jsonl", "{records:?}");
-    assert!(records.len() > 1 && records[1..].iter().all(|name| name.starts_with("runner-")), "{records:?}");
-    assert!(
-        output.contains("--ledger") && output.contains("--runner-log") && output.contains("--lease-ms"),
-        "{output}"
-    );
+    assert_eq!((records[0].as_str(), records.last().map(String::as_str)), ("ledger.jsonl", Some("steps.jsonl")));
+    let runners = &records[1..records.len() - 1];
+    assert!(!runners.is_empty() && runners.iter().all(|name| name.starts_with("runner-")), "{records:?}");
+    let flags = ["--ledger", "--steps", "--runner-log", "--lease-ms"];
+    assert!(flags.iter().all(|flag| output.contains(flag)), "{output}");
     let scenario = dir.path().join("incident.toml");
     let import = [OsStr::new("import"), folder.as_os_str(), OsStr::new("--out"), scenario.as_os_str()];
     let (code, output) = fencelab(&import).await;
