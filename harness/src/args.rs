@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use history::TargetMode as Mode;
 use lab::bugs::Bug;
-use lab::target::Mode;
 use runfolder::config::{Db, RunConfig};
 
 /// The defaults of every flag, from [`RunConfig::default`]: the one place they live.

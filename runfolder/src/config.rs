@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use history::TargetMode as Mode;
 use lab::bugs::Bug;
-use lab::target::Mode;
 use serde::{Deserialize, Serialize};
 use workloads::faults::{FaultKind, EVERY_FAULT, NO_FAULT};
 
