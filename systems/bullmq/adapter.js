@@ -52,6 +52,7 @@ class Adapter {
     this.connection = { host: '127.0.0.1', port, maxRetriesPerRequest: null };
     this.queues = new Map();
     this.serial = contract.serial();
+    this.resumed = false;
   }
 
   // ---------------------------------------------------------------- BullMQ, one queue per key
@@ -73,8 +74,15 @@ class Adapter {
     const lane = { name, queue, worker };
     this.queues.set(key, lane);
     await queue.setGlobalConcurrency(1);
-    worker.startStalledCheckTimer().catch((error) => process.stderr.write(`stalled check ${key}: ${error.message}\n`));
+    if (this.resumed) this.checkStalls(key, worker);
     return lane;
+  }
+
+  /** Starts BullMQ's stalled-job check of `key`'s queue. Not before `resume` has recorded what
+   *  BullMQ decided while the adapter was down: a stall the check finds after a restart is
+   *  decided later than those, and is recorded after them. */
+  checkStalls(key, worker) {
+    worker.startStalledCheckTimer().catch((error) => process.stderr.write(`stalled check ${key}: ${error.message}\n`));
   }
 
   // ---------------------------------------------------------------- bookkeeping
@@ -380,9 +388,11 @@ class Adapter {
     return [200, new RawJson(`[${texts.map((text, i) => contract.withSeq(Number(after) + i + 1, text)).join(',')}]`)];
   }
 
-  /** Every key's queue and worker again after a restart: the stalled-job checks resume, and
-   *  a submit recorded before a crash that came before its `Queue.add` is added (BullMQ
-   *  ignores an add whose job id it holds). */
+  /** Every key's queue and worker again after a restart, and a submit recorded before a crash
+   *  that came before its `Queue.add` is added (BullMQ ignores an add whose job id it holds).
+   *  The decisions BullMQ made while the adapter was down are recorded before the stalled-job
+   *  checks resume: a stall recorded first would put a later instant ahead of them in the
+   *  ledger's order. */
   async resume() {
     for (const key of await this.redis.smembers('fl:allkeys')) await this.lane(key);
     for (const id of await this.redis.lrange('fl:jobs', 0, -1)) {
@@ -390,6 +400,8 @@ class Adapter {
       if (job && job.attempts === 0) await this.enqueue(job);
     }
     await this.serial(() => this.recover());
+    this.resumed = true;
+    for (const [key, { worker }] of this.queues) this.checkStalls(key, worker);
   }
 
   /**

@@ -55,6 +55,7 @@ async function call(url, method, route, token, body, statusOk = (status) => stat
 }
 
 function killed(child) {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((resolve) => {
     child.on('exit', resolve);
     child.kill('SIGKILL');
@@ -113,6 +114,74 @@ test('a BullMQ decision whose entry was lost with the adapter is recorded when i
   } finally {
     await killed(adapter.child);
     for (const queue of queues) await queue.close();
+    await redis.shutdown('NOSAVE').catch(() => {});
+    redis.disconnect();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+/** Resolves once `check` (async) is true; fails saying `what` after `ms`. */
+async function until(what, check, ms = 20000) {
+  const end = Date.now() + ms;
+  while (!(await check())) {
+    assert.ok(Date.now() < end, `${what} within ${ms} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+test('a completion BullMQ made while the adapter was down is recorded before a stall its check finds after the restart', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fencelab-bullmq-order-'));
+  const leaseMs = 5000;
+  let adapter = await start(dir, leaseMs);
+  const port = Number(fs.readFileSync(path.join(dir, 'redis.port'), 'utf8'));
+  const redis = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 1 });
+  redis.on('error', () => {});
+  const connection = { host: '127.0.0.1', port };
+  const names = { j1: `deploy-${hex('k1')}`, j2: `deploy-${hex('k2')}` };
+  const closing = [];
+  try {
+    const { url } = adapter;
+    await call(url, 'POST', '/v1/projects', OPERATOR, { id: 'p' });
+    const { token } = await call(url, 'POST', '/v1/runners', OPERATOR, { id: 'r1', project: 'p' });
+    for (const n of [1, 2]) {
+      await call(url, 'POST', '/v1/jobs', OPERATOR, { project: 'p', id: `j${n}`, deployment_key: `k${n}`, spec: { steps: 1, step_ms: 0 } });
+    }
+    // j1 is claimed and the adapter's stalled-job check marks it (a marked job whose lock has
+    // lapsed is moved at the next check, a lease later); j2 is claimed after the mark, and the
+    // adapter is killed before that next check.
+    const claim = async (job) => {
+      const { grant } = await call(url, 'POST', '/v1/claim', token, { runner: 'r1', observed_ms: Date.now() });
+      assert.strictEqual(grant && grant.claim.job, job, `${job} is granted`);
+      return grant.claim;
+    };
+    await claim('j1');
+    await until('the check marked j1', async () => (await redis.sismember(`bull:${names.j1}:stalled`, hex('j1'))) === 1);
+    const j2 = await claim('j2');
+    await killed(adapter.child);
+
+    // While the adapter is down: BullMQ completes j2 for a result whose answer the kill lost,
+    // and j1's lock lapses.
+    const queue = new Queue(names.j2, { connection });
+    closing.push(queue);
+    await (await Job.fromId(queue, hex('j2'))).moveToCompleted({ attempt: j2.attempt }, `${j2.runner}/${j2.attempt}/${j2.fence}`, false);
+    assert.strictEqual(await redis.lpos(`bull:${names.j1}:active`, hex('j1')), 0, 'j1 is still active: the adapter was killed before its check moved it');
+    await until("j1's lock and the last check's mark lapsed",
+      async () => (await redis.exists(`bull:${names.j1}:${hex('j1')}:lock`, `bull:${names.j1}:stalled-check`)) === 0);
+
+    adapter = await start(dir, leaseMs);
+    let ledger = [];
+    await until('the restarted adapter recorded j1\'s stall', async () => {
+      ledger = await call(adapter.url, 'GET', '/v1/ledger', OPERATOR);
+      return ledger.some((entry) => entry.kind === 'expire' && entry.job === 'j1');
+    });
+    assert.ok(ledger.some((entry) => entry.kind === 'result' && entry.job === 'j2' && entry.decision === 'accepted'), JSON.stringify(ledger));
+    for (let n = 1; n < ledger.length; n += 1) {
+      assert.ok(ledger[n].received_ms >= ledger[n - 1].received_ms,
+        `entry ${ledger[n].seq} (${ledger[n].kind}) is decided before entry ${ledger[n - 1].seq} (${ledger[n - 1].kind}), which precedes it: ${JSON.stringify(ledger)}`);
+    }
+  } finally {
+    await killed(adapter.child);
+    for (const each of closing) await each.close();
     await redis.shutdown('NOSAVE').catch(() => {});
     redis.disconnect();
     fs.rmSync(dir, { recursive: true, force: true });
