@@ -269,8 +269,9 @@ async fn shrinking_a_bullmq_run_replays_it_on_bullmq() {
 }
 
 /// The adapter's own tests (`systems/bullmq/test/`, `node --test`): a BullMQ decision whose
-/// ledger entry a SIGKILL of the adapter lost is recorded when the adapter starts again, and
-/// a report queued behind the claim that superseded its attempt is refused as superseded.
+/// ledger entry a SIGKILL of the adapter lost is recorded when the adapter starts again, before
+/// a stall found after the restart; and a report queued behind the claim that superseded its
+/// attempt is refused as superseded.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_adapters_node_tests_pass() {
     if bullmq_missing() {
@@ -285,7 +286,15 @@ async fn the_adapters_node_tests_pass() {
         .expect("node runs");
     let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "node --test {}:\n{said}", folder.display());
-    assert!(said.contains("# pass 2") && said.contains("# fail 0"), "{said}");
+    let declared: usize = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap().matches("\ntest(").count())
+        .sum();
+    assert!(declared >= 3, "the adapter's test files declare their tests: {declared}");
+    assert!(
+        said.contains(&format!("# pass {declared}\n")) && said.contains("# fail 0"),
+        "every one of the {declared} tests passes:\n{said}"
+    );
 }
 
 /// Only BullMQ's requeue is a slow-machine finding: a late report accepted, a finding of
