@@ -346,11 +346,7 @@ fn classify(event: &Event) -> Source {
         EventType::Request if event.process.is_runner() && matches!(event.f, Op::Claim | Op::Step) => {
             Source::RunnerRequest
         }
-        EventType::Invoke
-            if event.process == Process::NEMESIS
-                && matches!(event.f, Op::DuplicateResults | Op::ConflictingResults)
-                && event.attempt.is_some() =>
-        {
+        EventType::Invoke if is_nemesis_report(event) => {
             let token_of =
                 event.value.as_ref().and_then(|value| value.get("token_of")).and_then(|value| value.as_str());
             match token_of {
@@ -358,13 +354,7 @@ fn classify(event: &Event) -> Source {
                 _ => Source::ReportSent,
             }
         }
-        EventType::Ok | EventType::Fail
-            if event.process == Process::NEMESIS
-                && matches!(event.f, Op::DuplicateResults | Op::ConflictingResults)
-                && event.attempt.is_some() =>
-        {
-            Source::NemesisAnswer
-        }
+        EventType::Ok | EventType::Fail if is_nemesis_report(event) => Source::NemesisAnswer,
         EventType::Ok if event.process == Process::OPERATOR && event.f == Op::Reconcile => Source::OperatorAnswer,
         EventType::Ok if event.process == Process::CLIENT && event.f == Op::Submit => Source::SubmitOk,
         EventType::Ok if event.process == Process::HARNESS && event.f == Op::Final => Source::Final,
@@ -385,6 +375,16 @@ fn classify(event: &Event) -> Source {
 }
 
 /// Whether a nemesis event is of a `pause` (SIGSTOP of a runner).
+/// A report the nemesis sent itself in a runner's name: a replayed, conflicting, crossed or
+/// borrowed report (its kind in `value.report`, a result where a history leaves it out), or
+/// a stale heartbeat or capability request sent at another fault's heal (`value.report`).
+fn is_nemesis_report(event: &Event) -> bool {
+    let named = event.value.as_ref().is_some_and(|value| value.get("report").is_some_and(serde_json::Value::is_string));
+    event.process == Process::NEMESIS
+        && event.attempt.is_some()
+        && (named || matches!(event.f, Op::DuplicateResults | Op::ConflictingResults))
+}
+
 fn is_pause(event: &Event) -> bool {
     event.value.as_ref().and_then(|value| value.pointer("/variant/how")?.as_str()) == Some("pause")
 }

@@ -57,6 +57,10 @@ pub fn coverage(schedule: &serde_json::Value, events: &[Event]) -> BTreeMap<Stri
     }
     for event in events.iter().filter(|event| event.process == Process::NEMESIS && event.kind == EventType::Invoke) {
         let Some(value) = &event.value else { continue };
+        // A stale request sent on top of a fault's act is not another application of it.
+        if value.get("stale") == Some(&serde_json::Value::Bool(true)) {
+            continue;
+        }
         let (Some(effective), Some(how)) = (value.get("effective").and_then(|v| v.as_bool()), variant_name(value))
         else {
             continue;

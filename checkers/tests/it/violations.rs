@@ -779,3 +779,39 @@ fn rules_model_a_decision_on_a_lapsed_attempt_with_no_expiry_recorded() {
     let checkers::Verdict::Unknown { reason } = result.verdict else { panic!("{result:?}") };
     assert!(reason.contains("`expiry-not-recorded` needs the control plane's leases"), "{reason}");
 }
+
+#[test]
+fn ledger_completeness_counts_the_stale_requests_a_fault_sends_at_its_heal() {
+    // After j1-a1 closed, a pause's heal sends a heartbeat and a capability request for it in
+    // r1's name (`value.report`, `value.stale`); each is refused and recorded. They are sent
+    // reports of their kinds, and their answers are held against the ledger.
+    let stale = |h: &mut H, a1: &C, answered_seq: Option<u64>| {
+        for report in [Op::Heartbeat, Op::Capability] {
+            let value = serde_json::json!({"variant": {"how": "pause"}, "token_of": "r1", "report": report.as_str(), "stale": true});
+            let sent = Event::new(0, Process::NEMESIS, EventType::Invoke, Op::DelayedHeartbeats).with_claim(
+                &a1.job,
+                &a1.attempt,
+                &a1.runner,
+                a1.fence,
+            );
+            h.push(Event { value: Some(value.clone()), ..sent.clone() });
+            let seq = h.ledger_report(report, a1, 1_300, 1_300, Rejected, Some(Reason::NotCurrent), None, None, None);
+            let mut answer = Event { kind: EventType::Ok, value: Some(value), ..sent }
+                .with_decision(Rejected, Some(Reason::NotCurrent));
+            answer.value.as_mut().unwrap()["ledger_seq"] = serde_json::json!(answered_seq.unwrap_or(seq));
+            h.push(answer);
+        }
+    };
+    let run = |answered_seq: Option<u64>| {
+        let (mut h, a1) = start();
+        h.capability(&a1, 1_100, 1_100, Accepted, Some(3_000));
+        h.step(&a1, 1_110, Accepted, None);
+        h.result(&a1, 1_200, 1_200, "succeeded", Accepted, None);
+        stale(&mut h, &a1, answered_seq);
+        h.final_state("j1", Some("j1-a1"), "succeeded");
+        h.build()
+    };
+    crate::all_valid(&run(None));
+    // Answered naming an entry the ledger never holds.
+    check(&run(Some(99)), "ledger-completeness", &["answer-missing-from-ledger", "answer-missing-from-ledger"]);
+}

@@ -136,6 +136,9 @@ async fn hold_and_heal(shared: &Shared, fault: &Fault, started: tokio::time::Ins
     if let Variant::CommitCut { .. } = fault.variant {
         let cuts = commit_cuts(shared, fault, until(fault.duration_ms)).await;
         fields.insert("cuts".into(), cuts.into());
+    } else if let Variant::Pause | Variant::CutLinks = fault.variant {
+        stale_when_lapsed(shared, fault, until(fault.duration_ms)).await;
+        tokio::time::sleep_until(until(fault.duration_ms)).await;
     } else {
         tokio::time::sleep_until(until(fault.duration_ms)).await;
     }
@@ -535,8 +538,93 @@ async fn resend(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
         (Variant::Conflict, Outcome::Failed) => Outcome::Succeeded,
         (_, outcome) => outcome,
     };
-    send_result(shared, fault, &client, claim, outcome, try_number).await;
+    send_result(shared, fault, &client, claim.clone(), outcome, try_number).await;
+    if fault.variant == Variant::Replay {
+        stale_requests(shared, fault, &client, claim, try_number).await;
+    }
     Started::Sent
+}
+
+/// Sends again, in runner `client`'s name, the requests a runner sends while it holds a
+/// claim — a heartbeat and a capability request — for claims whose lease has ended: the
+/// claim whose result was just replayed (closed by that result), and the runner's latest
+/// other claim that got no accepted result and that the control plane no longer holds as
+/// running (expired, superseded or reconciled). A correct control plane refuses each; one
+/// that renews or grants a capability on a lapsed claim is caught by the ledger's checks.
+async fn stale_requests(shared: &Shared, fault: &Fault, client: &RunnerClient, replayed: ClaimRef, try_number: u32) {
+    let mut stale = vec![replayed.clone()];
+    stale.extend(lapsed_claim(shared, fault, Some(&replayed)).await);
+    for claim in &stale {
+        for report in [Report::Heartbeat, Report::Capability] {
+            send_report_as(shared, fault, client, claim, report, try_number, true).await;
+        }
+    }
+}
+
+/// Runner `fault`'s latest claim (other than `except`) that got no accepted result and
+/// that the control plane no longer holds as running.
+async fn lapsed_claim(shared: &Shared, fault: &Fault, except: Option<&ClaimRef>) -> Option<ClaimRef> {
+    let (operator, claims) = {
+        let cluster = shared.cluster.lock().await;
+        (cluster.system.operator.clone(), logged_claims(&cluster, runner(fault)))
+    };
+    for claim in claims.into_iter().rev().filter(|claim| Some(claim) != except) {
+        if lease_ended(&operator, &claim).await.is_some() {
+            return Some(claim);
+        }
+    }
+    None
+}
+
+/// How often a fault that keeps a runner from renewing asks whether its claim has lapsed.
+const LAPSE_POLL_MS: u64 = 50;
+
+/// While a fault keeps a runner from renewing (`pause`, `cut-links`): as soon as the control
+/// plane holds the lease of the claim the runner held at the start as ended (read every
+/// [`LAPSE_POLL_MS`], until `bound`), the heartbeat and the capability request the runner
+/// would send for it, sent in its name — the requests a correct runner, self-fenced, never
+/// sends, arriving while the attempt may still be uncertain and current.
+async fn stale_when_lapsed(shared: &Shared, fault: &Fault, bound: tokio::time::Instant) {
+    let (operator, held) = {
+        let cluster = shared.cluster.lock().await;
+        (cluster.system.operator.clone(), logged_claims(&cluster, runner(fault)).pop())
+    };
+    let Some(claim) = held else { return };
+    while lease_ended(&operator, &claim).await.is_none() {
+        if tokio::time::Instant::now() >= bound {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(LAPSE_POLL_MS)).await;
+    }
+    let (_, client) = runner_client(shared, runner(fault)).await;
+    for report in [Report::Heartbeat, Report::Capability] {
+        send_report_as(shared, fault, &client, &claim, report, 1, true).await;
+    }
+}
+
+/// Runner `index`'s granted claims that got no accepted result, oldest first, from its log.
+fn logged_claims(cluster: &Cluster, index: usize) -> Vec<ClaimRef> {
+    let Ok(text) = std::fs::read_to_string(cluster.system.runner_log(&cluster.runners[index].id)) else {
+        return vec![];
+    };
+    let mut claims: Vec<ClaimRef> = Vec::new();
+    for event in text.lines().filter_map(|line| serde_json::from_str::<history::Event>(line).ok()) {
+        if event.kind != EventType::Response || event.decision != Some(history::Decision::Accepted) {
+            continue;
+        }
+        let (Some(job), Some(attempt), Some(runner), Some(fence)) =
+            (event.job, event.attempt, event.runner, event.fence)
+        else {
+            continue;
+        };
+        let claim = ClaimRef { job, attempt, runner, fence };
+        match event.f {
+            Op::Claim => claims.push(claim),
+            Op::Result => claims.retain(|held| *held != claim),
+            _ => {}
+        }
+    }
+    claims
 }
 
 /// A client holding one runner's token, and that runner's id.
@@ -581,10 +669,24 @@ async fn send_result(
 async fn send_report(
     shared: &Shared,
     fault: &Fault,
+    client: &RunnerClient,
+    claim: &ClaimRef,
+    report: Report,
+    try_number: u32,
+) {
+    send_report_as(shared, fault, client, claim, report, try_number, false).await;
+}
+
+/// [`send_report`]; a `stale` report (`value.stale`) is a probe sent for a claim whose lease
+/// has ended, on top of the fault's own act, and not another application of the fault.
+async fn send_report_as(
+    shared: &Shared,
+    fault: &Fault,
     (client, token_of): &RunnerClient,
     claim: &ClaimRef,
     report: Report,
     try_number: u32,
+    stale: bool,
 ) {
     let observed_ms = protocol::wall_ms();
     let fill = |event: &mut history::Event| {
@@ -597,6 +699,9 @@ async fn send_report(
         value["try"] = serde_json::Value::from(try_number);
         value["token_of"] = serde_json::Value::from(token_of.as_str());
         value["report"] = serde_json::Value::from(report.op().as_str());
+        if stale {
+            value["stale"] = serde_json::Value::from(true);
+        }
         event.value = Some(value);
     };
     shared.recorder.record(Process::NEMESIS, EventType::Invoke, fault.kind.op(), fill);

@@ -197,6 +197,18 @@ async fn paused_runner_outlives_its_lease_and_its_late_reports_are_refused() {
     let expired = expired_attempts(&events, "r1", nemesis_window(&events).0, nemesis_window(&events).1 + 500);
     assert!(!expired.is_empty(), "no attempt of r1 expired while it was paused; {}", context(&finished));
     assert!(expired.iter().any(|attempt| late_report_rejected(&events, attempt)), "{}", context(&finished));
+    // As soon as the control plane held r1's claim as ended (its lease is 0.6 s of the 2-s
+    // pause), the nemesis sent the heartbeat and capability request r1 would have: refused.
+    for report in ["heartbeat", "capability"] {
+        let answer = events.iter().find(|event| {
+            event.process == Process::NEMESIS
+                && event.kind == EventType::Ok
+                && event.value.as_ref().is_some_and(|value| value["report"] == report && value["stale"] == true)
+        });
+        let Some(answer) = answer else { panic!("no stale {report} was sent in r1's name; {}", context(&finished)) };
+        assert_eq!(answer.decision, Some(Decision::Rejected), "{report}: {}", context(&finished));
+        assert!(late_report_rejected(&events, answer.attempt.as_deref().unwrap()), "{}", context(&finished));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -212,14 +224,29 @@ async fn heartbeats_delayed_beyond_the_lease_expire_it() {
     );
 }
 
+/// A replay sends the runner's last accepted result again, then a heartbeat and a capability
+/// request for that closed claim: the result is a duplicate, and the stale requests are
+/// refused and recorded as refused.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_replayed_result_is_acknowledged_as_a_duplicate() {
+async fn a_replayed_result_is_acknowledged_as_a_duplicate_and_its_stale_requests_refused() {
     let finished = one_fault(fault("duplicate-results", Some(0), 4_000, 0, json!({"how": "replay"}))).await;
     let events = finished.history();
-    let nemesis =
-        events.iter().find(|event| event.process == Process::NEMESIS && event.kind == EventType::Ok).expect("replayed");
-    assert_eq!(nemesis.decision, Some(Decision::Duplicate), "{}", context(&finished));
+    let answers: Vec<&Event> =
+        events.iter().filter(|event| event.process == Process::NEMESIS && event.kind == EventType::Ok).collect();
+    let sent = |report: &str| {
+        answers.iter().find(|event| event.value.as_ref().is_some_and(|value| value["report"] == report)).copied()
+    };
+    let result = sent("result").expect("replayed");
+    assert_eq!(result.decision, Some(Decision::Duplicate), "{}", context(&finished));
     assert!(ledger(&events, Op::Result).any(|event| event.decision == Some(Decision::Duplicate)));
+    for (report, f) in [("heartbeat", Op::Heartbeat), ("capability", Op::Capability)] {
+        let stale = sent(report).unwrap_or_else(|| panic!("no stale {report} was sent; {}", context(&finished)));
+        assert_eq!(stale.attempt, result.attempt, "{}", context(&finished));
+        assert_eq!(stale.decision, Some(Decision::Rejected), "{report}: {}", context(&finished));
+        let recorded = ledger(&events, f)
+            .any(|event| event.attempt == result.attempt && event.decision == Some(Decision::Rejected));
+        assert!(recorded, "the refused {report} is in the ledger; {}", context(&finished));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
