@@ -587,6 +587,11 @@ const LAPSE_POLL_MS: u64 = 50;
 async fn stale_when_lapsed(shared: &Shared, fault: &Fault, bound: tokio::time::Instant) {
     let (operator, held) = {
         let cluster = shared.cluster.lock().await;
+        // A system whose runners keep no log of the contract's (an observed one) has no
+        // claim to send again, and no runner token to send it with.
+        if cluster.info.absent.contains(&system::Feature::RunnerLog) {
+            return;
+        }
         (cluster.system.operator.clone(), logged_claims(&cluster, runner(fault)).pop())
     };
     let Some(claim) = held else { return };
