@@ -31,6 +31,27 @@ impl Finished {
     }
 }
 
+/// A test that fails keeps its run's store: copied out of the temporary directory (which
+/// is removed) to one that stays, named on stderr, so that a failure seen once in a soak
+/// can be read afterwards.
+impl Drop for Finished {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let kept = std::env::temp_dir().join(format!(
+            "fencelab-failed-{}-{}",
+            std::process::id(),
+            self.store.path().file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default()
+        ));
+        let copied = std::process::Command::new("cp").arg("-a").arg(self.store.path()).arg(&kept).status();
+        match copied {
+            Ok(status) if status.success() => eprintln!("the failing run's store is kept at {}", kept.display()),
+            _ => eprintln!("the failing run's store {} could not be kept", self.store.path().display()),
+        }
+    }
+}
+
 fn fencelab() -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fencelab"));
     command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
