@@ -117,10 +117,13 @@ async fn chaos(
     schedule: Vec<workloads::faults::Fault>,
     interrupt: impl std::future::Future<Output = ()>,
 ) -> driver::Ended {
+    // The plan's times (`at_ms` of its jobs and faults) count from here, where the time
+    // limit does: a start that took long must not leave them overdue, to fire in a burst.
+    let origin_ms = shared.recorder.now_ms();
     let operator = tokio::spawn(operator::run(shared.clone()));
     let progress = tokio::spawn(progress(shared.clone()));
-    let client = tokio::spawn(client(shared.clone(), jobs));
-    let nemesis = tokio::spawn(nemesis::run(shared.clone(), schedule));
+    let client = tokio::spawn(client(shared.clone(), jobs, origin_ms));
+    let nemesis = tokio::spawn(nemesis::run(shared.clone(), schedule, origin_ms));
     let stoppable = [client.abort_handle(), nemesis.abort_handle()];
     let ((settled, stopped_at_first), interrupted) = tokio::select! {
         ended = chaos_then_recovery(shared, &stoppable) => (ended, false),
@@ -279,14 +282,14 @@ fn first_watched(results: &[checkers::CheckerResult]) -> Option<&checkers::Anoma
 /// schedule's later jobs instead of piling up requests.
 const SUBMITS_IN_FLIGHT_MAX: usize = 64;
 
-/// Submits the planned jobs at their times, each without waiting for the previous one's
-/// answer (at most [`SUBMITS_IN_FLIGHT_MAX`] at once), so that the rate holds when an
-/// answer takes longer than the gap between two jobs. Aborting the client aborts the
-/// submits in flight with it.
-async fn client(shared: Shared, jobs: Vec<PlannedJob>) {
+/// Submits the planned jobs at their times from `origin_ms` (the history's ms when the
+/// workload began), each without waiting for the previous one's answer (at most
+/// [`SUBMITS_IN_FLIGHT_MAX`] at once), so that the rate holds when an answer takes longer
+/// than the gap between two jobs. Aborting the client aborts the submits in flight with it.
+async fn client(shared: Shared, jobs: Vec<PlannedJob>, origin_ms: u64) {
     let mut in_flight = tokio::task::JoinSet::new();
     for job in jobs {
-        let wait_ms = job.at_ms.saturating_sub(shared.recorder.now_ms());
+        let wait_ms = (origin_ms + job.at_ms).saturating_sub(shared.recorder.now_ms());
         tokio::time::sleep(Duration::from_millis(wait_ms)).await;
         while in_flight.len() >= SUBMITS_IN_FLIGHT_MAX {
             in_flight.join_next().await;

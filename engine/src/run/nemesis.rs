@@ -23,15 +23,17 @@ fn toxic_name(fault: &Fault) -> String {
     format!("fencelab-{}-{}", fault.variant.name(), fault.at_ms)
 }
 
-/// Runs every fault of the schedule at its time. Each fault runs in a task of its own, so
+/// Runs every fault of the schedule at its time from `origin_ms` (the history's ms when the
+/// workload began). Each fault runs in a task of its own, so
 /// that a clock skew stays in effect while the next fault (scheduled inside its window)
 /// happens; the others never overlap by construction. Aborting this aborts them all.
-pub async fn run(shared: Shared, schedule: Vec<Fault>) {
+pub async fn run(shared: Shared, schedule: Vec<Fault>, origin_ms: u64) {
     let mut faults = tokio::task::JoinSet::new();
+    let end_ms = origin_ms + shared.config.time_limit_ms;
     for fault in schedule {
-        let wait_ms = fault.at_ms.saturating_sub(shared.recorder.now_ms());
+        let wait_ms = (origin_ms + fault.at_ms).saturating_sub(shared.recorder.now_ms());
         tokio::time::sleep(Duration::from_millis(wait_ms)).await;
-        faults.spawn(one(shared.clone(), fault));
+        faults.spawn(one(shared.clone(), fault, end_ms));
     }
     while faults.join_next().await.is_some() {}
 }
@@ -53,9 +55,10 @@ enum Started {
     Done,
 }
 
-/// One fault: start (again, a lease later, while it finds nothing to hit and the run has
-/// time for it), hold for its duration (jumping back halfway for a jump), heal.
-pub(crate) async fn one(shared: Shared, fault: Fault) {
+/// One fault: start (again, a lease later, while it finds nothing to hit and another try
+/// still ends before `end_ms`, the history's ms), hold for its duration (jumping back
+/// halfway for a jump), heal.
+pub(crate) async fn one(shared: Shared, fault: Fault, end_ms: u64) {
     let fault = in_use(&shared, fault).await;
     let label = label(&fault);
     shared.active.lock().await.push(label.clone());
@@ -71,7 +74,7 @@ pub(crate) async fn one(shared: Shared, fault: Fault) {
             Started::Sent | Started::Done => break,
             Started::Ineffective => {
                 let retry_end_ms = shared.recorder.now_ms() + shared.config.lease_ms + fault.duration_ms;
-                if retry_end_ms >= shared.config.time_limit_ms {
+                if retry_end_ms >= end_ms {
                     break;
                 }
                 tokio::time::sleep(lease).await;

@@ -91,7 +91,8 @@ impl Driver {
     async fn fault(&mut self, action: &Action) -> Result<(), String> {
         let runners = self.shared.config.runners;
         let fault = fault_of(action, self.shared.recorder.now_ms(), runners)?;
-        self.faults.spawn(crate::run::nemesis::one(self.shared.clone(), fault));
+        let end_ms = self.shared.config.time_limit_ms;
+        self.faults.spawn(crate::run::nemesis::one(self.shared.clone(), fault, end_ms));
         Ok(())
     }
 

@@ -814,3 +814,55 @@ async fn a_system_file_with_one_store_runs_on_it_without_db() {
     assert_eq!(wrong.code, Some(254), "{}", wrong.stderr);
     assert!(wrong.stderr.contains("`--db sqlite`: the system file has no `[db.sqlite]` table"), "{}", wrong.stderr);
 }
+
+/// A start that takes longer than the plan's first times leaves none of them overdue: the
+/// jobs are submitted, and the faults fired, at their times from when the workload began
+/// (the `config` event), not all at once when the system came up. (A PostgreSQL start that
+/// took 7.9 s of an 8-s run once fired four control-plane restarts within 0.7 s, and every
+/// submit into the first.) The lab's control plane is started here 3 s late.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_start_leaves_no_submit_or_fault_overdue() {
+    let lab = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../systems/lab.toml");
+    let text = std::fs::read_to_string(lab).unwrap();
+    let slow = text.replacen(
+        "command = [\n  \"{fencelab}\", \"lab\", \"control-plane\",",
+        "command = [\n  \"sh\", \"-c\", \"sleep 3 && exec \\\"$0\\\" \\\"$@\\\"\", \"{fencelab}\", \"lab\", \"control-plane\",",
+        1,
+    );
+    assert_ne!(slow, text, "the lab's control-plane command is where this test expects it");
+    let dir = tempfile::tempdir().unwrap();
+    let system = dir.path().join("slow-lab.toml");
+    std::fs::write(&system, slow).unwrap();
+    let replay = fault("duplicate-results", Some(0), 1_000, 0, json!({"how": "replay"}));
+    let finished = scheduled(vec![replay], "4", &["--system", system.to_str().unwrap()]).await;
+    assert_eq!(finished.code, Some(0), "{}", context(&finished));
+    let events = finished.history();
+    let began_ms = events.iter().find(|event| event.f == Op::Config).expect("the config event").time_ns / 1_000_000;
+    assert!(began_ms >= 3_000, "the control plane came up {began_ms} ms in, after its 3-s sleep");
+    let jobs: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(finished.folder().join("jobs.json")).unwrap()).unwrap();
+    let mut checked = 0;
+    for job in &jobs {
+        let (id, at_ms) = (job["id"].as_str().unwrap(), job["at_ms"].as_u64().unwrap());
+        let submitted = events.iter().find(|event| {
+            event.process == Process::CLIENT && event.kind == EventType::Invoke && event.job.as_deref() == Some(id)
+        });
+        let Some(submitted) = submitted else { continue };
+        let submitted_ms = submitted.time_ns / 1_000_000;
+        assert!(
+            submitted_ms >= began_ms + at_ms,
+            "{id}, planned {at_ms} ms into the workload, was submitted {} ms into it; {}",
+            submitted_ms as i64 - began_ms as i64,
+            context(&finished)
+        );
+        checked += 1;
+    }
+    assert!(checked >= 4, "the plan's jobs were submitted ({checked}); {}", context(&finished));
+    let fired = events.iter().find(|event| event.process == Process::NEMESIS).expect("the replay was tried");
+    let fired_ms = fired.time_ns / 1_000_000;
+    assert!(
+        fired_ms >= began_ms + 1_000,
+        "the replay planned at 1000 ms fired {} ms into the workload",
+        fired_ms as i64 - began_ms as i64
+    );
+}
