@@ -139,10 +139,10 @@ async fn hold_and_heal(shared: &Shared, fault: &Fault, started: tokio::time::Ins
     if let Variant::CommitCut { .. } = fault.variant {
         let cuts = commit_cuts(shared, fault, until(fault.duration_ms)).await;
         fields.insert("cuts".into(), cuts.into());
-    } else if let Variant::Pause | Variant::CutLinks = fault.variant {
-        stale_when_lapsed(shared, fault, until(fault.duration_ms)).await;
-        tokio::time::sleep_until(until(fault.duration_ms)).await;
     } else {
+        if let Variant::Pause | Variant::CutLinks = fault.variant {
+            stale_when_lapsed(shared, fault, until(fault.duration_ms)).await;
+        }
         tokio::time::sleep_until(until(fault.duration_ms)).await;
     }
     if let Variant::ResetControlSide | Variant::ResetRunnerSide = fault.variant {
@@ -511,8 +511,7 @@ async fn wait_busy(shared: &Shared, index: usize) -> bool {
 
 /// The last result of runner `index` that the control plane accepted, from its log.
 fn last_accepted_result(cluster: &Cluster, index: usize) -> Option<(ClaimRef, Outcome)> {
-    let text = std::fs::read_to_string(cluster.system.runner_log(&cluster.runners[index].id)).ok()?;
-    text.lines().rev().filter_map(|line| serde_json::from_str::<history::Event>(line).ok()).find_map(|event| {
+    logged_events(cluster, index).into_iter().rev().find_map(|event| {
         let accepted = event.kind == EventType::Response
             && event.f == Op::Result
             && event.decision == Some(history::Decision::Accepted);
@@ -610,13 +609,17 @@ async fn stale_when_lapsed(shared: &Shared, fault: &Fault, bound: tokio::time::I
     }
 }
 
+/// The events of runner `index`'s log read so far, in its order (none when it cannot be
+/// read; a line being written is skipped).
+fn logged_events(cluster: &Cluster, index: usize) -> Vec<history::Event> {
+    let text = std::fs::read_to_string(cluster.system.runner_log(&cluster.runners[index].id)).unwrap_or_default();
+    text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect()
+}
+
 /// Runner `index`'s granted claims that got no accepted result, oldest first, from its log.
 fn logged_claims(cluster: &Cluster, index: usize) -> Vec<ClaimRef> {
-    let Ok(text) = std::fs::read_to_string(cluster.system.runner_log(&cluster.runners[index].id)) else {
-        return vec![];
-    };
     let mut claims: Vec<ClaimRef> = Vec::new();
-    for event in text.lines().filter_map(|line| serde_json::from_str::<history::Event>(line).ok()) {
+    for event in logged_events(cluster, index) {
         if event.kind != EventType::Response || event.decision != Some(history::Decision::Accepted) {
             continue;
         }
