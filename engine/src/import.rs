@@ -17,7 +17,11 @@
 //! - an answer that never came for a report the ledger recorded is a lost response;
 //! - silence in a runner's log while it held an attempt is a pause, and silence after which it
 //!   claims afresh, its attempt abandoned, a kill;
-//! - a runner clock the ledger shows off (`observed_ms` against `received_ms`) is a skew;
+//! - a runner clock the ledger shows off (`observed_ms` against `received_ms`) is a skew, and a
+//!   target clock its step log shows off (its `received_ms` against the ledger's) a target skew;
+//! - a step the target received long after its runner sent it, once a newer fence had been
+//!   applied on its key (the step log against the runner's log), is a step held in the
+//!   network (`delayed-step`, which also cuts the runner's control link);
 //! - every runner losing the control plane at once, or an answer whose ledger entry the ledger
 //!   no longer holds, is a control-plane restart;
 //! - a report the ledger holds under a runner whose log never sent it is played as that runner.
@@ -158,6 +162,8 @@ struct Records<'a> {
     submits: BTreeMap<String, (Option<String>, u64, Option<u64>)>,
     config: history::Config,
     has_target_log: bool,
+    /// The target's step records, in time order.
+    target_steps: Vec<&'a Event>,
     /// The end of the records.
     end_ns: u64,
 }
@@ -247,6 +253,12 @@ impl<'a> Records<'a> {
             submits,
             config,
             has_target_log: events.iter().any(|event| event.process == Process::TARGET),
+            target_steps: {
+                let mut steps: Vec<&Event> =
+                    events.iter().filter(|event| event.process == Process::TARGET && event.f == Op::Step).collect();
+                steps.sort_by_key(|event| event.time_ns);
+                steps
+            },
             end_ns: events.iter().map(|event| event.time_ns).max().unwrap_or(0),
         }
     }
@@ -655,8 +667,10 @@ impl Plan {
             }
         }
         found.extend(skews(records, &held, lease_ns));
+        found.extend(target_skews(records, &plan.jobs, lease_ns));
         found.extend(restarts(records, &plan.jobs, lease_ns));
         found.extend(kept_from_claiming(records, &forged, &reporters, lease_ns));
+        cover_held_steps(&mut found);
         merge_overlaps(&mut found);
         plan.steps_of(records, &found, &forged, lease_ns);
         plan.header(records, source, &picked, &held);
@@ -1373,6 +1387,25 @@ fn from_log(records: &Records, claim: &Claim, log: &[&Event], lease_ns: u64) -> 
             because,
         });
     }
+    // Steps the target received long after the runner sent them, once a newer fence had been
+    // applied on their key: held in the network. The hold cuts the runner's control link
+    // too (as `delayed-step` does), so the cuts it overlaps are part of it.
+    if let Some(held) = held_step(records, claim, &steps, lease_ns) {
+        let (start, mut end) = (held.at_ns, held.at_ns + held.duration_ms * 1_000_000);
+        let mut held = held;
+        found.retain(|fault| {
+            let cut = matches!(fault.variant, Variant::ControlLink | Variant::CutLinks)
+                && fault.at_ns <= end
+                && start <= fault.at_ns + fault.duration_ms * 1_000_000;
+            if cut {
+                end = end.max(fault.at_ns + fault.duration_ms * 1_000_000);
+                held.because.extend(fault.because.iter().cloned());
+            }
+            !cut
+        });
+        held.duration_ms = ms(end - start);
+        found.push(held);
+    }
     // Silence in the runner's whole log while it held the attempt: a pause, or a kill when
     // it next claims afresh and never speaks of the attempt again.
     let span_end = log
@@ -1405,7 +1438,7 @@ fn from_log(records: &Records, claim: &Claim, log: &[&Event], lease_ns: u64) -> 
             .iter()
             .any(|exchange| exchange.request.f == Op::Result && exchange.request.time_ns <= before.time_ns);
         let in_cut = found.iter().any(|fault| {
-            matches!(fault.variant, Variant::ControlLink | Variant::CutLinks)
+            matches!(fault.variant, Variant::ControlLink | Variant::CutLinks | Variant::DelayedStep { .. })
                 && fault.at_ns <= after.time_ns
                 && before.time_ns <= fault.at_ns + fault.duration_ms * 1_000_000
         });
@@ -1558,6 +1591,127 @@ fn from_ledger(records: &Records, claim: &Claim, lease_ns: u64) -> Vec<Found> {
 /// Runner clocks the ledger shows off: each runner's reports on the chosen attempts whose
 /// `observed_ms` stands well away from `received_ms` (the transit taken off where its log
 /// gives it), in runs of about one offset, each a skew for its stretch.
+/// The first step of the attempt the target received long after the runner sent it (more
+/// than a quarter lease, at least 200 ms) and after a newer fence had been applied on its key:
+/// a step held in the network until the key moved on (`delayed-step`). The fault is armed
+/// before the step is sent (it holds the runner's next step) and holds it as long as the
+/// incident did, and a lease more, so that the release waits on the newer fence, as there.
+fn held_step(records: &Records, claim: &Claim, steps: &[&Exchange], lease_ns: u64) -> Option<Found> {
+    let slow_ns = (lease_ns / 4).max(200_000_000);
+    let number = |event: &Event| event.value.as_ref()?.get("step")?.as_u64();
+    let highest_before = |event: &Event| event.value.as_ref()?.get("highest_fence_before")?.as_u64();
+    for (at, exchange) in steps.iter().enumerate() {
+        let request = exchange.request;
+        let Some(step) = number(request) else { continue };
+        let Some(record) = records.target_steps.iter().copied().find(|record| {
+            record.attempt.as_deref() == Some(claim.attempt.as_str())
+                && number(record) == Some(step)
+                && record.time_ns >= request.time_ns
+        }) else {
+            continue;
+        };
+        let hold_ns = record.time_ns - request.time_ns;
+        let (Some(fence), Some(highest)) = (record.fence.or(claim.fence), highest_before(record)) else { continue };
+        if hold_ns <= slow_ns || highest <= fence {
+            continue;
+        }
+        // Armed between the step before it and this one.
+        let before = at.checked_sub(1).map_or(claim.at_ns, |before| steps[before].end_ns());
+        let at_ns = request.time_ns.saturating_sub(((request.time_ns.saturating_sub(before)) / 2).min(lease_ns / 4));
+        let latency_ms = (ms(hold_ns + lease_ns) / 100 + 1) * 100;
+        let newer = records
+            .target_steps
+            .iter()
+            .find(|other| {
+                other.key == record.key
+                    && other.fence.is_some_and(|other| other > fence)
+                    && (request.time_ns..record.time_ns).contains(&other.time_ns)
+            })
+            .map_or(String::new(), |other| {
+                format!(
+                    " after {} (fence {}) had been applied on it at {}",
+                    other.attempt.as_deref().unwrap_or("-"),
+                    other.fence.unwrap_or(0),
+                    secs(other.time_ns)
+                )
+            });
+        return Some(Found {
+            at_ns,
+            duration_ms: latency_ms + ms(lease_ns),
+            runner: Some(claim.runner.clone()),
+            variant: Variant::DelayedStep { latency_ms },
+            because: vec![format!(
+                "{}'s step {step} of {} (fence {fence}), sent at {} (runner log event {}), reached the target at {} (step log seq {}) on key {}{newer}, {} ms later: held in the network",
+                claim.runner,
+                claim.attempt,
+                secs(request.time_ns),
+                request.index,
+                secs(record.time_ns),
+                seq_of(record).unwrap_or(0),
+                record.key.as_deref().unwrap_or("-"),
+                ms(hold_ns)
+            )],
+        });
+    }
+    None
+}
+
+/// Stretches over which the target's clock stood off the control plane's (its step records'
+/// `received_ms` against the ledger's, on the records' one clock) by two leases or more, at
+/// least 2 s, while the played jobs ran: a target skew of that offset (`target-skew`).
+fn target_skews(records: &Records, jobs: &[PlayedJob], lease_ns: u64) -> Vec<Found> {
+    let threshold_ms = (2 * ms(lease_ns)).max(2_000) as i64;
+    let base = |event: &Event| Some(event.received_ms? - ms(event.time_ns) as i64);
+    let mut bases: Vec<i64> = records.ledger.iter().filter_map(|entry| base(entry)).collect();
+    if bases.is_empty() {
+        return Vec::new();
+    }
+    bases.sort_unstable();
+    let control = bases[bases.len() / 2];
+    let span = |at: u64| jobs.iter().any(|job| (job.play_ns.min(job.submit_ns)..=job.end_ns + lease_ns).contains(&at));
+    let offsets: Vec<(&Event, i64)> =
+        records.target_steps.iter().filter_map(|record| Some((*record, base(record)? - control))).collect();
+    let mut found = Vec::new();
+    let mut at = 0;
+    while at < offsets.len() {
+        let (first, offset) = offsets[at];
+        let same = |other: i64| (other - offset).abs() <= (offset.abs() / 5).max(1_000);
+        if offset.abs() < threshold_ms {
+            at += 1;
+            continue;
+        }
+        let start = at;
+        while at < offsets.len() && same(offsets[at].1) {
+            at += 1;
+        }
+        let last = offsets[at - 1].0;
+        let from = start.checked_sub(1).map_or(first.time_ns.saturating_sub(lease_ns / 4), |before| {
+            (offsets[before].0.time_ns + first.time_ns) / 2
+        });
+        let to = offsets.get(at).map_or(last.time_ns + lease_ns / 4, |next| (last.time_ns + next.0.time_ns) / 2);
+        if !(span(from) || span(to) || jobs.iter().any(|job| from <= job.play_ns && job.play_ns <= to)) {
+            continue;
+        }
+        let mut values: Vec<i64> = offsets[start..at].iter().map(|(_, offset)| *offset).collect();
+        values.sort_unstable();
+        let offset_ms = values[values.len() / 2] / 100 * 100;
+        found.push(Found {
+            at_ns: from,
+            duration_ms: ms(to.saturating_sub(from)).max(100),
+            runner: None,
+            variant: Variant::TargetSkew { offset_ms },
+            because: vec![format!(
+                "the target's clock stood {offset_ms} ms off the control plane's in its step records seq {} to {} ({} to {}; received_ms against the ledger's): its clock skewed for that stretch",
+                seq_of(first).unwrap_or(0),
+                seq_of(last).unwrap_or(0),
+                secs(first.time_ns),
+                secs(last.time_ns)
+            )],
+        });
+    }
+    found
+}
+
 fn skews(records: &Records, held: &[&Claim], lease_ns: u64) -> Vec<Found> {
     let threshold_ms = (2 * ms(lease_ns)).max(2_000) as i64;
     let mut found = Vec::new();
@@ -1790,6 +1944,27 @@ fn kept_from_claiming(records: &Records, forged: &[Forged], reporters: &[String]
 
 /// Faults found twice (an attempt after another on one runner, a skew seen from both) are
 /// kept once: the same variant on the same runner overlapping in time becomes one window.
+/// A target skew a held step landed in lasts as long as the step is held: the step reached
+/// the target while its clock was off, and the scenario's release (a newer fence on the key)
+/// may come later than the incident's.
+fn cover_held_steps(found: &mut [Found]) {
+    let end = |fault: &Found| fault.at_ns + fault.duration_ms * 1_000_000;
+    let holds: Vec<(u64, u64)> = found
+        .iter()
+        .filter(|fault| matches!(fault.variant, Variant::DelayedStep { .. }))
+        .map(|fault| (fault.at_ns, end(fault)))
+        .collect();
+    for skew in found.iter_mut().filter(|fault| matches!(fault.variant, Variant::TargetSkew { .. })) {
+        for (start, until) in &holds {
+            if *start <= end(skew) && skew.at_ns <= *until && *until > end(skew) {
+                skew.duration_ms = ms(until - skew.at_ns);
+                skew.because
+                    .push("kept as long as the step held meanwhile is out: it landed while the clock was off".into());
+            }
+        }
+    }
+}
+
 fn merge_overlaps(found: &mut Vec<Found>) {
     found.sort_by_key(|fault| fault.at_ns);
     let mut merged: Vec<Found> = Vec::new();
@@ -1798,7 +1973,7 @@ fn merge_overlaps(found: &mut Vec<Found>) {
             kept.runner == fault.runner
                 && match (&kept.variant, &fault.variant) {
                     // Two offsets are two skews.
-                    (Variant::StaticSkew { .. }, _) => kept.variant == fault.variant,
+                    (Variant::StaticSkew { .. } | Variant::TargetSkew { .. }, _) => kept.variant == fault.variant,
                     (kept, fault) => std::mem::discriminant(kept) == std::mem::discriminant(fault),
                 }
                 && fault.at_ns <= kept.at_ns + kept.duration_ms * 1_000_000
@@ -1834,12 +2009,23 @@ mod tests {
 
     /// As [`imported`], with these runners' logs.
     fn imported_with(ledger: &str, runner_logs: &[PathBuf]) -> (Scenario, String) {
+        imported_from(ledger, runner_logs, None)
+    }
+
+    /// As [`imported_with`], with the target's step log when given.
+    fn imported_from(ledger: &str, runner_logs: &[PathBuf], steps: Option<&str>) -> (Scenario, String) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.jsonl");
         std::fs::write(&path, ledger).unwrap();
+        let steps = steps.map(|steps| {
+            let path = dir.path().join("steps.jsonl");
+            std::fs::write(&path, steps).unwrap();
+            path
+        });
         let evidence = dir.path().join("evidence");
         let inputs = verdict::evidence::Inputs {
             ledger: Some(path),
+            steps,
             runner_logs: runner_logs.to_vec(),
             lease_ms: Some(1_000),
             out: evidence.clone(),
@@ -2122,5 +2308,91 @@ mod tests {
         });
         // From the heartbeat before it (0.351 s) to the hung one's timeout (2.6 s).
         assert_eq!(cut, Some(2_600 - 351), "{text}");
+    }
+
+    /// j1-a1 (r1, fence 1) is cut off while its step 1 is in flight; it expires, is
+    /// reconciled, and j1-a2 (r2, fence 2) applies step 0 on key k; then r1's step 1 reaches
+    /// the target, which applies it: a stale step. The target's clock stood 120 s behind from
+    /// 2.0 s to 3.0 s. The control plane's clock reads 1000 ms at mono 0.
+    const HELD_STEP: &str = r#"{"seq":1,"kind":"submit","project":"p","job":"j1","deployment_key":"k","received_ms":1010,"mono_ns":10000000}
+{"seq":2,"kind":"claim","project":"p","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k","decision":"accepted","received_ms":1100,"mono_ns":100000000,"lease_expires_ms":2100}
+{"seq":3,"kind":"capability","project":"p","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k","decision":"accepted","received_ms":1110,"observed_ms":1110,"mono_ns":110000000,"lease_expires_ms":2100}
+{"seq":4,"kind":"capability","project":"p","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k","decision":"accepted","received_ms":1350,"observed_ms":1350,"mono_ns":350000000,"lease_expires_ms":2100}
+{"seq":5,"kind":"expire","project":"p","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k","recorded_as":"uncertain","received_ms":2200,"mono_ns":1200000000,"lease_expires_ms":2100}
+{"seq":6,"kind":"reconcile","project":"p","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"deployment_key":"k","reason":"execution stopped","outcome":"stopped","received_ms":3300,"mono_ns":2300000000,"lease_expires_ms":2100}
+{"seq":7,"kind":"claim","project":"p","job":"j1","attempt":"j1-a2","runner":"r2","fence":2,"deployment_key":"k","decision":"accepted","received_ms":3400,"mono_ns":2400000000,"lease_expires_ms":4400}
+{"seq":8,"kind":"capability","project":"p","job":"j1","attempt":"j1-a2","runner":"r2","fence":2,"deployment_key":"k","decision":"accepted","received_ms":3410,"observed_ms":3410,"mono_ns":2410000000,"lease_expires_ms":4400}
+{"seq":9,"kind":"capability","project":"p","job":"j1","attempt":"j1-a2","runner":"r2","fence":2,"deployment_key":"k","decision":"accepted","received_ms":3650,"observed_ms":3650,"mono_ns":2650000000,"lease_expires_ms":4400}
+{"seq":10,"kind":"result","project":"p","job":"j1","attempt":"j1-a2","runner":"r2","fence":2,"deployment_key":"k","decision":"accepted","outcome":"succeeded","received_ms":4000,"observed_ms":4000,"mono_ns":3000000000}
+"#;
+
+    /// r1's log: step 0 answered; step 1 sent at 0.352 s and never answered; its heartbeats
+    /// from 0.6 s refused (its link cut).
+    const HELD_STEP_R1: &str = r#"{"f":"claim","process":"runner:r1","runner":"r1","time_ns":90000000,"type":"request","observed_ms":1090}
+{"attempt":"j1-a1","decision":"accepted","f":"claim","fence":1,"job":"j1","key":"k","process":"runner:r1","runner":"r1","time_ns":101000000,"type":"response","value":{"ledger_seq":2}}
+{"attempt":"j1-a1","f":"capability","fence":1,"job":"j1","process":"runner:r1","runner":"r1","time_ns":109000000,"type":"request","observed_ms":1109}
+{"attempt":"j1-a1","decision":"accepted","f":"capability","fence":1,"job":"j1","process":"runner:r1","runner":"r1","time_ns":111000000,"type":"response","value":{"ledger_seq":3}}
+{"attempt":"j1-a1","f":"step","fence":1,"job":"j1","key":"k","process":"runner:r1","runner":"r1","time_ns":112000000,"type":"request","value":{"step":0,"steps":2}}
+{"attempt":"j1-a1","decision":"accepted","f":"step","fence":1,"job":"j1","key":"k","process":"runner:r1","runner":"r1","time_ns":120000000,"type":"response","value":{"step":0,"steps":2}}
+{"attempt":"j1-a1","f":"capability","fence":1,"job":"j1","process":"runner:r1","runner":"r1","time_ns":349000000,"type":"request","observed_ms":1349}
+{"attempt":"j1-a1","decision":"accepted","f":"capability","fence":1,"job":"j1","process":"runner:r1","runner":"r1","time_ns":351000000,"type":"response","value":{"ledger_seq":4}}
+{"attempt":"j1-a1","f":"step","fence":1,"job":"j1","key":"k","process":"runner:r1","runner":"r1","time_ns":352000000,"type":"request","value":{"step":1,"steps":2}}
+{"attempt":"j1-a1","f":"heartbeat","fence":1,"job":"j1","process":"runner:r1","runner":"r1","time_ns":600000000,"type":"request","observed_ms":1600}
+{"attempt":"j1-a1","f":"heartbeat","fence":1,"job":"j1","process":"runner:r1","runner":"r1","time_ns":601000000,"type":"info","reason":"connection refused"}
+{"attempt":"j1-a1","f":"heartbeat","fence":1,"job":"j1","process":"runner:r1","runner":"r1","time_ns":850000000,"type":"request","observed_ms":1850}
+{"attempt":"j1-a1","f":"heartbeat","fence":1,"job":"j1","process":"runner:r1","runner":"r1","time_ns":851000000,"type":"info","reason":"connection refused"}
+"#;
+
+    /// The target's step log: its clock reads 1000 ms at mono 0, and 120 s less from 2.0 s
+    /// to 3.0 s; r1's step 1 lands at 2.6 s, after j1-a2's fence 2, and is applied.
+    const HELD_STEP_TARGET: &str = r#"{"seq":1,"deployment_key":"k","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"step":0,"steps":2,"applied":true,"revision":1,"highest_fence_before":0,"received_ms":1115,"mono_ns":115000000}
+{"seq":2,"deployment_key":"k","job":"j1","attempt":"j1-a2","runner":"r2","fence":2,"step":0,"steps":2,"applied":true,"revision":2,"highest_fence_before":1,"received_ms":-116585,"mono_ns":2415000000}
+{"seq":3,"deployment_key":"k","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"step":1,"steps":2,"applied":true,"revision":3,"highest_fence_before":2,"received_ms":-116400,"mono_ns":2600000000}
+{"seq":4,"deployment_key":"k","job":"j1","attempt":"j1-a2","runner":"r2","fence":2,"step":1,"steps":2,"applied":true,"revision":4,"highest_fence_before":2,"received_ms":-116345,"mono_ns":2655000000}
+{"seq":5,"deployment_key":"k","job":"j0","attempt":"j0-a1","runner":"r2","fence":3,"step":0,"steps":1,"applied":true,"revision":1,"highest_fence_before":0,"received_ms":4300,"mono_ns":3300000000}
+"#;
+
+    /// A step the target received after a newer fence on its key, long after its runner sent
+    /// it, is a held step (`delayed-step`, armed before the step is sent and covering the
+    /// runner's cut), and the target's clock the step log shows behind is a target skew (a
+    /// target-ignores-fence incident, seed 1: the import played neither, 0 of 10 runs
+    /// reproduced).
+    #[test]
+    fn a_step_that_reached_the_target_after_a_newer_fence_is_held_and_its_clock_skewed() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("runner-r1.jsonl");
+        std::fs::write(&log, HELD_STEP_R1).unwrap();
+        let (scenario, text) = imported_from(HELD_STEP, &[log], Some(HELD_STEP_TARGET));
+        let faults: Vec<(String, Option<String>, u64, Option<u64>, Option<i64>)> = scenario
+            .steps
+            .iter()
+            .filter_map(|step| match &step.action {
+                Action::Fault { how, runner, duration_ms, latency_ms, offset_ms, .. } => {
+                    Some((how.clone(), runner.clone(), *duration_ms, *latency_ms, *offset_ms))
+                }
+                _ => None,
+            })
+            .collect();
+        let held = faults.iter().find(|fault| fault.0 == "delayed-step").unwrap_or_else(|| panic!("{text}"));
+        assert_eq!(held.1.as_deref(), Some("r1"), "{text}");
+        // Held 2.248 s in the incident, and a lease more before the bound.
+        assert!(held.3.is_some_and(|latency| latency >= 3_248), "{text}");
+        assert!(
+            !faults.iter().any(|fault| fault.0 == "control-link" || fault.0 == "cut-links"),
+            "the hold is the cut:\n{text}"
+        );
+        let times = times(&scenario);
+        assert!(
+            times["fault delayed-step r1"] < times["submit j1"] + 352 - 100 + PIN_LEAD_MS,
+            "armed before step 1:\n{text}"
+        );
+        let skew = faults.iter().find(|fault| fault.0 == "target-skew").unwrap_or_else(|| panic!("{text}"));
+        assert_eq!(skew.4, Some(-120_000), "{text}");
+        let ends = |how: &str| {
+            times[&format!("fault {how}")]
+                + faults.iter().find(|fault| fault.0 == how.split(' ').next().unwrap()).unwrap().2
+        };
+        assert!(ends("target-skew -") >= ends("delayed-step r1"), "the skew outlasts the hold:\n{text}");
+        assert!(text.contains("step log seq 3"), "{text}");
     }
 }
