@@ -1958,8 +1958,10 @@ fn cover_held_steps(found: &mut [Found]) {
         for (start, until) in &holds {
             if *start <= end(skew) && skew.at_ns <= *until && *until > end(skew) {
                 skew.duration_ms = ms(until - skew.at_ns);
-                skew.because
-                    .push("kept as long as the step held meanwhile is out: it landed while the clock was off".into());
+                let why = "kept as long as the step held meanwhile is out: it landed while the clock was off";
+                if !skew.because.iter().any(|because| because == why) {
+                    skew.because.push(why.into());
+                }
             }
         }
     }
@@ -2363,7 +2365,9 @@ mod tests {
         let log = dir.path().join("runner-r1.jsonl");
         std::fs::write(&log, HELD_STEP_R1).unwrap();
         let (scenario, text) = imported_from(HELD_STEP, &[log], Some(HELD_STEP_TARGET));
-        let faults: Vec<(String, Option<String>, u64, Option<u64>, Option<i64>)> = scenario
+        // how, runner, duration, latency, offset
+        type Played = (String, Option<String>, u64, Option<u64>, Option<i64>);
+        let faults: Vec<Played> = scenario
             .steps
             .iter()
             .filter_map(|step| match &step.action {
