@@ -172,3 +172,65 @@ async fn a_job_claimed_after_another_held_its_key_is_not_pinned_to_a_runner() {
     assert_eq!(pinned, [("j1".to_string(), Some("r1".to_string())), ("j2".to_string(), None)], "{text}");
     assert!(text.contains("waited for j1's hold on key k"), "{text}");
 }
+
+/// The walk-through's incident (`docs/scenarios.md`, `workloads/incidents/stale-step/`: a
+/// ledger, a target's step log and three runners' logs) assembles, is invalid for the stale
+/// steps the target applied, and imports into the scenario the walk-through shows: both held
+/// steps and the target's clock behind. It passes on the correct lab, and the lab with
+/// `target-ignores-fence` fails it in at least one of three runs (10 of 10 measured,
+/// `docs/scenarios.md`).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_walkthrough_incident_imports_into_held_steps_and_a_skewed_target() {
+    let records = super::tidy::workspace().join("workloads/incidents/stale-step");
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("incident");
+    let mut words: Vec<std::ffi::OsString> =
+        vec!["evidence".into(), "--ledger".into(), records.join("ledger.jsonl").into()];
+    words.extend(["--steps".into(), records.join("steps.jsonl").into_os_string()]);
+    for runner in ["r1", "r2", "r3"] {
+        words.extend(["--runner-log".into(), records.join(format!("runner-{runner}.jsonl")).into_os_string()]);
+    }
+    words.extend(["--lease-ms".into(), "1000".into(), "--out".into(), folder.clone().into_os_string()]);
+    let words: Vec<&OsStr> = words.iter().map(|word| word.as_os_str()).collect();
+    let (code, output) = fencelab(&words).await;
+    assert_eq!(code, Some(0), "{output}");
+    let (code, output) = fencelab(&[OsStr::new("check"), folder.as_os_str()]).await;
+    assert_eq!(code, Some(1), "{output}");
+    for stale in ["j8-a1 (fence 6) on key key-0 after applying j8-a2 (fence 11)", "j12-a1 (fence 14) on key key-1"] {
+        assert!(output.contains(stale), "{stale}:\n{output}");
+    }
+    let scenario = dir.path().join("incident.toml");
+    let import = [OsStr::new("import"), folder.as_os_str(), OsStr::new("--out"), scenario.as_os_str()];
+    let (code, output) = fencelab(&import).await;
+    assert_eq!(code, Some(0), "{output}");
+    let text = std::fs::read_to_string(&scenario).unwrap();
+    let faults: Vec<&str> = text.lines().filter(|line| line.starts_with("how = ")).collect();
+    assert_eq!(faults, ["how = \"target-skew\"", "how = \"delayed-step\"", "how = \"delayed-step\""], "{text}");
+    for said in ["offset_ms = -142300", "runner = \"r3\"", "(step log seq 35)", "(step log seq 49)"] {
+        assert!(text.contains(said), "{said}:\n{text}");
+    }
+    let store = dir.path().join("store");
+    let run = |variant: Option<&'static str>, name: String| {
+        let (scenario, store) = (scenario.clone(), store.join(name));
+        async move {
+            let mut words = vec!["scenario".into(), "run".into(), scenario.into_os_string()];
+            words.extend(["--store".into(), store.into_os_string()]);
+            if let Some(variant) = variant {
+                words.extend(["--variant".into(), variant.into()]);
+            }
+            let words: Vec<&OsStr> = words.iter().map(|word: &std::ffi::OsString| word.as_os_str()).collect();
+            fencelab(&words).await
+        }
+    };
+    let correct = run(None, "correct".into()).await;
+    assert_eq!(correct.0, Some(0), "the correct lab passes:\n{}\n{text}", correct.1);
+    let mut buggy = Vec::new();
+    for attempt in 1..=3 {
+        let (code, output) = run(Some("target-ignores-fence"), format!("buggy-{attempt}")).await;
+        if code == Some(1) && output.contains("FAILED  expect 1: expected checker = \"stale-side-effect\"") {
+            return;
+        }
+        buggy.push(format!("run {attempt}: exit {code:?}\n{output}"));
+    }
+    panic!("the lab with target-ignores-fence passed the incident 3 times:\n{}\n{text}", buggy.join("\n"));
+}
