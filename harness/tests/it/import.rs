@@ -13,6 +13,16 @@ async fn fencelab(args: &[&OsStr]) -> (Option<i32>, String) {
     super::fencelab_output(args, WAIT_MAX).await
 }
 
+/// `fencelab scenario run SCENARIO --store STORE [--variant VARIANT]`.
+async fn scenario_run(scenario: &Path, store: &Path, variant: Option<&str>) -> (Option<i32>, String) {
+    let mut words = vec![OsStr::new("scenario"), OsStr::new("run"), scenario.as_os_str()];
+    words.extend([OsStr::new("--store"), store.as_os_str()]);
+    if let Some(variant) = variant {
+        words.extend([OsStr::new("--variant"), OsStr::new(variant)]);
+    }
+    fencelab(&words).await
+}
+
 /// A caught `accept-stale-result` run, cut to its ledger and runner logs and assembled
 /// (`fencelab evidence --from-run`), imports into a scenario that names the incident's ledger entries and expects the
 /// incident's checker valid; it passes on the correct lab.
@@ -47,21 +57,9 @@ async fn an_imported_incident_names_its_ledger_entries_and_passes_on_the_correct
     assert!(text.contains("ledger seq"), "the steps name the ledger entries they come from:\n{text}");
     assert!(text.contains("checker = \"stale-completion\""), "{text}");
     let store = dir.path().join("store");
-    let run = |variant: Option<&'static str>| {
-        let (scenario, store) = (scenario.clone(), store.join(variant.unwrap_or("correct")));
-        async move {
-            let mut words = vec!["scenario".into(), "run".into(), scenario.into_os_string()];
-            words.extend(["--store".into(), store.into_os_string()]);
-            if let Some(variant) = variant {
-                words.extend(["--variant".into(), variant.into()]);
-            }
-            let words: Vec<&OsStr> = words.iter().map(|word: &std::ffi::OsString| word.as_os_str()).collect();
-            fencelab(&words).await
-        }
-    };
     // The buggy lab's reproduction depends on the incident's timing being met again, and is
     // measured over runs rather than asserted on one; the correct lab must pass every time.
-    let correct = run(None).await;
+    let correct = scenario_run(&scenario, &store.join("correct"), None).await;
     assert_eq!(correct.0, Some(0), "the correct lab passes ({repeat}):\n{}\n{text}", correct.1);
 }
 
@@ -210,23 +208,12 @@ async fn the_walkthrough_incident_imports_into_held_steps_and_a_skewed_target() 
         assert!(text.contains(said), "{said}:\n{text}");
     }
     let store = dir.path().join("store");
-    let run = |variant: Option<&'static str>, name: String| {
-        let (scenario, store) = (scenario.clone(), store.join(name));
-        async move {
-            let mut words = vec!["scenario".into(), "run".into(), scenario.into_os_string()];
-            words.extend(["--store".into(), store.into_os_string()]);
-            if let Some(variant) = variant {
-                words.extend(["--variant".into(), variant.into()]);
-            }
-            let words: Vec<&OsStr> = words.iter().map(|word: &std::ffi::OsString| word.as_os_str()).collect();
-            fencelab(&words).await
-        }
-    };
-    let correct = run(None, "correct".into()).await;
+    let correct = scenario_run(&scenario, &store.join("correct"), None).await;
     assert_eq!(correct.0, Some(0), "the correct lab passes:\n{}\n{text}", correct.1);
     let mut buggy = Vec::new();
     for attempt in 1..=3 {
-        let (code, output) = run(Some("target-ignores-fence"), format!("buggy-{attempt}")).await;
+        let store = store.join(format!("buggy-{attempt}"));
+        let (code, output) = scenario_run(&scenario, &store, Some("target-ignores-fence")).await;
         if code == Some(1) && output.contains("FAILED  expect 1: expected checker = \"stale-side-effect\"") {
             return;
         }
