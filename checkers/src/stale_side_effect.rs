@@ -14,6 +14,14 @@
 //! The target's receipt time and the lease's end are compared as wall-clock times, so the
 //! target and the lease's clock must agree within [`CLOCK_TOLERANCE_MS`]; a history without
 //! a ledger cannot be judged on this and is not.
+//!
+//! And a step takes effect once (`step-applied-twice`): the target applied the same step of
+//! one attempt more than once — a step whose answer was lost, sent again and applied again,
+//! a deployment step run twice. A correct runner never sends a step twice (a lost answer
+//! leaves its outcome unknown and ends the attempt), so a second application means a re-send
+//! its log shows (the anomaly says how many sends it holds) or one it does not. On an
+//! idempotent target (`"target_mode": "idempotent"`), which promises each step of a job
+//! once whoever sends it, the identity is the job and the step, across attempts.
 
 use crate::driver::{Check, Findings, Found};
 use crate::model::{FxMap, Index, Observed, Op, Source};
@@ -57,6 +65,11 @@ pub(crate) struct StaleSideEffect {
     /// Applied steps past every lease seen when they were observed: judged at the end, when
     /// every ledger entry has been seen.
     pending: Vec<LateStep>,
+    /// Applied steps per identity — (attempt, step), or (job, step) on an idempotent
+    /// target — with their events; an identity reported once.
+    applied: FxMap<(u32, u64), Vec<u64>>,
+    /// Steps the runners' logs show sent, per (attempt, step).
+    sent: FxMap<(u32, u64), u32>,
 }
 
 impl StaleSideEffect {
@@ -75,6 +88,7 @@ impl Check for StaleSideEffect {
     fn needs(&self) -> &'static [(&'static str, &'static [history::Source])] {
         &[
             ("stale-step-applied", &[history::Source::TargetLog]),
+            ("step-applied-twice", &[history::Source::TargetLog]),
             ("stale-step-applied-unfenced-target", &[history::Source::TargetLog]),
             ("step-after-lease", &[history::Source::TargetLog, history::Source::Ledger, history::Source::Leases]),
             (
@@ -95,9 +109,16 @@ impl Check for StaleSideEffect {
         {
             self.leases.entry(attempt).or_default().push((at, end, ev.index, Moment::of(ev, "server", at)));
         }
+        if (ev.src, ev.op) == (Source::RunnerRequest, Op::Step) {
+            if let (Some(attempt), Some(step)) = (ev.attempt, step_of(ev)) {
+                *self.sent.entry((attempt, step)).or_default() += 1;
+            }
+            return;
+        }
         if ev.src != Source::Target || !ev.accepted() {
             return;
         }
+        self.twice(ev, ctx, out);
         if let (Some(attempt), Some(at)) = (ev.attempt, ev.received_ms) {
             if self.lease_at(attempt, at).is_none_or(|lease| at > lease.1 + CLOCK_TOLERANCE_MS) {
                 self.pending.push((attempt, at, ev.index, Moment::of(ev, "target", at)));
@@ -147,6 +168,56 @@ impl Check for StaleSideEffect {
             out.push(found.events(&[granted, event]).says(message));
         }
     }
+}
+
+impl StaleSideEffect {
+    /// An applied step: reported when its identity was applied before.
+    fn twice(&mut self, ev: &Observed, ctx: &Index, out: &mut Findings) {
+        let Some(step) = step_of(ev) else { return };
+        let idempotent = ctx.config.target_mode == Some(history::TargetMode::Idempotent);
+        let identity = match idempotent {
+            true => ev.job,
+            false => ev.attempt,
+        };
+        let Some(identity) = identity else { return };
+        let events = self.applied.entry((identity, step)).or_default();
+        events.push(ev.index);
+        if events.len() != 2 {
+            return;
+        }
+        let events = events.clone();
+        let whose = match idempotent {
+            true => format!("job {}", ctx.job_name(Some(identity)).unwrap_or_default()),
+            false => ctx.attempt_name(identity).to_string(),
+        };
+        let mut message = format!("the target applied step {step} of {whose} a second time");
+        if idempotent {
+            message.push_str(": an idempotent target applies each step of a job once, whoever sends it");
+        } else if let (Some(attempt), Some(runner)) = (ev.attempt, ev.runner) {
+            let sent = self.sent.get(&(attempt, step)).copied().unwrap_or(0);
+            if !ctx.holds(history::Source::RunnerLogs) {
+                message.push_str(": a step sent again, its side effect repeated");
+            } else {
+                let said = format!(
+                    ": {} sent it {sent} time{} by its own log — a step whose answer was lost was sent again, and its side effect repeated",
+                    ctx.runner_name(runner),
+                    if sent == 1 { "" } else { "s" }
+                );
+                message.push_str(&said);
+            }
+        }
+        let found = Found::new(NAME, "step-applied-twice").job(ctx, ev.job).key(ctx, ev.key).reported(ctx, ev);
+        let found = match ev.attempt {
+            Some(attempt) => found.attempt(ctx, attempt),
+            None => found,
+        };
+        out.push(found.events(&events).says(message));
+    }
+}
+
+/// The step number an event names (`value.step`).
+fn step_of(ev: &Observed) -> Option<u64> {
+    ev.raw.value.as_ref().and_then(|value| value.get("step")?.as_u64())
 }
 
 fn stale(ev: &Observed, ctx: &Index, key: u32, fence: u64, high: &Highest) -> crate::Anomaly {

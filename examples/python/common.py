@@ -35,6 +35,7 @@ ALL_BUGS = {
     "target-ignores-fence": "target",
     "runner-ignores-deadline": "runner",
     "runner-reports-unfinished-success": "runner",
+    "runner-resends-lost-step": "runner",
 }
 
 _ID_RE = re.compile(r"[A-Za-z0-9\-_.:]{1,128}")

@@ -38,6 +38,9 @@ import urllib.parse
 
 from common import ALL_BUGS, ArgParser, bugs_from_env, mono_ns, wall_ms
 
+# Most times the planted `runner-resends-lost-step` sends one step again (a poll apart).
+STEP_RESENDS_MAX = 100
+
 
 # ====================================================================== clock and log
 
@@ -273,15 +276,24 @@ class Runner:
         beats.start()
         applied = 0
         try:
-            for step in range(spec["steps"]):
+            resends = STEP_RESENDS_MAX if "runner-resends-lost-step" in self.bugs else 0
+            step = 0
+            while step < spec["steps"]:
                 if self.stopping.is_set() or not authority.live():
                     break
                 cap = self.redeem(claim, authority)
                 if cap is None or not authority.live():
                     break
-                if not self.send_step(claim, key, cap, step, spec, authority):
+                sent = self.send_step(claim, key, cap, step, spec, authority)
+                if sent is None and resends > 0:
+                    # The planted bug: the step may have been applied; it is sent again.
+                    resends -= 1
+                    self.stopping.wait(self.args.poll_ms / 1000)
+                    continue
+                if not sent:
                     break
                 applied += 1
+                step += 1
         finally:
             # The heartbeat thread ends after the call it may have in flight; the result
             # does not wait for it.
@@ -327,8 +339,9 @@ class Runner:
             self.stopping.wait(min(self.args.poll_ms / 1000, 0.1))
         return None
 
-    def send_step(self, claim, key, cap, step: int, spec, authority: Authority) -> bool:
-        """Send one step; True when the target answered that it applied it in time."""
+    def send_step(self, claim, key, cap, step: int, spec, authority: Authority) -> bool | None:
+        """Send one step; True when the target answered that it applied it in time, None
+        when no answer came (the step may have been applied), False otherwise."""
         fields = dict(claim, key=key, value={"step": step, "steps": spec["steps"]})
         body = {"capability": cap, "step": step, "steps": spec["steps"],
                 "duration_ms": spec["step_ms"]}
@@ -350,7 +363,7 @@ class Runner:
         ans = box["ans"]
         if not ans.answered:
             self.log.write("info", "step", reason=ans.error, **fields)
-            return False
+            return None
         record = ans.body.get("record") if isinstance(ans.body, dict) else None
         if record is not None:
             decision = "accepted" if record.get("applied") else "rejected"

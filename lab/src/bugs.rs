@@ -40,6 +40,7 @@ pub enum Bug {
     WallClockDeadline,
     UnansweredHeartbeatRenews,
     StepWithHeldCapability,
+    ResendStepOnLostAnswer,
 }
 
 /// Which process a bug lives in.
@@ -51,7 +52,7 @@ pub enum Home {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 32] = [
+    pub const ALL: [Bug; 33] = [
         Bug::AcceptStaleResult,
         Bug::HeartbeatRevivesExpired,
         Bug::RequeueOnExpiry,
@@ -84,6 +85,7 @@ impl Bug {
         Bug::WallClockDeadline,
         Bug::UnansweredHeartbeatRenews,
         Bug::StepWithHeldCapability,
+        Bug::ResendStepOnLostAnswer,
     ];
 
     pub fn name(self) -> &'static str {
@@ -120,6 +122,7 @@ impl Bug {
             Bug::WallClockDeadline => "wall-clock-deadline",
             Bug::UnansweredHeartbeatRenews => "unanswered-heartbeat-renews",
             Bug::StepWithHeldCapability => "step-with-held-capability",
+            Bug::ResendStepOnLostAnswer => "resend-step-on-lost-answer",
         }
     }
 
@@ -206,6 +209,9 @@ impl Bug {
             Bug::StepWithHeldCapability => {
                 "the runner looks at its authority before asking for a capability, not before sending the step it was granted for: a capability answered after its deadline is used"
             }
+            Bug::ResendStepOnLostAnswer => {
+                "a step whose answer never came is sent again (with a fresh capability) instead of ending the attempt with its outcome unknown: the target may have applied it already"
+            }
         }
     }
 
@@ -216,7 +222,8 @@ impl Bug {
             | Bug::DeadlineFromServerLease
             | Bug::WallClockDeadline
             | Bug::UnansweredHeartbeatRenews
-            | Bug::StepWithHeldCapability => Home::Runner,
+            | Bug::StepWithHeldCapability
+            | Bug::ResendStepOnLostAnswer => Home::Runner,
             _ => Home::ControlPlane,
         }
     }

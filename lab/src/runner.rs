@@ -21,6 +21,9 @@ use crate::bugs::{Bug, Bugs};
 use protocol::client::{Client, ClientError};
 use protocol::*;
 
+/// Most times the planted `resend-step-on-lost-answer` sends one step again (a poll apart).
+const STEP_RESENDS_MAX: u32 = 100;
+
 #[derive(Clone, Debug)]
 pub struct RunnerConfig {
     pub id: String,
@@ -430,7 +433,9 @@ impl Runner {
 
     /// Runs every step while the runner holds authority; returns the outcome and why.
     async fn steps(&self, grant: &Grant, authority: &Authority) -> (Outcome, Option<String>) {
-        for step in 0..grant.spec.steps {
+        let mut resends_left = if self.has(Bug::ResendStepOnLostAnswer) { STEP_RESENDS_MAX } else { 0 };
+        let mut step = 0;
+        while step < grant.spec.steps {
             if let Some(why) = authority.lost() {
                 return (Outcome::Failed, Some(format!("self-fenced before step {step}: {why}")));
             }
@@ -438,7 +443,10 @@ impl Runner {
                 // No target (a system that provides none): the step is the runner's own work.
                 let work = tokio::time::sleep(Duration::from_millis(grant.spec.step_ms));
                 tokio::select! {
-                    _ = work => continue,
+                    _ = work => {
+                        step += 1;
+                        continue;
+                    }
                     _ = tokio::time::sleep_until(authority.deadline()) => return (Outcome::Failed, Some(format!("self-fenced during step {step}: renewal deadline passed"))),
                 }
             }
@@ -468,8 +476,15 @@ impl Runner {
                         Some(format!("target refused step {step}: {}", reason_text(response.record.reason))),
                     )
                 }
+                Err(_) if resends_left > 0 => {
+                    // Planted: the step may have been applied; it is sent again all the same.
+                    resends_left -= 1;
+                    tokio::time::sleep(Duration::from_millis(self.config.poll_ms)).await;
+                    continue;
+                }
                 Err(error) => return (Outcome::Failed, Some(format!("step {step} has no answer: {error}"))),
             }
+            step += 1;
         }
         (Outcome::Succeeded, None)
     }

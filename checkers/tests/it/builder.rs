@@ -343,6 +343,22 @@ impl H {
         self.push(step)
     }
 
+    /// A target step-log record naming its step number; returns its index.
+    pub fn step_numbered(&mut self, c: &C, at_ms: i64, step: u64, decision: Decision, reason: Option<Reason>) -> u64 {
+        let at = self.step(c, at_ms, decision, reason);
+        self.events[at as usize].value = Some(serde_json::json!({"step": step, "steps": 3}));
+        at
+    }
+
+    /// A step request in the runner's log (`value.step`), sent before it reached the target.
+    pub fn runner_step_sent(&mut self, c: &C, step: u64) -> u64 {
+        let mut request = Event::new(0, Process::runner(&c.runner), EventType::Request, Op::Step)
+            .with_claim(&c.job, &c.attempt, &c.runner, c.fence);
+        request.key = Some(self.key(&c.job));
+        request.value = Some(serde_json::json!({"step": step, "steps": 3}));
+        self.push(request)
+    }
+
     pub fn final_state(&mut self, job: &str, attempt: Option<&str>, state: &str) -> u64 {
         let mut event = Event::new(0, Process::HARNESS, EventType::Ok, Op::Final).with_job(job);
         event.key = Some(self.key(job));

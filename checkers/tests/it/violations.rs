@@ -815,3 +815,43 @@ fn ledger_completeness_counts_the_stale_requests_a_fault_sends_at_its_heal() {
     // Answered naming an entry the ledger never holds.
     check(&run(Some(99)), "ledger-completeness", &["answer-missing-from-ledger", "answer-missing-from-ledger"]);
 }
+
+#[test]
+fn stale_side_effect_a_step_applied_twice() {
+    // The runner sent step 1 twice (its answer lost); the fenced target applied both.
+    let (mut h, a1) = start();
+    h.capability(&a1, 1_100, 1_100, Accepted, Some(3_000));
+    h.runner_step_sent(&a1, 0);
+    h.step_numbered(&a1, 1_110, 0, Accepted, None);
+    h.runner_step_sent(&a1, 1);
+    let first = h.step_numbered(&a1, 1_200, 1, Accepted, None);
+    h.runner_step_sent(&a1, 1);
+    let second = h.step_numbered(&a1, 1_500, 1, Accepted, None);
+    h.step_numbered(&a1, 1_600, 1, Accepted, None); // a third time: reported once
+    let anomalies = check(&h.build(), "stale-side-effect", &["step-applied-twice"]);
+    assert_eq!(anomalies[0].events, [first, second], "{:?}", anomalies[0]);
+    let message = &anomalies[0].message;
+    assert!(message.contains("step 1 of j1-a1 a second time: r1 sent it 2 times by its own log"), "{message}");
+
+    // Each step once, a refused re-send, and another attempt's same step: nothing.
+    let (mut h, a1) = start();
+    let a2 = claim("j1", "j1-a2", "r2", 8);
+    h.step_numbered(&a1, 1_110, 0, Accepted, None);
+    h.step_numbered(&a1, 1_120, 1, Accepted, None);
+    h.step_numbered(&a1, 1_130, 1, Rejected, Some(Reason::Duplicate));
+    h.step_numbered(&a2, 3_300, 0, Accepted, None);
+    check(&h.build(), "stale-side-effect", &[]);
+
+    // An idempotent target promises each step of a job once, across attempts.
+    let (mut h, a1) = start();
+    h.config("idempotent");
+    let a2 = claim("j1", "j1-a2", "r2", 8);
+    h.step_numbered(&a1, 1_110, 0, Accepted, None);
+    h.step_numbered(&a2, 1_120, 0, Accepted, None);
+    let anomalies = check(&h.build(), "stale-side-effect", &["step-applied-twice"]);
+    assert!(
+        anomalies[0].message.contains("an idempotent target applies each step of a job once"),
+        "{}",
+        anomalies[0].message
+    );
+}

@@ -154,6 +154,7 @@ const RUNNER_ONLY: &[&str] = &[
     "wall-clock-deadline",
     "unanswered-heartbeat-renews",
     "step-with-held-capability",
+    "resend-step-on-lost-answer",
 ];
 
 #[tokio::test(flavor = "multi_thread")]

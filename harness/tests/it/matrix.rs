@@ -75,6 +75,7 @@ const KINDS: &[(&str, &[&str])] = &[
     ("wall-clock-deadline", &["runner-contract/acted-past-deadline"]),
     ("unanswered-heartbeat-renews", &["runner-contract/acted-past-deadline"]),
     ("step-with-held-capability", &["runner-contract/acted-past-deadline"]),
+    ("resend-step-on-lost-answer", &["stale-side-effect/step-applied-twice"]),
 ];
 
 /// The pinned kinds of `bug` that none of `cells` showed.

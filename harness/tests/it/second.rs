@@ -139,6 +139,7 @@ async fn each_python_bug_variant_is_caught_under_its_faults() {
         "target-ignores-fence",
         "runner-ignores-deadline",
         "runner-reports-unfinished-success",
+        "runner-resends-lost-step",
     ];
     for variant in shipped {
         assert!(caught.contains_key(variant), "the file declares {variant}: {caught:?}");
@@ -147,6 +148,8 @@ async fn each_python_bug_variant_is_caught_under_its_faults() {
     // runner's contract, read on its log, sees them.
     assert_eq!(caught["runner-ignores-deadline"], ["runner-contract"], "{caught:?}");
     assert_eq!(caught["runner-reports-unfinished-success"], ["runner-contract"], "{caught:?}");
+    // A re-sent step breaks no rule of the runner's log; its harm is on the target's.
+    assert_eq!(caught["runner-resends-lost-step"], ["stale-side-effect"], "{caught:?}");
 }
 
 /// The Python implementation's runners under libfaketime (its system file with
