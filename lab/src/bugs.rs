@@ -41,6 +41,7 @@ pub enum Bug {
     UnansweredHeartbeatRenews,
     StepWithHeldCapability,
     ResendStepOnLostAnswer,
+    LeaseEndInclusive,
 }
 
 /// Which process a bug lives in.
@@ -52,7 +53,7 @@ pub enum Home {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 33] = [
+    pub const ALL: [Bug; 34] = [
         Bug::AcceptStaleResult,
         Bug::HeartbeatRevivesExpired,
         Bug::RequeueOnExpiry,
@@ -86,6 +87,7 @@ impl Bug {
         Bug::UnansweredHeartbeatRenews,
         Bug::StepWithHeldCapability,
         Bug::ResendStepOnLostAnswer,
+        Bug::LeaseEndInclusive,
     ];
 
     pub fn name(self) -> &'static str {
@@ -123,6 +125,7 @@ impl Bug {
             Bug::UnansweredHeartbeatRenews => "unanswered-heartbeat-renews",
             Bug::StepWithHeldCapability => "step-with-held-capability",
             Bug::ResendStepOnLostAnswer => "resend-step-on-lost-answer",
+            Bug::LeaseEndInclusive => "lease-end-inclusive",
         }
     }
 
@@ -211,6 +214,9 @@ impl Bug {
             }
             Bug::ResendStepOnLostAnswer => {
                 "a step whose answer never came is sent again (with a fresh capability) instead of ending the attempt with its outcome unknown: the target may have applied it already"
+            }
+            Bug::LeaseEndInclusive => {
+                "a lease is judged live in the millisecond it ends (its end is inclusive): a report received at its lease's end is taken, and a heartbeat renews it"
             }
         }
     }

@@ -558,7 +558,7 @@ async fn stale_requests(shared: &Shared, fault: &Fault, client: &RunnerClient, r
     stale.extend(lapsed_claim(shared, fault, Some(&replayed)).await);
     for claim in &stale {
         for report in [Report::Heartbeat, Report::Capability] {
-            send_report_as(shared, fault, client, claim, report, try_number, true).await;
+            send_report_as(shared, fault, client, claim, report, try_number, Probe::Stale).await;
         }
     }
 }
@@ -597,6 +597,7 @@ async fn stale_when_lapsed(shared: &Shared, fault: &Fault, bound: tokio::time::I
         (cluster.system.operator.clone(), logged_claims(&cluster, runner(fault)).pop())
     };
     let Some(claim) = held else { return };
+    at_lease_end(shared, fault, &operator, &claim, bound).await;
     while lease_ended(&operator, &claim).await.is_none() {
         if tokio::time::Instant::now() >= bound {
             return;
@@ -605,8 +606,55 @@ async fn stale_when_lapsed(shared: &Shared, fault: &Fault, bound: tokio::time::I
     }
     let (_, client) = runner_client(shared, runner(fault)).await;
     for report in [Report::Heartbeat, Report::Capability] {
-        send_report_as(shared, fault, &client, &claim, report, 1, true).await;
+        send_report_as(shared, fault, &client, &claim, report, 1, Probe::Stale).await;
     }
+}
+
+/// How long before a lease's end the boundary probe reads it again (a renewal the runner
+/// sent before the fault may have moved it) before its final wait.
+const AIM_AGAIN_MS: i64 = 20;
+
+/// The boundary probe of a fault that keeps a runner from renewing: a heartbeat for the
+/// claim the runner holds, in its name, sent as the host's wall clock — the one the lab's
+/// control plane reads — turns to the millisecond its lease ends (`value.aimed_ms`), so that
+/// it arrives within that millisecond: a lease judged live at its end takes it. Sent only
+/// while the control plane holds the claim running with a lease still to come, and the end
+/// read again [`AIM_AGAIN_MS`] before it; none when the end passes `bound`.
+async fn at_lease_end(
+    shared: &Shared,
+    fault: &Fault,
+    operator: &protocol::client::Client,
+    claim: &ClaimRef,
+    bound: tokio::time::Instant,
+) {
+    let end_ms = loop {
+        let Some(end_ms) = running_lease_end(operator, claim).await else { return };
+        let left_ms = end_ms - protocol::wall_ms();
+        let bound_ms = bound.saturating_duration_since(tokio::time::Instant::now()).as_millis() as i64;
+        if left_ms <= 0 || left_ms >= bound_ms {
+            return;
+        }
+        if left_ms <= AIM_AGAIN_MS {
+            break end_ms;
+        }
+        tokio::time::sleep(Duration::from_millis((left_ms - AIM_AGAIN_MS / 2) as u64)).await;
+    };
+    let (_, client) = runner_client(shared, runner(fault)).await;
+    // The last millisecond by the clock itself, not a timer's rounding.
+    while protocol::wall_ms() < end_ms - 1 {
+        tokio::time::sleep(Duration::from_micros(500)).await;
+    }
+    while protocol::wall_ms() < end_ms {
+        tokio::task::yield_now().await;
+    }
+    send_report_as(shared, fault, &client, claim, Report::Heartbeat, 1, Probe::AtLeaseEnd(end_ms)).await;
+}
+
+/// The lease end of `claim` while the control plane holds it running.
+async fn running_lease_end(operator: &protocol::client::Client, claim: &ClaimRef) -> Option<i64> {
+    let view = operator.job(&claim.job).await.ok()?;
+    let attempt = view.attempts.iter().find(|attempt| attempt.id == claim.attempt)?;
+    (attempt.state == protocol::AttemptState::Running).then_some(attempt.lease_expires_ms).flatten()
 }
 
 /// The events of runner `index`'s log read so far, in its order (none when it cannot be
@@ -640,6 +688,16 @@ fn logged_claims(cluster: &Cluster, index: usize) -> Vec<ClaimRef> {
 
 /// A client holding one runner's token, and that runner's id.
 type RunnerClient = (protocol::client::Client, String);
+
+/// Whether a report is a probe on top of the fault's own act, not another application of
+/// it (`value.stale`): one for a claim whose lease has ended, or one aimed at the
+/// millisecond its lease ends (`value.aimed_ms`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    No,
+    Stale,
+    AtLeaseEnd(i64),
+}
 
 /// A report the nemesis sends in a runner's name: a result, or (under a borrowed claim) a
 /// heartbeat or a capability request.
@@ -685,11 +743,11 @@ async fn send_report(
     report: Report,
     try_number: u32,
 ) {
-    send_report_as(shared, fault, client, claim, report, try_number, false).await;
+    send_report_as(shared, fault, client, claim, report, try_number, Probe::No).await;
 }
 
-/// [`send_report`]; a `stale` report (`value.stale`) is a probe sent for a claim whose lease
-/// has ended, on top of the fault's own act, and not another application of the fault.
+/// [`send_report`]; a probe (`value.stale`, see [`Probe`]) is sent on top of the fault's own
+/// act, and is not another application of the fault.
 async fn send_report_as(
     shared: &Shared,
     fault: &Fault,
@@ -697,7 +755,7 @@ async fn send_report_as(
     claim: &ClaimRef,
     report: Report,
     try_number: u32,
-    stale: bool,
+    probe: Probe,
 ) {
     let observed_ms = protocol::wall_ms();
     let fill = |event: &mut history::Event| {
@@ -710,8 +768,11 @@ async fn send_report_as(
         value["try"] = serde_json::Value::from(try_number);
         value["token_of"] = serde_json::Value::from(token_of.as_str());
         value["report"] = serde_json::Value::from(report.op().as_str());
-        if stale {
+        if probe != Probe::No {
             value["stale"] = serde_json::Value::from(true);
+        }
+        if let Probe::AtLeaseEnd(end_ms) = probe {
+            value["aimed_ms"] = serde_json::Value::from(end_ms);
         }
         event.value = Some(value);
     };

@@ -224,12 +224,36 @@ async fn paused_runner_outlives_its_lease_and_its_late_reports_are_refused() {
         let answer = events.iter().find(|event| {
             event.process == Process::NEMESIS
                 && event.kind == EventType::Ok
-                && event.value.as_ref().is_some_and(|value| value["report"] == report && value["stale"] == true)
+                && event.value.as_ref().is_some_and(|value| {
+                    value["report"] == report && value["stale"] == true && value.get("aimed_ms").is_none()
+                })
         });
         let Some(answer) = answer else { panic!("no stale {report} was sent in r1's name; {}", context(&finished)) };
         assert_eq!(answer.decision, Some(Decision::Rejected), "{report}: {}", context(&finished));
         assert!(late_report_rejected(&events, answer.attempt.as_deref().unwrap()), "{}", context(&finished));
     }
+    // Before that, one heartbeat in r1's name aimed at the millisecond its lease ended, the
+    // end the ledger granted it: it reached the control plane at that millisecond or after,
+    // never before (a lease judged live at its end would take it; this one is correct).
+    let aimed = events.iter().find(|event| {
+        event.process == Process::NEMESIS
+            && event.kind == EventType::Ok
+            && event.value.as_ref().is_some_and(|value| value.get("aimed_ms").is_some())
+    });
+    let Some(aimed) = aimed else { panic!("no heartbeat was aimed at r1's lease end; {}", context(&finished)) };
+    let value = aimed.value.as_ref().unwrap();
+    let aimed_ms = value["aimed_ms"].as_i64().unwrap();
+    let granted = events.iter().filter(|event| event.kind == EventType::Ledger && event.attempt == aimed.attempt);
+    assert!(
+        granted.clone().any(|event| event.lease_expires_ms == Some(aimed_ms)),
+        "aimed at {aimed_ms}, a lease end the ledger never granted {:?}; {}",
+        aimed.attempt,
+        context(&finished)
+    );
+    let entry = ledger(&events, Op::Heartbeat)
+        .find(|event| event.value.as_ref().is_some_and(|v| v["seq"] == value["ledger_seq"]));
+    let Some(entry) = entry else { panic!("the aimed heartbeat is not in the ledger; {}", context(&finished)) };
+    assert!(entry.received_ms >= Some(aimed_ms), "received {:?}, before the lease end {aimed_ms}", entry.received_ms);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -436,13 +436,20 @@ impl<S: Store> Rules<S> {
         Ok(expired)
     }
 
-    /// How long before its end the planted `expire-early` takes a lease for lapsed.
+    /// How long before its end the planted `expire-early` takes a lease for lapsed (under
+    /// `lease-end-inclusive`, -1: a lease is over only after its end).
     fn early_ms(&self) -> i64 {
         if self.bugs.has(Bug::ExpireEarly) {
             self.policy.lease_ms as i64 / 2
         } else {
-            0
+            self.boundary_ms()
         }
+    }
+
+    /// Where a lease's end falls: 0, a lease ending at `now` is over; -1 under the planted
+    /// `lease-end-inclusive`, which takes it as live for that millisecond.
+    fn boundary_ms(&self) -> i64 {
+        -i64::from(self.bugs.has(Bug::LeaseEndInclusive))
     }
 
     /// Expires the job's lapsed attempts before a report is judged, so that a lease counts
@@ -565,7 +572,7 @@ impl<S: Store> Rules<S> {
             fence: Some(claim.fence),
             current: true,
             states: vec![AttemptState::Running],
-            lease_valid_at_ms: (!self.bugs.has(Bug::LeaseJudgedBySweeper)).then_some(now.ms),
+            lease_valid_at_ms: (!self.bugs.has(Bug::LeaseJudgedBySweeper)).then_some(now.ms + self.boundary_ms()),
             fence_at_most: None,
         };
         if self.bugs.has(Bug::TrustRunnerClock) {
@@ -699,7 +706,8 @@ impl<S: Store> Rules<S> {
             if let Some(holder) = attempt.as_ref().filter(|_| self.bugs.has(Bug::AcceptBorrowedClaim)) {
                 claim.runner = holder.runner.clone();
             }
-            let judged_ms = if self.bugs.has(Bug::LeaseJudgedBySweeper) { i64::MIN } else { now.ms };
+            let judged_ms =
+                if self.bugs.has(Bug::LeaseJudgedBySweeper) { i64::MIN } else { now.ms + self.boundary_ms() };
             let live = standing(Some(&job), attempt.as_ref(), &claim, project, judged_ms).ok().and(attempt);
             let Some(attempt) = live else {
                 return self.reject(tx, &report, &job, None, expired, now);
