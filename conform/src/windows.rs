@@ -5,12 +5,12 @@
 //! the cases that wait until the server shows the lapse never see it.
 //!
 //! Each case claims a job, waits on this host's wall clock (the server's, on one host) until
-//! just past the granted `lease_expires_ms`, and sends one report at once. Where the ledger
-//! shows the attempt was expired before the report was received (a sweep came first), the
-//! try probed nothing and is made again; every try refused as it must be and every one
-//! beaten by a sweep passes, saying so.
-
-use std::time::Duration;
+//! it turns to the granted `lease_expires_ms`, and sends one report at once: a lease ending
+//! at `now` is over, so even a report received in that very millisecond must be refused (a
+//! system that takes a lease's end as still inside it accepts it there). Where the ledger
+//! shows the attempt was expired before the report was received (a sweep came first), or
+//! the report received after that millisecond, the try probed less than it could and is
+//! made again; every try must be refused, and the case says which millisecond it reached.
 
 use history::{Decision, Op, Reason, RecordedAs};
 use protocol::*;
@@ -19,9 +19,9 @@ use super::case::{ensure, Case, CaseOutcome, Def, Finding};
 use super::session::{now_ms, said, Runner, Session};
 use system::Feature;
 
-/// How far past the lease's end (ms, server clock) the report is sent: the end itself is
-/// already lapsed (a lease ending at `now` is over); a little more covers clock reading.
-const PAST_END_MS: i64 = 2;
+/// How far past the lease's end (ms, server clock) the report is sent: none, the end itself
+/// is already lapsed (a lease ending at `now` is over).
+const PAST_END_MS: i64 = 0;
 
 pub fn defs() -> Vec<Def> {
     vec![
@@ -48,60 +48,94 @@ async fn send(runner: &Runner, claim: &ClaimRef, report: Op) -> Result<Ruling, F
     }
 }
 
-/// Sleeps until this host's wall clock reads at least `until_ms`.
-async fn sleep_until_ms(until_ms: i64) {
-    let left_ms = until_ms.saturating_sub(now_ms());
-    if left_ms > 0 {
-        tokio::time::sleep(Duration::from_millis(left_ms as u64)).await;
-    }
-    while now_ms() < until_ms {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
+/// Most tries of a window case. Each is sent ahead of the lease's end by the last try's way
+/// to the server (the receipt its ledger entry names less the send), so as to arrive in the
+/// end's very millisecond. A try received inside the lease, or beaten by a sweep, probed
+/// nothing, and one received after that millisecond probed less than it could; every try
+/// received at or past the end must be refused, and when none reached the end's
+/// millisecond the case passes saying how close it came.
+const WINDOW_TRIES_MAX: u32 = 8;
 
-/// Most tries of a window case. A try that a sweep beat probed nothing; when every try
-/// was beaten, every report was still refused as it must be, and the case passes saying
-/// that the window was narrower here than a report's way to the server.
-const WINDOW_TRIES_MAX: u32 = 6;
+/// Most a try is sent ahead of the lease's end, whatever the last try's way to the server.
+const LEAD_MAX_MS: i64 = 50;
 
 async fn at_lease_end(s: &Session, case: Case, report: Op) -> CaseOutcome {
     let team = s.team(&case, 1).await?;
     let runner = &team.runners[0];
-    let mut swept = Vec::new();
+    let (mut swept, mut early) = (Vec::new(), 0);
+    let mut past_end = None;
+    // How long before the end to send: the last try's way to the server, by its ledger entry.
+    let mut lead_ms = 0;
     for n in 1..=WINDOW_TRIES_MAX {
         let job = case.id(&format!("j{n}"));
         s.submit(&team.project, &job, &case.id(&format!("k{n}")), 1).await?;
         let grant = runner.claim_some().await?;
+        let end_ms = grant.lease_expires_ms;
         // The wait is bounded by the lease policy: a grant whose lease ends later is a
         // finding, not a reason to wait.
-        let left_ms = grant.lease_expires_ms.saturating_sub(now_ms());
+        let left_ms = end_ms.saturating_sub(now_ms());
         ensure(left_ms <= 2 * s.lease_ms as i64, || {
             format!(
                 "{} was granted a lease ending {left_ms} ms from now, past the {} ms lease policy",
                 grant.claim.attempt, s.lease_ms
             )
         })?;
-        sleep_until_ms(grant.lease_expires_ms + PAST_END_MS).await;
+        protocol::clock::sleep_until_wall_ms(end_ms + PAST_END_MS - lead_ms).await;
+        let sent_ms = now_ms();
         let ruling = send(runner, &grant.claim, report).await?;
-        judge(s, &job, &grant, report, &ruling).await?;
-        match swept_first(s, &job, &ruling).await? {
-            Some(why) => swept.push(why),
-            None => {
-                return Ok(format!(
-                "a {} for {} sent {PAST_END_MS} ms after its lease ended at {} (server clock), before any sweep: {}",
-                report.as_str(),
-                grant.claim.attempt,
-                grant.lease_expires_ms,
-                said(&ruling)
-            ))
+        let received = received_ms(s, &job, &ruling).await?;
+        if let Some(at) = received {
+            lead_ms = (at - sent_ms).clamp(0, LEAD_MAX_MS);
+            if at < end_ms {
+                early += 1; // received inside its lease: the try probed nothing
+                continue;
             }
         }
+        judge(s, &job, &grant, report, &ruling).await?;
+        if let Some(why) = swept_first(s, &job, &ruling).await? {
+            swept.push(why);
+            continue;
+        }
+        let receipt = match received {
+            Some(at) if at == end_ms => "received in that very millisecond".to_string(),
+            Some(at) => {
+                past_end = Some(format!("{} (received {} ms past it)", said(&ruling), at - end_ms));
+                continue;
+            }
+            None => "its receipt unknown (no ledger)".to_string(),
+        };
+        return Ok(format!(
+            "a {} for {} sent as its lease ended at {end_ms} (server clock), before any sweep, {receipt}: {}",
+            report.as_str(),
+            grant.claim.attempt,
+            said(&ruling)
+        ));
+    }
+    let plural = match report {
+        Op::Heartbeat => "heartbeats",
+        Op::Capability => "capability requests",
+        _ => "results",
+    };
+    let tried = format!("of {WINDOW_TRIES_MAX} {plural} aimed at their lease's end, {early} arrived inside the lease");
+    if let Some(closest) = past_end {
+        return Ok(format!(
+            "{tried} and every other was refused (expired), none received in the lease's last millisecond itself; the last: {closest}"
+        ));
     }
     Ok(format!(
-        "each of {WINDOW_TRIES_MAX} {}s sent {PAST_END_MS} ms after its lease ended was refused (expired), but a sweep came first every time ({}): the window is narrower here than a report's way to the server",
-        report.as_str(),
+        "{tried} and every other was refused (expired), but a sweep came first each time ({}): the window is narrower here than a report's way to the server",
         swept.join("; ")
     ))
+}
+
+/// When the server received the report its ruling names, by its ledger entry (`None`
+/// without a ledger).
+async fn received_ms(s: &Session, job: &str, ruling: &Ruling) -> Result<Option<i64>, Finding> {
+    if !s.provides.ledger {
+        return Ok(None);
+    }
+    let view = s.view(job).await?;
+    Ok(view.ledger.iter().find(|entry| entry.seq == ruling.ledger_seq).map(|entry| entry.received_ms))
 }
 
 /// Why the try probed nothing: the ledger shows the attempt expired before the report was

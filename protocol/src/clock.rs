@@ -20,6 +20,19 @@ pub fn wall_ms() -> i64 {
         as i64
 }
 
+/// Waits until this process's wall clock reads at least `until_ms`: a timer for all but the
+/// last millisecond, then the clock itself, not a timer's rounding, so that what follows
+/// starts within the first part of that millisecond (a request aimed at a lease's end).
+pub async fn sleep_until_wall_ms(until_ms: i64) {
+    let left_ms = until_ms.saturating_sub(wall_ms()).saturating_sub(1);
+    if left_ms > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(left_ms as u64)).await;
+    }
+    while wall_ms() < until_ms {
+        tokio::task::yield_now().await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -28,5 +41,14 @@ mod tests {
         let second = super::monotonic_ns();
         assert!(second >= first);
         assert!(first > 0);
+    }
+
+    #[tokio::test]
+    async fn sleeping_until_a_wall_millisecond_reaches_it_and_not_much_later() {
+        let until_ms = super::wall_ms() + 30;
+        super::sleep_until_wall_ms(until_ms).await;
+        let now_ms = super::wall_ms();
+        assert!(now_ms >= until_ms, "woke at {now_ms}, before {until_ms}");
+        super::sleep_until_wall_ms(now_ms - 5).await; // a past instant: at once
     }
 }

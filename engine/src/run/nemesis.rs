@@ -640,13 +640,7 @@ async fn at_lease_end(
         tokio::time::sleep(Duration::from_millis((left_ms - AIM_AGAIN_MS / 2) as u64)).await;
     };
     let (_, client) = runner_client(shared, runner(fault)).await;
-    // The last millisecond by the clock itself, not a timer's rounding.
-    while protocol::wall_ms() < end_ms - 1 {
-        tokio::time::sleep(Duration::from_micros(500)).await;
-    }
-    while protocol::wall_ms() < end_ms {
-        tokio::task::yield_now().await;
-    }
+    protocol::clock::sleep_until_wall_ms(end_ms).await;
     send_report_as(shared, fault, &client, claim, Report::Heartbeat, 1, Probe::AtLeaseEnd(end_ms)).await;
 }
 
