@@ -48,9 +48,9 @@ async fn send(runner: &Runner, claim: &ClaimRef, report: Op) -> Result<Ruling, F
     }
 }
 
-/// Most tries of a window case. Each is sent ahead of the lease's end by the last try's way
-/// to the server (the receipt its ledger entry names less the send), so as to arrive in the
-/// end's very millisecond. A try received inside the lease, or beaten by a sweep, probed
+/// Most tries of a window case. Each is sent ahead of the lease's end by the quickest way to
+/// the server a try has taken (the receipt its ledger entry names less the send), so as to
+/// arrive in the end's very millisecond. A try received inside the lease, or beaten by a sweep, probed
 /// nothing, and one received after that millisecond probed less than it could; every try
 /// received at or past the end must be refused, and when none reached the end's
 /// millisecond the case passes saying how close it came.
@@ -64,8 +64,9 @@ async fn at_lease_end(s: &Session, case: Case, report: Op) -> CaseOutcome {
     let runner = &team.runners[0];
     let (mut swept, mut early) = (Vec::new(), 0);
     let mut past_end = None;
-    // How long before the end to send: the last try's way to the server, by its ledger entry.
-    let mut lead_ms = 0;
+    // How long before the end to send: the quickest way to the server a try has taken so far,
+    // by its ledger entry (a try slowed by load would send the next one too early).
+    let mut lead_ms: Option<i64> = None;
     for n in 1..=WINDOW_TRIES_MAX {
         let job = case.id(&format!("j{n}"));
         s.submit(&team.project, &job, &case.id(&format!("k{n}")), 1).await?;
@@ -80,12 +81,13 @@ async fn at_lease_end(s: &Session, case: Case, report: Op) -> CaseOutcome {
                 grant.claim.attempt, s.lease_ms
             )
         })?;
-        protocol::clock::sleep_until_wall_ms(end_ms + PAST_END_MS - lead_ms).await;
+        protocol::clock::sleep_until_wall_ms(end_ms + PAST_END_MS - lead_ms.unwrap_or(0)).await;
         let sent_ms = now_ms();
         let ruling = send(runner, &grant.claim, report).await?;
         let received = received_ms(s, &job, &ruling).await?;
         if let Some(at) = received {
-            lead_ms = (at - sent_ms).clamp(0, LEAD_MAX_MS);
+            let way_ms = (at - sent_ms).clamp(0, LEAD_MAX_MS);
+            lead_ms = Some(lead_ms.map_or(way_ms, |lead| lead.min(way_ms)));
             if at < end_ms {
                 early += 1; // received inside its lease: the try probed nothing
                 continue;
