@@ -20,15 +20,26 @@ pub fn wall_ms() -> i64 {
         as i64
 }
 
-/// Waits until this process's wall clock reads at least `until_ms`: a timer for all but the
-/// last millisecond, then the clock itself, not a timer's rounding, so that what follows
-/// starts within the first part of that millisecond (a request aimed at a lease's end).
+/// Unix microseconds on this process's wall clock (the clock of [`wall_ms`], finer).
+pub fn wall_us() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("the clock is after 1970").as_micros()
+        as i64
+}
+
+/// Waits until this process's wall clock reads at least `until_ms`.
 pub async fn sleep_until_wall_ms(until_ms: i64) {
-    let left_ms = until_ms.saturating_sub(wall_ms()).saturating_sub(1);
-    if left_ms > 0 {
-        tokio::time::sleep(std::time::Duration::from_millis(left_ms as u64)).await;
+    sleep_until_wall_us(until_ms.saturating_mul(1_000)).await;
+}
+
+/// Waits until this process's wall clock reads at least `until_us`: a timer for all but the
+/// last two milliseconds, then the clock itself, not a timer's rounding, so that what
+/// follows starts within a fraction of a millisecond of it (a request aimed at a lease's end).
+pub async fn sleep_until_wall_us(until_us: i64) {
+    let left_us = until_us.saturating_sub(wall_us()).saturating_sub(2_000);
+    if left_us > 0 {
+        tokio::time::sleep(std::time::Duration::from_micros(left_us as u64)).await;
     }
-    while wall_ms() < until_ms {
+    while wall_us() < until_us {
         tokio::task::yield_now().await;
     }
 }
@@ -44,11 +55,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn sleeping_until_a_wall_millisecond_reaches_it_and_not_much_later() {
+    async fn sleeping_until_a_wall_instant_reaches_it() {
         let until_ms = super::wall_ms() + 30;
         super::sleep_until_wall_ms(until_ms).await;
         let now_ms = super::wall_ms();
         assert!(now_ms >= until_ms, "woke at {now_ms}, before {until_ms}");
+        let until_us = super::wall_us() + 2_500;
+        super::sleep_until_wall_us(until_us).await;
+        assert!(super::wall_us() >= until_us);
         super::sleep_until_wall_ms(now_ms - 5).await; // a past instant: at once
     }
 }

@@ -614,12 +614,25 @@ async fn stale_when_lapsed(shared: &Shared, fault: &Fault, bound: tokio::time::I
 /// sent before the fault may have moved it) before its final wait.
 const AIM_AGAIN_MS: i64 = 20;
 
-/// The boundary probe of a fault that keeps a runner from renewing: a heartbeat for the
-/// claim the runner holds, in its name, sent as the host's wall clock — the one the lab's
-/// control plane reads — turns to the millisecond its lease ends (`value.aimed_ms`), so that
-/// it arrives within that millisecond: a lease judged live at its end takes it. Sent only
-/// while the control plane holds the claim running with a lease still to come, and the end
-/// read again [`AIM_AGAIN_MS`] before it; none when the end passes `bound`.
+/// How long before a lease's end the boundary probe's first capability request leaves, in
+/// µs: more than a request's way to the control plane under load.
+const AIM_LEAD_US: i64 = 3_000;
+
+/// Most capability requests one boundary probe sends.
+const AIMED_REQUESTS_MAX: u32 = 24;
+
+/// The boundary probe of a fault that keeps a runner from renewing: capability requests for
+/// the claim the runner holds, in its name, one after another with no pause, the first
+/// [`AIM_LEAD_US`] before the host's wall clock — the one the lab's control plane reads —
+/// turns to the millisecond its lease ends (`value.aimed_ms`; `value.offset_us`, each
+/// request's send from that instant). Each one granted (received inside the lease: a
+/// capability the nemesis never uses, no lease moves) is followed by the next, until one is
+/// refused or [`AIMED_REQUESTS_MAX`] were sent: the first received at or past the end is
+/// received within a request's way of it, and within the end's millisecond wherever a
+/// request takes less than one — taken there only by a control plane that judges a lease
+/// live at its end. Sent only while the control plane holds the claim running with its lease
+/// still to come, the end read again [`AIM_AGAIN_MS`] before it; none when the end passes
+/// `bound`.
 async fn at_lease_end(
     shared: &Shared,
     fault: &Fault,
@@ -631,7 +644,7 @@ async fn at_lease_end(
         let Some(end_ms) = running_lease_end(operator, claim).await else { return };
         let left_ms = end_ms - protocol::wall_ms();
         let bound_ms = bound.saturating_duration_since(tokio::time::Instant::now()).as_millis() as i64;
-        if left_ms <= 0 || left_ms >= bound_ms {
+        if left_ms <= AIM_AGAIN_MS / 4 || left_ms >= bound_ms {
             return;
         }
         if left_ms <= AIM_AGAIN_MS {
@@ -640,8 +653,15 @@ async fn at_lease_end(
         tokio::time::sleep(Duration::from_millis((left_ms - AIM_AGAIN_MS / 2) as u64)).await;
     };
     let (_, client) = runner_client(shared, runner(fault)).await;
-    protocol::clock::sleep_until_wall_ms(end_ms).await;
-    send_report_as(shared, fault, &client, claim, Report::Heartbeat, 1, Probe::AtLeaseEnd(end_ms)).await;
+    let end_us = end_ms * 1_000;
+    protocol::clock::sleep_until_wall_us(end_us - AIM_LEAD_US).await;
+    for n in 1..=AIMED_REQUESTS_MAX {
+        let probe = Probe::AtLeaseEnd { end_ms, offset_us: protocol::clock::wall_us() - end_us };
+        let granted = send_report_as(shared, fault, &client, claim, Report::Capability, n, probe).await;
+        if !granted {
+            return;
+        }
+    }
 }
 
 /// The lease end of `claim` while the control plane holds it running.
@@ -685,12 +705,12 @@ type RunnerClient = (protocol::client::Client, String);
 
 /// Whether a report is a probe on top of the fault's own act, not another application of
 /// it (`value.stale`): one for a claim whose lease has ended, or one aimed at the
-/// millisecond its lease ends (`value.aimed_ms`).
+/// millisecond its lease ends (`value.aimed_ms`, sent `value.offset_us` from it).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Probe {
     No,
     Stale,
-    AtLeaseEnd(i64),
+    AtLeaseEnd { end_ms: i64, offset_us: i64 },
 }
 
 /// A report the nemesis sends in a runner's name: a result, or (under a borrowed claim) a
@@ -750,7 +770,7 @@ async fn send_report_as(
     report: Report,
     try_number: u32,
     probe: Probe,
-) {
+) -> bool {
     let observed_ms = protocol::wall_ms();
     let fill = |event: &mut history::Event| {
         *event = event.clone().with_claim(&claim.job, &claim.attempt, &claim.runner, claim.fence);
@@ -765,8 +785,9 @@ async fn send_report_as(
         if probe != Probe::No {
             value["stale"] = serde_json::Value::from(true);
         }
-        if let Probe::AtLeaseEnd(end_ms) = probe {
+        if let Probe::AtLeaseEnd { end_ms, offset_us } = probe {
             value["aimed_ms"] = serde_json::Value::from(end_ms);
+            value["offset_us"] = serde_json::Value::from(offset_us);
         }
         event.value = Some(value);
     };
@@ -795,6 +816,7 @@ async fn send_report_as(
             Err(error) => event.reason = Some(error.to_string()),
         }
     });
+    answer.is_ok_and(|verdict| verdict.decision == history::Decision::Accepted)
 }
 
 /// Reports another runner's current claim — its job, attempt and fence — under runner

@@ -232,28 +232,44 @@ async fn paused_runner_outlives_its_lease_and_its_late_reports_are_refused() {
         assert_eq!(answer.decision, Some(Decision::Rejected), "{report}: {}", context(&finished));
         assert!(late_report_rejected(&events, answer.attempt.as_deref().unwrap()), "{}", context(&finished));
     }
-    // Before that, one heartbeat in r1's name aimed at the millisecond its lease ended, the
-    // end the ledger granted it: it reached the control plane at that millisecond or after,
-    // never before (a lease judged live at its end would take it; this one is correct).
-    let aimed = events.iter().find(|event| {
-        event.process == Process::NEMESIS
-            && event.kind == EventType::Ok
-            && event.value.as_ref().is_some_and(|value| value.get("aimed_ms").is_some())
-    });
-    let Some(aimed) = aimed else { panic!("no heartbeat was aimed at r1's lease end; {}", context(&finished)) };
-    let value = aimed.value.as_ref().unwrap();
-    let aimed_ms = value["aimed_ms"].as_i64().unwrap();
-    let granted = events.iter().filter(|event| event.kind == EventType::Ledger && event.attempt == aimed.attempt);
-    assert!(
-        granted.clone().any(|event| event.lease_expires_ms == Some(aimed_ms)),
-        "aimed at {aimed_ms}, a lease end the ledger never granted {:?}; {}",
-        aimed.attempt,
-        context(&finished)
-    );
-    let entry = ledger(&events, Op::Heartbeat)
-        .find(|event| event.value.as_ref().is_some_and(|v| v["seq"] == value["ledger_seq"]));
-    let Some(entry) = entry else { panic!("the aimed heartbeat is not in the ledger; {}", context(&finished)) };
-    assert!(entry.received_ms >= Some(aimed_ms), "received {:?}, before the lease end {aimed_ms}", entry.received_ms);
+    // Before that, capability requests in r1's name aimed around the millisecond its lease
+    // ended, the end the ledger granted it: each one the control plane received before it was
+    // granted, and each one received in that millisecond or after refused (expired).
+    let aimed: Vec<&Event> = events
+        .iter()
+        .filter(|event| {
+            event.process == Process::NEMESIS
+                && event.kind == EventType::Ok
+                && event.value.as_ref().is_some_and(|value| value.get("aimed_ms").is_some())
+        })
+        .collect();
+    assert!(!aimed.is_empty(), "no request was aimed at r1's lease end; {}", context(&finished));
+    for probe in aimed {
+        let value = probe.value.as_ref().unwrap();
+        assert_eq!(value["report"], "capability", "{value}");
+        let aimed_ms = value["aimed_ms"].as_i64().unwrap();
+        let granted = events.iter().filter(|event| event.kind == EventType::Ledger && event.attempt == probe.attempt);
+        assert!(
+            granted.clone().any(|event| event.lease_expires_ms == Some(aimed_ms)),
+            "aimed at {aimed_ms}, a lease end the ledger never granted {:?}; {}",
+            probe.attempt,
+            context(&finished)
+        );
+        let seq = &value["ledger_seq"];
+        let entry =
+            ledger(&events, Op::Capability).find(|event| event.value.as_ref().is_some_and(|v| &v["seq"] == seq));
+        let Some(entry) = entry else {
+            panic!("the aimed request {value} is not in the ledger; {}", context(&finished))
+        };
+        let inside = entry.received_ms < Some(aimed_ms);
+        let decided = if inside { Decision::Accepted } else { Decision::Rejected };
+        assert_eq!(
+            probe.decision,
+            Some(decided),
+            "received at {:?}, the lease ending at {aimed_ms}",
+            entry.received_ms
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
