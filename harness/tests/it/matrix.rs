@@ -83,10 +83,7 @@ const KINDS: &[(&str, &[&str])] = &[
     ("unanswered-heartbeat-renews", &["runner-contract/acted-past-deadline"]),
     ("step-with-held-capability", &["runner-contract/acted-past-deadline"]),
     ("resend-step-on-lost-answer", &["stale-side-effect/step-applied-twice"]),
-    (
-        "lease-end-inclusive",
-        &["heartbeat-resurrection/heartbeat-after-lease-end", "rules-model/heartbeat-accepted-wrongly"],
-    ),
+    ("lease-end-inclusive", &["rules-model/capability-accepted-wrongly"]),
 ];
 
 /// The pinned kinds of `bug` that none of `cells` showed.
