@@ -221,6 +221,8 @@ fn unsettled(records: &system::collect::Records, ended: &Ended, recovery_limit_m
     let more = if more > 0 { format!(" and {more} more") } else { String::new() };
     let when = if ended.stopped_at_first {
         "when the run stopped at its first anomaly (--stop-at-first: no recovery)".to_string()
+    } else if !ended.steps_passed && !ended.interrupted {
+        "when the scenario stopped at a step that failed (no recovery)".to_string()
     } else {
         format!("after the {recovery_limit_ms} ms recovery limit")
     };

@@ -212,7 +212,12 @@ async fn play(scenario: &Scenario, shared: &Shared, interrupt: impl std::future:
     let operator = (scenario.operator == OperatorMode::Automatic).then(|| tokio::spawn(operator::run(shared.clone())));
     let played = async {
         let steps_passed = run_steps(scenario, shared).await;
-        let settled = if steps_passed && scenario.background() { settle(scenario, shared).await } else { true };
+        // Background work left by a step that failed was never waited for: not settled.
+        let settled = match (steps_passed, scenario.background()) {
+            (true, true) => settle(scenario, shared).await,
+            (false, true) => false,
+            (_, false) => true,
+        };
         (steps_passed, settled)
     };
     let ended = tokio::select! {

@@ -153,6 +153,56 @@ async fn a_pinned_submit_is_claimed_by_the_runner_it_names() {
     assert_eq!(output.matches("  ok      expect").count(), 3, "{output}");
 }
 
+/// A scenario whose step fails stops there: the job it left running was never waited for,
+/// so the run is incomplete and nothing judges that job unsettled — the failed step is the
+/// finding, not the system. Before, the run read as recovered, and the correct lab was
+/// accused (`lost-work`'s `not-settled`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_step_leaves_its_jobs_unjudged_not_unsettled() {
+    let text = "name = \"stops\"\nrunners = 1\nlease_ms = 1000\n\n\
+                [[step]]\naction = \"fault\"\nhow = \"latency\"\nrunner = \"r1\"\nlatency_ms = 10\nduration_ms = 100\n\n\
+                [[step]]\naction = \"submit\"\njob = \"j\"\nkey = \"k\"\nsteps = 30\nstep_ms = 200\nrunner = \"r1\"\n\n\
+                [[step]]\naction = \"wait\"\njob = \"j\"\nstate = \"failed\"\nwithin_ms = 1500\n\n\
+                [[expect]]\nchecker = \"lost-work\"\nverdict = \"valid\"\n";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("stops.toml");
+    std::fs::write(&file, text).unwrap();
+    let store = dir.path().join("store");
+    let (code, output) = run(&file, &store).await;
+    assert_eq!(code, Some(1), "{output}");
+    assert!(output.contains("FAILED step 3"), "{output}");
+    let results = glob_one(&store, "results.json");
+    let results: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(results).unwrap()).unwrap();
+    let lost_work = results["checkers"].as_array().unwrap().iter().find(|c| c["checker"] == "lost-work").unwrap();
+    let kinds: Vec<&str> =
+        lost_work["anomalies"].as_array().into_iter().flatten().filter_map(|a| a["kind"].as_str()).collect();
+    assert!(!kinds.contains(&"not-settled"), "{lost_work}");
+    let history = std::fs::read_to_string(glob_one(&store, "history.jsonl")).unwrap();
+    assert!(history.contains("when the scenario stopped at a step that failed"), "the recovery event says why");
+}
+
+/// The one file named `name` under `dir`, however deep (symbolic links not followed).
+fn glob_one(dir: &Path, name: &str) -> PathBuf {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(next) = todo.pop() {
+        for entry in std::fs::read_dir(&next).unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            if entry.file_type().unwrap().is_symlink() {
+                continue; // `latest` names a run folder found anyway
+            }
+            if path.is_dir() {
+                todo.push(path);
+            } else if path.file_name().is_some_and(|file| file == name) {
+                found.push(path);
+            }
+        }
+    }
+    assert_eq!(found.len(), 1, "one {name} under {}: {found:?}", dir.display());
+    found.pop().unwrap()
+}
+
 #[test]
 fn every_shipped_scenario_round_trips_through_its_types() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../workloads/scenarios");
