@@ -612,7 +612,7 @@ async fn stale_when_lapsed(shared: &Shared, fault: &Fault, bound: tokio::time::I
 
 /// How long before a lease's end the boundary probe reads it again (a renewal the runner
 /// sent before the fault may have moved it) before its final wait.
-const AIM_AGAIN_MS: i64 = 20;
+const AIM_AGAIN_MS: i64 = 50;
 
 /// How long before a lease's end the boundary probe's first capability request leaves, in
 /// µs: more than a request's way to the control plane under load.
@@ -644,7 +644,7 @@ async fn at_lease_end(
         let Some(end_ms) = running_lease_end(operator, claim).await else { return };
         let left_ms = end_ms - protocol::wall_ms();
         let bound_ms = bound.saturating_duration_since(tokio::time::Instant::now()).as_millis() as i64;
-        if left_ms <= AIM_AGAIN_MS / 4 || left_ms >= bound_ms {
+        if left_ms <= 0 || left_ms >= bound_ms {
             return;
         }
         if left_ms <= AIM_AGAIN_MS {
