@@ -19,10 +19,6 @@ use super::case::{ensure, Case, CaseOutcome, Def, Finding};
 use super::session::{now_ms, said, Runner, Session};
 use system::Feature;
 
-/// How far past the lease's end (ms, server clock) the report is sent: none, the end itself
-/// is already lapsed (a lease ending at `now` is over).
-const PAST_END_MS: i64 = 0;
-
 pub fn defs() -> Vec<Def> {
     vec![
         Def {
@@ -81,7 +77,7 @@ async fn at_lease_end(s: &Session, case: Case, report: Op) -> CaseOutcome {
                 grant.claim.attempt, s.lease_ms
             )
         })?;
-        protocol::clock::sleep_until_wall_ms(end_ms + PAST_END_MS - lead_ms.unwrap_or(0)).await;
+        protocol::clock::sleep_until_wall_ms(end_ms - lead_ms.unwrap_or(0)).await;
         let sent_ms = now_ms();
         let ruling = send(runner, &grant.claim, report).await?;
         let received = received_ms(s, &job, &ruling).await?;
