@@ -477,7 +477,10 @@ impl RulesModel {
         let attempt = ev.attempt?;
         let facts = self.attempt(attempt);
         let received = ev.received_ms.unwrap_or(0);
-        let divergence = if facts.state != AttemptState::Running {
+        let divergence = if facts.state == AttemptState::Unknown {
+            let message = format!("{} was expired, but the ledger holds no claim of it before", ctx.label(attempt));
+            diverge("expired-not-running", message)
+        } else if facts.state != AttemptState::Running {
             diverge("expired-not-running", format!("{} was expired while it was not running", ctx.label(attempt)))
         } else if facts.lease_end_ms > received && !ctx.lacks("lease") {
             diverge(

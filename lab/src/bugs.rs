@@ -42,6 +42,8 @@ pub enum Bug {
     StepWithHeldCapability,
     ResendStepOnLostAnswer,
     LeaseEndInclusive,
+    FenceCounterInTwoStatements,
+    ClaimLedgerInSecondTransaction,
 }
 
 /// Which process a bug lives in.
@@ -53,7 +55,7 @@ pub enum Home {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 34] = [
+    pub const ALL: [Bug; 36] = [
         Bug::AcceptStaleResult,
         Bug::HeartbeatRevivesExpired,
         Bug::RequeueOnExpiry,
@@ -88,6 +90,8 @@ impl Bug {
         Bug::StepWithHeldCapability,
         Bug::ResendStepOnLostAnswer,
         Bug::LeaseEndInclusive,
+        Bug::FenceCounterInTwoStatements,
+        Bug::ClaimLedgerInSecondTransaction,
     ];
 
     pub fn name(self) -> &'static str {
@@ -126,6 +130,8 @@ impl Bug {
             Bug::StepWithHeldCapability => "step-with-held-capability",
             Bug::ResendStepOnLostAnswer => "resend-step-on-lost-answer",
             Bug::LeaseEndInclusive => "lease-end-inclusive",
+            Bug::FenceCounterInTwoStatements => "fence-counter-in-two-statements",
+            Bug::ClaimLedgerInSecondTransaction => "claim-ledger-in-second-transaction",
         }
     }
 
@@ -214,6 +220,12 @@ impl Bug {
             }
             Bug::ResendStepOnLostAnswer => {
                 "a step whose answer never came is sent again (with a fresh capability) instead of ending the attempt with its outcome unknown: the target may have applied it already"
+            }
+            Bug::FenceCounterInTwoStatements => {
+                "a claim reads the fence counter and then writes it one higher, in two statements, the read taking no lock: of two claims at once on different keys, the second takes the first's fence, breaks the fences' unique constraint and is answered 500 (PostgreSQL)"
+            }
+            Bug::ClaimLedgerInSecondTransaction => {
+                "a claim commits its attempt and then appends its ledger entry in a second transaction: a claim whose second transaction fails leaves an attempt the ledger never granted (PostgreSQL)"
             }
             Bug::LeaseEndInclusive => {
                 "a lease is judged live in the millisecond it ends (its end is inclusive): a report received at its lease's end is taken, and a heartbeat renews it"

@@ -89,6 +89,22 @@ fn an_expiry_before_the_lease_ends_diverges() {
 }
 
 #[test]
+fn an_expiry_of_an_attempt_the_ledger_never_granted_says_so() {
+    let mut h = H::new();
+    h.config("fenced");
+    h.submit("j1", "prod", 900);
+    let a1 = claim("j1", "j1-a1", "r1", 7);
+    h.expire(&a1, 3_100, 3_000, "uncertain");
+    let anomalies = check(&h.build(), "rules-model", &["expired-not-running"]);
+    assert!(anomalies[0].message.contains("the ledger holds no claim of it"), "{}", anomalies[0].message);
+    let (mut h, a1) = start();
+    h.expire(&a1, 3_100, 3_000, "uncertain");
+    h.expire(&a1, 3_200, 3_000, "uncertain");
+    let anomalies = check(&h.build(), "rules-model", &["expired-not-running"]);
+    assert!(anomalies[0].message.contains("while it was not running"), "{}", anomalies[0].message);
+}
+
+#[test]
 fn a_claim_on_a_key_an_uncertain_job_holds_diverges() {
     let (mut h, a1) = start();
     h.expire(&a1, 3_100, 3_000, "uncertain");

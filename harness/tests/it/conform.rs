@@ -146,6 +146,11 @@ const FAULTS_ONLY: &[(&str, &str)] = &[
     ("claim-without-lock", "two claims interleave only under concurrency slowed by db-link latency"),
     ("sweeper-without-lock", "the sweeper races a heartbeat only when a transaction spans a lease's end"),
     ("retry-lost-commit", "a COMMIT's answer is lost only when db-link cuts it"),
+    ("claim-ledger-in-second-transaction", "a claim's second transaction fails only when db-link cuts it"),
+    (
+        "fence-counter-in-two-statements",
+        "two claims read the counter before either writes it only under concurrency slowed by db-link latency",
+    ),
 ];
 
 /// The planted bugs of the runner: conform plays the runners itself and never runs the

@@ -74,6 +74,8 @@ const KINDS: &[(&str, &[&str])] = &[
     ("claim-without-lock", &["single-owner/two-attempts-one-job", "rules-model/claim-not-queued"]),
     ("sweeper-without-lock", &["rules-model/expired-not-running"]),
     ("retry-lost-commit", &["ledger-completeness/applied-more-than-sent"]),
+    ("fence-counter-in-two-statements", &["progress/runner-exited"]),
+    ("claim-ledger-in-second-transaction", &["rules-model/expired-not-running"]),
     ("duplicate-ack-unrecorded", &["ledger-completeness/answer-missing-from-ledger"]),
     ("refusal-unrecorded", &["ledger-completeness/result-not-ruled"]),
     ("refusal-drops-expiries", &["rules-model/expiry-not-recorded", "rules-model/reconcile-not-uncertain"]),

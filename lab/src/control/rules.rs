@@ -505,16 +505,20 @@ impl<S: Store> Rules<S> {
 
     pub fn claim(&self, principal: &Principal, request: &ClaimRequest, now: Now) -> RuleResult<ClaimResponse> {
         let (runner, project) = acting_runner(principal, &request.runner)?;
-        self.transact(self.bugs.has(Bug::ClaimWithoutLock), |tx| {
+        let second_transaction = self.bugs.has(Bug::ClaimLedgerInSecondTransaction);
+        let (response, entry) = self.transact(self.bugs.has(Bug::ClaimWithoutLock), |tx| {
             // A queued job has no running attempt to expire, and a lapsed lease holds its key
             // as an uncertain one does: a claim's decision needs no expiry.
             let Some(mut job) = claim_candidate(tx, project)? else {
-                return Ok(ClaimResponse { grant: None });
+                return Ok((ClaimResponse { grant: None }, None));
             };
             // From a durable counter per job (as many as its attempts): unique even when two
             // claims of one job race, which only a planted bug lets happen.
             let number = tx.next_counter(&format!("attempts:{}", job.id))?;
-            let fence = tx.next_counter("fence")?;
+            let fence = match self.bugs.has(Bug::FenceCounterInTwoStatements) {
+                true => tx.next_counter_read_then_written("fence")?,
+                false => tx.next_counter("fence")?,
+            };
             let now = self.now_in(tx, now)?;
             let attempt = AttemptRow {
                 id: format!("{}-a{number}", job.id),
@@ -535,7 +539,9 @@ impl<S: Store> Rules<S> {
             let mut entry = self.entry(Op::Claim, &job, Some(&attempt), now);
             entry.decision = Some(Decision::Accepted);
             entry.observed_ms = Some(request.observed_ms);
-            tx.append_ledger(std::slice::from_ref(&entry))?;
+            if !second_transaction {
+                tx.append_ledger(std::slice::from_ref(&entry))?;
+            }
             let claim =
                 ClaimRef { job: job.id.clone(), attempt: attempt.id, runner: runner.to_string(), fence: attempt.fence };
             let grant = Grant {
@@ -546,8 +552,13 @@ impl<S: Store> Rules<S> {
                 lease_ms: self.policy.lease_ms,
                 lease_expires_ms: attempt.lease_expires_ms,
             };
-            Ok(ClaimResponse { grant: Some(grant) })
-        })
+            Ok((ClaimResponse { grant: Some(grant) }, second_transaction.then_some(entry)))
+        })?;
+        if let Some(entry) = entry {
+            // Planted: the claim committed; its ledger entry comes in a transaction of its own.
+            self.transact(false, |tx| Ok(tx.append_ledger(std::slice::from_ref(&entry))?))?;
+        }
+        Ok(response)
     }
 
     /// The predicates a current-claim report must meet, as the planted bugs leave them.
