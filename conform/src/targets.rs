@@ -153,18 +153,24 @@ fn judged(
     Ok(record)
 }
 
+/// How long after its expiry an expired capability is shown to the target.
+const PAST_EXPIRY_MS: i64 = 2;
+
 /// Longest wait for a capability to expire before the target is shown it (it expires with
 /// its attempt's lease).
 const EXPIRY_WAIT_MAX_MS: i64 = 10_000;
 
 /// Waits for `capability` to expire, then posts step `index` with it: refused `expired`.
-/// A capability that lives longer than [`EXPIRY_WAIT_MAX_MS`] is not waited for (say so).
+/// Sent [`PAST_EXPIRY_MS`] after the expiry on the wall clock the target shares, so that it
+/// lands in the expiry's own second nearly always: a target that judged expiry in whole
+/// seconds would take it. A capability that lives longer than [`EXPIRY_WAIT_MAX_MS`] is
+/// not waited for (say so).
 async fn expired(s: &Session, base: &str, capability: &Capability, index: u32) -> Result<String, Finding> {
-    let wait_ms = capability.expires_ms + 20 - now_ms();
+    let wait_ms = capability.expires_ms + PAST_EXPIRY_MS - now_ms();
     if wait_ms > EXPIRY_WAIT_MAX_MS {
         return Ok(format!("the capability lives {wait_ms} ms more: its expiry was not tried"));
     }
-    tokio::time::sleep(std::time::Duration::from_millis(wait_ms.max(0) as u64)).await;
+    protocol::clock::sleep_until_wall_ms(capability.expires_ms + PAST_EXPIRY_MS).await;
     expect(s, base, capability, index, Some(Reason::Expired), "a capability past its expiry").await?;
     Ok("an expired capability refused (expired)".to_string())
 }

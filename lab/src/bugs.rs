@@ -42,8 +42,8 @@ pub enum Bug {
     StepWithHeldCapability,
     ResendStepOnLostAnswer,
     LeaseEndInclusive,
-    FenceCounterInTwoStatements,
     ClaimLedgerInSecondTransaction,
+    TargetExpiryInWholeSeconds,
 }
 
 /// Which process a bug lives in.
@@ -90,8 +90,8 @@ impl Bug {
         Bug::StepWithHeldCapability,
         Bug::ResendStepOnLostAnswer,
         Bug::LeaseEndInclusive,
-        Bug::FenceCounterInTwoStatements,
         Bug::ClaimLedgerInSecondTransaction,
+        Bug::TargetExpiryInWholeSeconds,
     ];
 
     pub fn name(self) -> &'static str {
@@ -130,8 +130,8 @@ impl Bug {
             Bug::StepWithHeldCapability => "step-with-held-capability",
             Bug::ResendStepOnLostAnswer => "resend-step-on-lost-answer",
             Bug::LeaseEndInclusive => "lease-end-inclusive",
-            Bug::FenceCounterInTwoStatements => "fence-counter-in-two-statements",
             Bug::ClaimLedgerInSecondTransaction => "claim-ledger-in-second-transaction",
+            Bug::TargetExpiryInWholeSeconds => "target-expiry-in-whole-seconds",
         }
     }
 
@@ -221,12 +221,10 @@ impl Bug {
             Bug::ResendStepOnLostAnswer => {
                 "a step whose answer never came is sent again (with a fresh capability) instead of ending the attempt with its outcome unknown: the target may have applied it already"
             }
-            Bug::FenceCounterInTwoStatements => {
-                "a claim reads the fence counter and then writes it one higher, in two statements, the read taking no lock: of two claims at once on different keys, the second takes the first's fence, breaks the fences' unique constraint and is answered 500 (PostgreSQL)"
-            }
             Bug::ClaimLedgerInSecondTransaction => {
                 "a claim commits its attempt and then appends its ledger entry in a second transaction: a claim whose second transaction fails leaves an attempt the ledger never granted (PostgreSQL)"
             }
+            Bug::TargetExpiryInWholeSeconds => "the target judges a capability's expiry in whole seconds: a capability lives to the end of the second it expires in",
             Bug::LeaseEndInclusive => {
                 "a lease is judged live in the millisecond it ends (its end is inclusive): a report received at its lease's end is taken, and a heartbeat renews it"
             }
@@ -235,7 +233,10 @@ impl Bug {
 
     pub fn home(self) -> Home {
         match self {
-            Bug::TargetIgnoresFence | Bug::TargetRefusesCurrentFence | Bug::TargetFencesPerRunner => Home::Target,
+            Bug::TargetIgnoresFence
+            | Bug::TargetRefusesCurrentFence
+            | Bug::TargetFencesPerRunner
+            | Bug::TargetExpiryInWholeSeconds => Home::Target,
             Bug::DeadlineFromAnswer
             | Bug::DeadlineFromServerLease
             | Bug::WallClockDeadline

@@ -79,7 +79,12 @@ impl Target {
         if !capability::verify(&self.secret, capability) {
             return refuse(Reason::BadSignature);
         }
-        if capability.expires_ms <= now_ms {
+        let expired = match self.bugs.has(Bug::TargetExpiryInWholeSeconds) {
+            // Planted: both instants cut to their second; a capability lives to its second's end.
+            true => capability.expires_ms.div_euclid(1_000) < now_ms.div_euclid(1_000),
+            false => capability.expires_ms <= now_ms,
+        };
+        if expired {
             return refuse(Reason::Expired);
         }
         if self.mode == Mode::Idempotent {

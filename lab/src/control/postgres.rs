@@ -896,22 +896,6 @@ impl Tx for PgTx<'_> {
         unsigned("counter", row.try_get(0)?)
     }
 
-    fn next_counter_read_then_written(&mut self, name: &str) -> StoreResult<u64> {
-        self.begin()?;
-        let seen = self.query_opt("SELECT value FROM counters WHERE name = $1", &[&name])?;
-        let next = match seen {
-            Some(row) => unsigned::<u64>("counter", row.try_get(0)?)? + 1,
-            None => 1,
-        };
-        if self.locks {
-            self.held.wait_counter(name)?;
-        }
-        let value = signed("counter", next)?;
-        let sql = "INSERT INTO counters (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = $2";
-        self.execute(sql, &[&name, &value])?;
-        Ok(next)
-    }
-
     /// The job's order is the next value of the `job-order` counter, and its key gets its
     /// row (the one claims of the key lock) when it has none: one statement.
     fn insert_job(&mut self, job: &JobRow) -> StoreResult<bool> {

@@ -515,10 +515,7 @@ impl<S: Store> Rules<S> {
             // From a durable counter per job (as many as its attempts): unique even when two
             // claims of one job race, which only a planted bug lets happen.
             let number = tx.next_counter(&format!("attempts:{}", job.id))?;
-            let fence = match self.bugs.has(Bug::FenceCounterInTwoStatements) {
-                true => tx.next_counter_read_then_written("fence")?,
-                false => tx.next_counter("fence")?,
-            };
+            let fence = tx.next_counter("fence")?;
             let now = self.now_in(tx, now)?;
             let attempt = AttemptRow {
                 id: format!("{}-a{number}", job.id),

@@ -264,17 +264,6 @@ impl Tx for SqliteTx<'_> {
         Ok(self.tx.query_row("SELECT value FROM counters WHERE name = ?1", [name], |row| row.get(0))?)
     }
 
-    fn next_counter_read_then_written(&mut self, name: &str) -> StoreResult<u64> {
-        let seen: Option<u64> =
-            self.tx.query_row("SELECT value FROM counters WHERE name = ?1", [name], |row| row.get(0)).optional()?;
-        let next = seen.unwrap_or(0) + 1;
-        self.tx.execute(
-            "INSERT INTO counters (name, value) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET value = ?2",
-            params![name, next],
-        )?;
-        Ok(next)
-    }
-
     fn insert_job(&mut self, job: &JobRow) -> StoreResult<bool> {
         let created = self.next_counter("job-order")?;
         inserted(self.tx.execute(

@@ -148,10 +148,6 @@ pub trait Tx {
     fn insert_runner(&mut self, id: &str, project: &str, token: &str) -> StoreResult<bool>;
     /// Next value of a named, durable, strictly increasing counter (from 1).
     fn next_counter(&mut self, name: &str) -> StoreResult<u64>;
-    /// The planted `fence-counter-in-two-statements`: the counter read, then written one
-    /// higher, in two statements, the read taking no lock: two transactions that read before
-    /// either writes take the same value.
-    fn next_counter_read_then_written(&mut self, name: &str) -> StoreResult<u64>;
     fn insert_job(&mut self, job: &JobRow) -> StoreResult<bool>;
     fn job(&mut self, id: &str) -> StoreResult<Option<JobRow>>;
     fn jobs(&mut self) -> StoreResult<Vec<JobRow>>;
