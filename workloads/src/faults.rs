@@ -656,7 +656,7 @@ fn realise(
         }
         Variant::DbCut { .. } => (lease_ms, None, Variant::DbCut { replica: replica_of(rng) }),
         // On every replica's link, since runners move between replicas as they fail over:
-        // held until it has cut 24 COMMITs of writes (claims, reports, submits, sweeps), at most 3 leases.
+        // held until it has cut eight COMMITs of writes (claims, reports, submits, sweeps), at most 3 leases.
         Variant::CommitCut { .. } => (3 * lease_ms, None, Variant::CommitCut { replica: None }),
         Variant::ResetControlSide => (3 * lease_ms, runner, Variant::ResetControlSide),
         Variant::ResetRunnerSide => (3 * lease_ms, runner, Variant::ResetRunnerSide),

@@ -153,10 +153,8 @@ async fn hold_and_heal(shared: &Shared, fault: &Fault, started: tokio::time::Ins
 }
 
 /// How many COMMITs a commit cut is held for: each is a transaction whose outcome its
-/// replica cannot know (a claim, a heartbeat, a result or a sweep). Renewals are most of
-/// the writes (a claim about one in fifteen with three runners): 24 cut a claim's COMMIT
-/// about three times in four, where 8 did less than half the time.
-const COMMIT_CUTS_WANTED: u64 = 24;
+/// replica cannot know (a claim, a heartbeat, a result or a sweep).
+const COMMIT_CUTS_WANTED: u64 = 8;
 
 /// Waits until commit cut `fault` has cut [`COMMIT_CUTS_WANTED`] COMMITs, or `bound`;
 /// answers the count (the last one read, 0 when the proxy could not be asked).
