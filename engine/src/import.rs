@@ -796,7 +796,18 @@ impl Plan {
             let at_ms = placed(at_ns, &action).max(last_ms);
             last_ms = at_ms;
             let at_ms = timed.then_some(at_ms);
-            self.steps.push(Step { index: index + 1, line: 0, at_ms, action });
+            // An attempt after the first exists only where the system retried the job: where
+            // it did not (a fixed system), the steps that name it are skipped, not failed.
+            let if_attempt_exists = action.named_attempt().is_some_and(|(_, number)| number > 1);
+            let mut said = said;
+            if if_attempt_exists {
+                if let Some((job, number)) = action.named_attempt() {
+                    said.push(format!(
+                        "{job}'s attempt {number} exists only where {job} was retried: skipped where it was not"
+                    ));
+                }
+            }
+            self.steps.push(Step { index: index + 1, line: 0, at_ms, action, if_attempt_exists });
             self.step_comments.push(said);
         }
     }

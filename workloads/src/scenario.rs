@@ -45,6 +45,10 @@ pub struct Step {
     /// Not before this many ms after the scenario started (the history's time 0).
     pub at_ms: Option<u64>,
     pub action: Action,
+    /// Skipped, not failed, when the attempt the step names does not exist (a `wait`: once
+    /// its job is settled without it, or at its bound): an attempt that exists only where
+    /// the system retried the job, as an imported incident's buggy system did.
+    pub if_attempt_exists: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,6 +92,8 @@ struct ScenarioFile<'a> {
 struct StepFile<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     at_ms: Option<u64>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    if_attempt_exists: bool,
     #[serde(flatten)]
     action: &'a Action,
 }
@@ -111,7 +117,15 @@ impl Scenario {
             db: self.db.as_deref(),
             control_planes: self.control_planes,
             operator: self.operator,
-            step: self.steps.iter().map(|step| StepFile { at_ms: step.at_ms, action: &step.action }).collect(),
+            step: self
+                .steps
+                .iter()
+                .map(|step| StepFile {
+                    at_ms: step.at_ms,
+                    if_attempt_exists: step.if_attempt_exists,
+                    action: &step.action,
+                })
+                .collect(),
             expect: &self.expects,
         };
         toml::to_string(&file).expect("a scenario is plain TOML")
@@ -137,6 +151,22 @@ pub enum Link {
     Control,
     Target,
     Both,
+}
+
+impl Action {
+    /// The job and attempt number the step names, if it names one (a `wait` names one when
+    /// its condition gives both).
+    pub fn named_attempt(&self) -> Option<(&str, u32)> {
+        match self {
+            Action::Wait(condition) => Some((condition.job.as_deref()?, condition.attempt?)),
+            Action::Report { job, attempt, attempt_job, .. } => Some((attempt_job.as_deref().unwrap_or(job), *attempt)),
+            Action::Heartbeat { job, attempt, .. }
+            | Action::Capability { job, attempt, .. }
+            | Action::TargetStep { job, attempt, .. }
+            | Action::Reconcile { job, attempt, .. } => Some((job, *attempt)),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -398,10 +428,18 @@ fn parse_text(text: &str, checkers: &[&str]) -> Result<Scenario, String> {
             }
             Some(other) => return Err(format!("{place}: at_ms = {other}: must be 0..=86400000 ms")),
         };
+        let if_attempt_exists = match table.remove("if_attempt_exists") {
+            None => false,
+            Some(toml::Value::Boolean(flag)) => flag,
+            Some(other) => return Err(format!("{place}: if_attempt_exists = {other}: must be true or false")),
+        };
         let action: Action = toml::Value::Table(table)
             .try_into()
             .map_err(|error: toml::de::Error| format!("{place}: {}", error.message()))?;
-        let step = Step { index: index + 1, line, at_ms, action };
+        if if_attempt_exists && action.named_attempt().is_none() {
+            return Err(format!("{place}: if_attempt_exists needs a step that names a job's attempt"));
+        }
+        let step = Step { index: index + 1, line, at_ms, action, if_attempt_exists };
         check_step(&step, raw.runners).map_err(|message| format!("{place}: {message}"))?;
         steps.push(step);
     }

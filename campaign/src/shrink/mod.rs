@@ -223,7 +223,13 @@ pub fn scenario_text(header: &Header, case: &Case, checkers: &[String]) -> Strin
         steps: steps
             .into_iter()
             .enumerate()
-            .map(|(index, (at_ms, action))| Step { index, line: 0, at_ms: Some(at_ms), action })
+            .map(|(index, (at_ms, action))| Step {
+                index,
+                line: 0,
+                at_ms: Some(at_ms),
+                action,
+                if_attempt_exists: false,
+            })
             .collect(),
         expects: checkers.iter().map(expect).collect(),
     };

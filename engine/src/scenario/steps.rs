@@ -73,18 +73,59 @@ impl Driver {
         let label = format!("step {} (line {})", step.index, step.line);
         let recorder = &self.shared.recorder;
         recorder.record(Process::SCENARIO, EventType::Invoke, Op::Step, |event| event.reason = Some(label.clone()));
-        let outcome = match &step.action {
-            Action::Fault { .. } => self.fault(&step.action).await,
-            action => self.action(action).await,
+        let skipped = match step.action.named_attempt().filter(|_| step.if_attempt_exists) {
+            Some((job, number)) => self.absent(&step.action, job, number).await,
+            None => None,
+        };
+        let outcome = match (&skipped, &step.action) {
+            (Some(_), _) => Ok(()),
+            (None, Action::Fault { .. }) => self.fault(&step.action).await,
+            (None, action) => self.action(action).await,
         };
         let kind = if outcome.is_ok() { EventType::Ok } else { EventType::Fail };
         self.shared.recorder.record(Process::SCENARIO, kind, Op::Step, |event| {
-            event.reason = Some(match &outcome {
-                Ok(()) => label.clone(),
-                Err(error) => format!("{label}: {error}"),
+            event.reason = Some(match (&outcome, &skipped) {
+                (Ok(()), Some(why)) => format!("{label}: skipped: {why}"),
+                (Ok(()), None) => label.clone(),
+                (Err(error), _) => format!("{label}: {error}"),
             })
         });
         outcome
+    }
+
+    /// Why a step marked `if_attempt_exists` is skipped: attempt `number` of `job` does not
+    /// exist. A `wait` first waits (within its bound) for its condition, and is skipped once
+    /// the job has settled without the attempt, or at its bound if the attempt is still
+    /// absent; any other step looks once. None: the step is to run.
+    async fn absent(&self, action: &Action, job: &str, number: u32) -> Option<String> {
+        let exists = |view: &JobView| view.attempts.len() >= number as usize;
+        let settled = |view: &JobView| matches!(view.state, JobState::Succeeded | JobState::Failed);
+        let why = |view: &JobView| {
+            format!(
+                "job {job} has {} attempt(s), no attempt {number}: the system did not retry it",
+                view.attempts.len()
+            )
+        };
+        let Action::Wait(condition) = action else {
+            let view = self.operator().await.job(job).await.ok()?;
+            return (!exists(&view)).then(|| why(&view));
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(condition.within_ms.unwrap_or(1));
+        loop {
+            let view = self.view(condition).await.ok()?;
+            if evaluate(condition, &view).is_ok() {
+                return None;
+            }
+            let found = view.jobs.get(job)?;
+            let over = tokio::time::Instant::now() >= deadline;
+            if !exists(found) && (settled(found) || over) {
+                return Some(why(found));
+            }
+            if over {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Starts a nemesis fault in the background, now: it heals itself after its window.

@@ -181,6 +181,49 @@ async fn a_failed_step_leaves_its_jobs_unjudged_not_unsettled() {
     assert!(history.contains("when the scenario stopped at a step that failed"), "the recovery event says why");
 }
 
+/// A step marked `if_attempt_exists` that names an attempt the system never made (a job
+/// that succeeded at once has no attempt 2) is skipped, and says so in the history: its
+/// `wait` ends when the job has settled, not at its bound, and the report after it is not
+/// sent. Without the mark the same wait fails the scenario.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_on_an_attempt_the_system_never_made_is_skipped_when_marked() {
+    let steps = |marked: bool| {
+        let mark = if marked { "if_attempt_exists = true\n" } else { "" };
+        format!(
+            "name = \"retried\"\nrunners = 1\nlease_ms = 1000\n\n\
+             [[step]]\naction = \"submit\"\njob = \"j\"\nkey = \"k\"\nsteps = 1\nrunner = \"r1\"\n\n\
+             [[step]]\n{mark}action = \"wait\"\njob = \"j\"\nattempt = 2\nledger = \"result\"\nwithin_ms = 20000\n\n\
+             [[step]]\n{mark}action = \"report\"\nas_runner = \"r1\"\njob = \"j\"\nattempt = 2\noutcome = \"failed\"\n\n\
+             [[expect]]\njob = \"j\"\nstate = \"succeeded\"\n"
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let marked = dir.path().join("marked.toml");
+    std::fs::write(&marked, steps(true)).unwrap();
+    let store = dir.path().join("marked");
+    let (code, output) = run(&marked, &store).await;
+    assert_eq!(code, Some(0), "{output}");
+    let history = std::fs::read_to_string(glob_one(&store, "history.jsonl")).unwrap();
+    assert_eq!(history.matches("skipped: job j has 1 attempt(s), no attempt 2").count(), 2, "{history}");
+    // The wait's invoke and its skip, on the history's clock: well inside its 20 s bound.
+    let step_2: Vec<u64> = history
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .filter(|event| {
+            event["process"] == "scenario" && event["reason"].as_str().is_some_and(|r| r.starts_with("step 2 "))
+        })
+        .filter_map(|event| event["time_ns"].as_u64())
+        .collect();
+    assert_eq!(step_2.len(), 2, "{history}");
+    assert!(step_2[1] - step_2[0] < 19_000_000_000, "the wait ended when the job settled, not at its bound");
+    let unmarked = dir.path().join("unmarked.toml");
+    let text = steps(false).replace("within_ms = 20000", "within_ms = 3000");
+    std::fs::write(&unmarked, text).unwrap();
+    let (code, output) = run(&unmarked, &dir.path().join("unmarked")).await;
+    assert_eq!(code, Some(1), "{output}");
+    assert!(output.contains("FAILED step 2"), "{output}");
+}
+
 /// The one file named `name` under `dir`, however deep (symbolic links not followed).
 fn glob_one(dir: &Path, name: &str) -> PathBuf {
     let mut found = Vec::new();
@@ -220,6 +263,27 @@ fn every_shipped_scenario_round_trips_through_its_types() {
         assert_eq!(again.steps.len(), scenario.steps.len());
         assert_eq!(again.expects.len(), scenario.expects.len());
     }
+}
+
+/// `if_attempt_exists` is written back as read, and refused with a reason on a value that
+/// is not a boolean or on a step that names no attempt.
+#[test]
+fn if_attempt_exists_round_trips_and_bad_uses_are_refused() {
+    let checkers = engine::scenario::checker_names();
+    let head = "name = \"x\"\nrunners = 1\n\n[[step]]\naction = \"submit\"\njob = \"j\"\nkey = \"k\"\n\n";
+    let marked = format!(
+        "{head}[[step]]\nif_attempt_exists = true\naction = \"wait\"\njob = \"j\"\nattempt = 2\nwithin_ms = 10\n\n[[expect]]\njob = \"j\"\nstate = \"succeeded\"\n"
+    );
+    let scenario = workloads::scenario::parse(&marked, &checkers).unwrap();
+    assert!(scenario.steps[1].if_attempt_exists && !scenario.steps[0].if_attempt_exists);
+    let again = workloads::scenario::parse(&scenario.to_toml(), &checkers).unwrap();
+    assert!(again.steps[1].if_attempt_exists && !again.steps[0].if_attempt_exists);
+    let not_a_flag = marked.replace("if_attempt_exists = true", "if_attempt_exists = 1");
+    let error = workloads::scenario::parse(&not_a_flag, &checkers).err().unwrap().to_string();
+    assert!(error.contains("must be true or false"), "{error}");
+    let no_attempt = format!("{head}[[step]]\nif_attempt_exists = true\naction = \"elapse\"\nms = 10\n\n[[expect]]\njob = \"j\"\nstate = \"succeeded\"\n");
+    let error = workloads::scenario::parse(&no_attempt, &checkers).err().unwrap().to_string();
+    assert!(error.contains("names a job's attempt"), "{error}");
 }
 
 /// A scenario whose control plane is gone before its records are collected is unknown
