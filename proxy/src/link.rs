@@ -331,7 +331,9 @@ async fn pump(
         let set = toxics.borrow_and_update().clone();
         let step = match state.refresh(set.for_stream(stream)) {
             Err(end) => Step::Done(end),
-            Ok(chain) if chain.is_empty() => clean_copy(rd, wr, &mut buf, &mut toxics, source_closed, ctx).await?,
+            Ok(chain) if chain.is_empty() => {
+                clean_copy(rd, wr, &mut buf, &mut toxics, source_closed, &mut state).await?
+            }
             Ok(_) => toxic_copy(rd, wr, &mut toxics, &mut state, source_closed).await?,
         };
         match step {
@@ -365,7 +367,7 @@ async fn clean_copy(
     buf: &mut [u8],
     toxics: &mut watch::Receiver<Arc<ToxicSet>>,
     source_closed: &mut watch::Receiver<bool>,
-    ctx: &ConnCtx,
+    state: &mut DirState,
 ) -> io::Result<Step> {
     loop {
         let n = tokio::select! {
@@ -377,7 +379,8 @@ async fn clean_copy(
         if n == 0 {
             return Ok(Step::Done(End::Eof));
         }
-        ctx.count(n);
+        state.ctx.count(n);
+        state.learn(&buf[..n]);
         wr.write_all(&buf[..n]).await?;
     }
 }
@@ -483,33 +486,81 @@ const PG_COMMIT: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";
 pub(crate) struct Writes {
     /// The connection sent a write since its last COMMIT.
     pub wrote: bool,
-    /// The names of the prepared statements the connection parsed that are writes (at most
-    /// [`NAMED_WRITES_MAX`]): a client that caches its statements sends a write's text
-    /// once per connection, and afterwards only binds its name.
-    named: std::collections::HashSet<Vec<u8>>,
-    /// The names of the prepared statements seen parsed that only read (as many at most).
-    /// A name in neither set was prepared before the toxic was watching (a pool's long-lived
-    /// connection): binding it may write, so it makes the transaction count as writing.
+}
+
+/// The prepared statements a connection's client parsed, read off its stream from the
+/// connection's first byte whether or not a toxic is watching: a client that caches its
+/// statements (a pool's long-lived connection) sends a statement's text once, and
+/// afterwards only binds its name. Kept for a PostgreSQL connection only (its first message
+/// is a startup or an SSL request), at most [`NAMED_STATEMENTS_MAX`] names of each kind.
+#[derive(Debug, Default)]
+pub(crate) struct Statements {
+    /// Whether the connection speaks PostgreSQL: unknown until its first bytes.
+    postgres: Option<bool>,
+    /// The names of the statements parsed that are writes.
+    writes: std::collections::HashSet<Vec<u8>>,
+    /// The names of the statements parsed that only read.
     reads: std::collections::HashSet<Vec<u8>>,
 }
 
-/// At most this many prepared statement names are remembered per connection.
-const NAMED_WRITES_MAX: usize = 4096;
+/// At most this many prepared statement names of each kind are remembered per connection.
+const NAMED_STATEMENTS_MAX: usize = 4096;
 
 /// Longest statement or portal name looked for in a Parse or Bind message.
 const NAME_MAX_BYTES: usize = 64;
 
+/// The protocol version a PostgreSQL startup message names (3.0), and the codes of its
+/// SSL and GSSAPI encryption requests: what a client sends first.
+const PG_FIRST_CODES: [u32; 3] = [196_608, 80_877_103, 80_877_104];
+
+impl Statements {
+    /// Reads a stretch of the client's stream: on the first, whether it is PostgreSQL; on
+    /// a PostgreSQL connection, every named Parse, remembered as a write or a read.
+    fn learn(&mut self, data: &[u8]) {
+        let postgres = *self.postgres.get_or_insert_with(|| {
+            let code = data.get(4..8).map(|code| u32::from_be_bytes(code.try_into().unwrap_or_default()));
+            code.is_some_and(|code| PG_FIRST_CODES.contains(&code))
+        });
+        if !postgres {
+            return;
+        }
+        for at in memchr_all(b'P', data) {
+            let Some((name, rest)) = c_string(data.get(at + 5..).unwrap_or_default()) else { continue };
+            if name.is_empty() {
+                continue;
+            }
+            let query = rest.split(|&byte| byte == 0).next().unwrap_or_default();
+            let set = if names_a_write(query) { &mut self.writes } else { &mut self.reads };
+            if set.len() < NAMED_STATEMENTS_MAX {
+                set.insert(name.to_vec());
+            }
+        }
+    }
+
+    /// Whether binding statement `name` may write: it was parsed as a write, or never seen
+    /// parsed (on a connection not read from its start, or a name beyond the bound).
+    fn may_write(&self, name: &[u8]) -> bool {
+        self.writes.contains(name) || !self.reads.contains(name)
+    }
+}
+
+/// The positions of `byte` in `data`.
+fn memchr_all(byte: u8, data: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    data.iter().enumerate().filter(move |(_, &b)| b == byte).map(|(at, _)| at)
+}
+
 /// Keeps the pieces up to and including the first `COMMIT` message (looked for within
-/// each piece) that ends a transaction which wrote (`writes`, carried from chunk to chunk).
-/// A COMMIT of a transaction that only read passes (its outcome cannot matter). Whether one
-/// was cut, so the connection closes after it.
-fn cut_after_commit(pieces: &mut Vec<Piece>, writes: &mut Writes) -> bool {
+/// each piece) that ends a transaction which wrote (`writes`, carried from chunk to chunk;
+/// `statements`, the connection's prepared statements, tells a bound read from a bound
+/// write). A COMMIT of a transaction that only read passes (its outcome cannot matter).
+/// Whether one was cut, so the connection closes after it.
+fn cut_after_commit(pieces: &mut Vec<Piece>, writes: &mut Writes, statements: &Statements) -> bool {
     for index in 0..pieces.len() {
         let mut from = 0;
         loop {
             let data = &pieces[index].data[from..];
             let found = data.windows(PG_COMMIT.len()).position(|window| window == PG_COMMIT);
-            writes.read(&data[..found.unwrap_or(data.len())]);
+            writes.read(&data[..found.unwrap_or(data.len())], statements);
             let Some(at) = found else { break };
             let end = from + at + PG_COMMIT.len();
             if std::mem::take(&mut writes.wrote) {
@@ -525,36 +576,18 @@ fn cut_after_commit(pieces: &mut Vec<Piece>, writes: &mut Writes) -> bool {
 
 impl Writes {
     /// Reads a stretch of the client's stream: a simple query or an unnamed Parse naming a
-    /// write marks the transaction as writing; a named Parse is remembered as a write or a
-    /// read; a Bind of a name remembered as a write, or never seen parsed, marks it as
-    /// writing.
-    fn read(&mut self, data: &[u8]) {
+    /// write marks the transaction as writing, and so does a Bind of a named statement
+    /// that may write (`statements`).
+    fn read(&mut self, data: &[u8], statements: &Statements) {
         self.wrote |= names_a_write(data);
-        for at in 0..data.len() {
-            let message = &data[at..];
-            match message[0] {
-                b'P' => {
-                    let Some((name, rest)) = c_string(message.get(5..).unwrap_or_default()) else { continue };
-                    let query = rest.split(|&byte| byte == 0).next().unwrap_or_default();
-                    if name.is_empty() {
-                        continue;
-                    }
-                    let set = if names_a_write(query) { &mut self.named } else { &mut self.reads };
-                    if set.len() < NAMED_WRITES_MAX {
-                        set.insert(name.to_vec());
-                    }
-                }
-                b'B' => {
-                    // Framed: a length that fits the stretch (a `B` inside a query's text or a
-                    // value is followed by bytes that make no such length).
-                    let Some(body) = framed_body(message) else { continue };
-                    let Some((_portal, rest)) = c_string(body) else { continue };
-                    let Some((name, _)) = c_string(rest) else { continue };
-                    if !name.is_empty() && (self.named.contains(name) || !self.reads.contains(name)) {
-                        self.wrote = true;
-                    }
-                }
-                _ => {}
+        for at in memchr_all(b'B', data) {
+            // Framed: a length that fits the stretch (a `B` inside a query's text or a
+            // value is followed by bytes that make no such length).
+            let Some(body) = framed_body(&data[at..]) else { continue };
+            let Some((_portal, rest)) = c_string(body) else { continue };
+            let Some((name, _)) = c_string(rest) else { continue };
+            if !name.is_empty() && statements.may_write(name) {
+                self.wrote = true;
             }
         }
     }
@@ -618,6 +651,8 @@ struct DirState {
     paced_until: Instant,
     /// The connection's context, for counting what is read.
     ctx: ConnCtx,
+    /// The client's prepared statements (the upstream stream only), read from its start.
+    statements: Statements,
 }
 
 /// A piece of a chunk and the pause to take before writing it.
@@ -636,6 +671,14 @@ impl DirState {
             toxics: HashMap::new(),
             paced_until: Instant::now(),
             ctx: ctx.clone(),
+            statements: Statements::default(),
+        }
+    }
+
+    /// Reads a chunk of the client's stream into its prepared statements.
+    fn learn(&mut self, data: &[u8]) {
+        if self.stream == Stream::Upstream {
+            self.statements.learn(data);
         }
     }
 
@@ -714,6 +757,7 @@ impl DirState {
         wr: &mut OwnedWriteHalf,
         toxics: &mut watch::Receiver<Arc<ToxicSet>>,
     ) -> io::Result<Option<End>> {
+        self.learn(&chunk.data);
         let mut pieces = vec![Piece { data: chunk.data, gap: Duration::ZERO }];
         // Each latency toxic delays the chunk from the time the previous one
         // released it, so latencies on one stream add up (as in Toxiproxy).
@@ -749,7 +793,7 @@ impl DirState {
                     close_after |= limit(&mut pieces, &mut st.passed_bytes, bytes);
                 }
                 ToxicKind::CommitCut => {
-                    if cut_after_commit(&mut pieces, &mut st.writes) {
+                    if cut_after_commit(&mut pieces, &mut st.writes, &self.statements) {
                         t.cuts.fetch_add(1, Ordering::Relaxed);
                         close_after = true;
                     }
@@ -944,7 +988,7 @@ mod tests {
         chunk.extend_from_slice(b"Q\0\0\0\x09BEGIN\0");
         let mut pieces = vec![data(&chunk), piece(3)];
         let mut writes = Writes::default();
-        assert!(cut_after_commit(&mut pieces, &mut writes));
+        assert!(cut_after_commit(&mut pieces, &mut writes, &postgres()));
         assert_eq!((pieces.len(), pieces[0].data.len(), writes.wrote), (1, kept, false));
     }
 
@@ -955,11 +999,12 @@ mod tests {
         read_only.extend_from_slice(b"Q\0\0\0\x17delete\tfrom t\0");
         let mut pieces = vec![data(&read_only)];
         let mut writes = Writes::default();
-        assert!(!cut_after_commit(&mut pieces, &mut writes), "the read-only COMMIT passes");
+        let statements = postgres();
+        assert!(!cut_after_commit(&mut pieces, &mut writes, &statements), "the read-only COMMIT passes");
         assert_eq!(pieces[0].data, read_only, "nothing is kept back");
         assert!(writes.wrote, "the delete after it is remembered");
         let mut pieces = vec![data(PG_COMMIT), piece(4)];
-        assert!(cut_after_commit(&mut pieces, &mut writes), "its COMMIT, in the next chunk, is cut");
+        assert!(cut_after_commit(&mut pieces, &mut writes, &statements), "its COMMIT, in the next chunk, is cut");
         assert_eq!(pieces.len(), 1);
     }
 
@@ -971,37 +1016,74 @@ mod tests {
         message
     }
 
+    /// What a PostgreSQL client sends first: its startup message (protocol 3.0).
+    fn startup() -> Vec<u8> {
+        let mut startup = 17u32.to_be_bytes().to_vec();
+        startup.extend_from_slice(&196_608u32.to_be_bytes());
+        startup.extend_from_slice(b"user\0pg\0\0");
+        startup
+    }
+
+    /// The statements of a PostgreSQL connection that has sent only its startup.
+    fn postgres() -> Statements {
+        let mut statements = Statements::default();
+        statements.learn(&startup());
+        statements
+    }
+
+    /// A Bind of statement `name` (no parameters), its Execute and a COMMIT.
+    fn bind(name: &[u8]) -> Vec<u8> {
+        let mut body = b"\0".to_vec();
+        body.extend_from_slice(name);
+        body.extend_from_slice(b"\0\0\0\0\0\0\0");
+        let mut sent = message(b'B', &body);
+        sent.extend(message(b'E', b"\0\0\0\0\0"));
+        sent.extend_from_slice(PG_COMMIT);
+        sent
+    }
+
     #[test]
     fn a_bind_of_a_prepared_write_makes_its_transaction_a_write() {
         let mut writes = Writes::default();
-        // Prepared once per connection (Parse, Describe, Sync), in a transaction of its own.
+        let mut statements = postgres();
+        // Prepared once per connection (Parse, Describe, Sync), in a transaction of its own,
+        // learned whether or not a toxic watched.
         let mut prepare = message(b'P', b"s7\0UPDATE attempts SET state = $1 WHERE id = $2\0\0\0");
         prepare.extend(message(b'P', b"s8\0SELECT id FROM attempts\0\0\0"));
         prepare.extend(message(b'S', b""));
-        writes.read(&prepare);
-        writes.wrote = false;
+        statements.learn(&prepare);
         // Later transactions only bind the names.
-        let bind = |name: &[u8]| {
-            let mut body = b"\0".to_vec();
-            body.extend_from_slice(name);
-            body.extend_from_slice(b"\0\0\0\0\0\0\0");
-            let mut sent = message(b'B', &body);
-            sent.extend(message(b'E', b"\0\0\0\0\0"));
-            sent.extend_from_slice(PG_COMMIT);
-            sent
-        };
         let mut pieces = vec![data(&bind(b"s8"))];
-        assert!(!cut_after_commit(&mut pieces, &mut writes), "a bound read passes");
+        assert!(!cut_after_commit(&mut pieces, &mut writes, &statements), "a bound read passes");
         let mut pieces = vec![data(&bind(b"s7"))];
-        assert!(cut_after_commit(&mut pieces, &mut writes), "a bound write's COMMIT is cut");
-        // A statement prepared before the toxic was watching may write: its COMMIT is cut.
+        assert!(cut_after_commit(&mut pieces, &mut writes, &statements), "a bound write's COMMIT is cut");
+        // A statement never seen parsed may write: its COMMIT is cut.
         let mut pieces = vec![data(&bind(b"s3"))];
-        assert!(cut_after_commit(&mut pieces, &mut writes), "a bound statement never seen parsed is cut");
+        assert!(cut_after_commit(&mut pieces, &mut writes, &statements), "a bound statement never seen parsed is cut");
         // A `B` in a query's text is not a Bind: a read-only transaction's COMMIT passes.
         let mut read_only = message(b'Q', b"BEGIN ISOLATION LEVEL READ COMMITTED\0");
         read_only.extend(bind(b"s8"));
         let mut pieces = vec![data(&read_only)];
-        assert!(!cut_after_commit(&mut pieces, &mut writes), "BEGIN and a bound read pass");
+        assert!(!cut_after_commit(&mut pieces, &mut writes, &statements), "BEGIN and a bound read pass");
+    }
+
+    #[test]
+    fn statements_are_learned_only_on_a_connection_that_began_as_postgresql() {
+        let read = message(b'P', b"s8\0SELECT id FROM attempts\0\0\0");
+        // A connection whose first bytes are not a startup (HTTP, or one joined midway).
+        let mut other = Statements::default();
+        other.learn(b"POST /v1/claim HTTP/1.1\r\n");
+        other.learn(&read);
+        assert_eq!((other.postgres, other.may_write(b"s8")), (Some(false), true), "unknown: it may write");
+        let mut statements = postgres();
+        statements.learn(&read);
+        assert_eq!((statements.postgres, statements.may_write(b"s8")), (Some(true), false));
+        // The bound holds: names past it are not remembered, so they count as writes.
+        for n in 0..NAMED_STATEMENTS_MAX + 10 {
+            statements.learn(&message(b'P', format!("r{n}\0SELECT 1\0\0\0").as_bytes()));
+        }
+        assert_eq!(statements.reads.len(), NAMED_STATEMENTS_MAX);
+        assert!(statements.may_write(format!("r{}", NAMED_STATEMENTS_MAX + 5).as_bytes()));
     }
 
     #[test]

@@ -376,6 +376,61 @@ async fn commit_cut_passes_the_commit_and_loses_its_answer() {
     .await;
 }
 
+/// A PostgreSQL message: its type, its length (counting itself) and its body.
+fn pg_message(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut message = vec![kind];
+    message.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+    message.extend_from_slice(body);
+    message
+}
+
+/// `commit_cut` on a pool's long-lived connection: the statements the client prepared
+/// before the toxic was added were read as they passed, so a transaction that only binds a
+/// prepared read commits untouched, and one that binds a prepared write is cut.
+#[tokio::test]
+async fn commit_cut_knows_the_statements_prepared_before_it() {
+    bounded(async {
+        let s = server().await;
+        let (up, mut accepted) = accepting_upstream().await;
+        let listen = make_proxy(&s.url(), "p", up).await;
+        let api = proxy::Client::new(&s.url()).unwrap();
+        let (mut client, mut server) = established(listen, &mut accepted).await;
+        // The startup message (protocol 3.0), then two statements prepared, on the clean path.
+        let mut opening = 17u32.to_be_bytes().to_vec();
+        opening.extend_from_slice(&196_608u32.to_be_bytes());
+        opening.extend_from_slice(b"user\0pg\0\0");
+        opening.extend(pg_message(b'P', b"s1\0SELECT id FROM jobs FOR UPDATE\0\0\0"));
+        opening.extend(pg_message(b'P', b"s2\0UPDATE jobs SET state = $1\0\0\0"));
+        opening.extend(pg_message(b'S', b""));
+        client.write_all(&opening).await.unwrap();
+        assert_eq!(read_n(&mut server, opening.len()).await, opening);
+        add_toxic(&s.url(), "p", r#"{"type":"commit_cut","stream":"upstream"}"#).await;
+        let bound = |name: &[u8]| {
+            let mut body = b"\0".to_vec();
+            body.extend_from_slice(name);
+            body.extend_from_slice(b"\0\0\0\0\0\0\0");
+            let mut sent = simple_query("BEGIN");
+            sent.extend(pg_message(b'B', &body));
+            sent.extend(pg_message(b'E', b"\0\0\0\0\0"));
+            sent.extend(simple_query("COMMIT"));
+            sent
+        };
+        let read = bound(b"s1");
+        client.write_all(&read).await.unwrap();
+        assert_eq!(read_n(&mut server, read.len()).await, read, "a bound read's transaction passes whole");
+        assert_eq!(api.commit_cuts("p", "commit_cut_upstream").await.unwrap(), 0, "nothing cut");
+        let mut write = bound(b"s2");
+        let whole = write.len();
+        write.extend(simple_query("ROLLBACK"));
+        client.write_all(&write).await.unwrap();
+        let (got, _) = step("the server side ends after COMMIT", read_to_end(&mut server)).await;
+        assert_eq!(got, write[..whole], "the bound write's COMMIT reached the server, nothing after it");
+        assert_eq!(api.commit_cuts("p", "commit_cut_upstream").await.unwrap(), 1, "one connection cut");
+        s.shutdown().await;
+    })
+    .await;
+}
+
 /// fencelab's traffic count (`GET /proxies/{name}/fencelab_traffic`): the bytes read from
 /// either side, on the clean path and through toxics alike.
 #[tokio::test]
