@@ -1033,9 +1033,12 @@ const HOLD_POLL_MS: u64 = 50;
 /// on its target link catches the next step it sends (the start records which), and the
 /// toxic is removed — releasing the step at once — when the step has become late enough:
 ///
-/// - a late step, a tenth of a lease after the control plane no longer holds the attempt
-///   running (its lease ended), so it lands before the job is reconciled and another
-///   attempt writes its key;
+/// - a late step, [`LATE_STEP_PAST_END_MS`] after the attempt's lease ended on the wall
+///   clock (the lease end the control plane shows, read again at the release to see that it
+///   held), or a tenth of a lease after the control plane no longer holds the attempt
+///   running, whichever comes first: it lands before the job is reconciled and another
+///   attempt writes its key, and as close to the lease's end as the checks can tell it
+///   from a step on time, where a capability judged in coarse units still counts as live;
 /// - a delayed step, once the target applied a newer fence on the attempt's key.
 ///
 /// The toxic's latency bounds the hold either way; the release is recorded with what was
@@ -1085,7 +1088,15 @@ async fn hold_step(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let mut steps_read = 0;
     let seen_late = loop {
         let why = if late {
-            lease_ended(&operator, &claim).await
+            match lease_ended(&operator, &claim).await {
+                Some(Ended::Closed(why)) => {
+                    // Well past the lease's end, beyond any tolerance a check of the clocks allows.
+                    tokio::time::sleep(Duration::from_millis(lease_ms / 10)).await;
+                    Some(why)
+                }
+                Some(Ended::Past(why)) => Some(why),
+                None => None,
+            }
         } else {
             newer_fence_applied(target.as_ref(), &mut steps_read, &key, claim.fence).await
         };
@@ -1094,10 +1105,6 @@ async fn hold_step(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
         }
         tokio::time::sleep(Duration::from_millis(HOLD_POLL_MS)).await;
     };
-    if late && seen_late.is_some() {
-        // Well past the lease's end, beyond any tolerance a check of the clocks allows.
-        tokio::time::sleep(Duration::from_millis(lease_ms / 10)).await;
-    }
     let released = shared.cluster.lock().await.proxy.remove_toxic(&link, &name).await;
     let mut fields = serde_json::Map::new();
     let because = seen_late.unwrap_or_else(|| {
@@ -1190,13 +1197,44 @@ async fn step_sent(
     }
 }
 
-/// Why `claim`'s attempt no longer holds a lease, when the control plane says so.
-async fn lease_ended(operator: &protocol::client::Client, claim: &ClaimRef) -> Option<String> {
-    let view = operator.job(&claim.job).await.ok()?;
-    let attempt = view.attempts.iter().find(|attempt| attempt.id == claim.attempt)?;
-    let state = serde_json::to_value(attempt.state).ok()?;
-    (attempt.state != protocol::AttemptState::Running)
-        .then(|| format!("the control plane holds {} {}: its lease ended", attempt.id, state.as_str().unwrap_or("?")))
+/// How long after a lease's end (on the wall clock) a late step is released: twice the
+/// tolerance `stale-side-effect` gives the target's and the lease's clocks, so that a step
+/// the target applies is one the checks can call late.
+pub const LATE_STEP_PAST_END_MS: i64 = 2 * checkers::stale_side_effect::CLOCK_TOLERANCE_MS;
+
+/// Why a held step's attempt no longer holds a lease.
+enum Ended {
+    /// The control plane no longer holds it running.
+    Closed(String),
+    /// Its lease ended [`LATE_STEP_PAST_END_MS`] ago, and no renewal has moved it since.
+    Past(String),
+}
+
+/// Whether `claim`'s attempt no longer holds a lease, by the control plane's view: closed
+/// (not running), or running with a lease whose end is at most a poll away, then waited for
+/// on the wall clock until [`LATE_STEP_PAST_END_MS`] past it and read again (a renewal that
+/// landed meanwhile moved it: not yet).
+async fn lease_ended(operator: &protocol::client::Client, claim: &ClaimRef) -> Option<Ended> {
+    let view = |job: protocol::JobView| job.attempts.into_iter().find(|attempt| attempt.id == claim.attempt);
+    let attempt = view(operator.job(&claim.job).await.ok()?)?;
+    if attempt.state != protocol::AttemptState::Running {
+        let state = serde_json::to_value(attempt.state).ok()?;
+        let why = format!("the control plane holds {} {}: its lease ended", attempt.id, state.as_str().unwrap_or("?"));
+        return Some(Ended::Closed(why));
+    }
+    let end_ms = attempt.lease_expires_ms?;
+    let release_ms = end_ms + LATE_STEP_PAST_END_MS;
+    if protocol::wall_ms() + (HOLD_POLL_MS as i64) < release_ms {
+        return None;
+    }
+    protocol::clock::sleep_until_wall_ms(release_ms).await;
+    let again = view(operator.job(&claim.job).await.ok()?)?;
+    (again.lease_expires_ms == Some(end_ms)).then(|| {
+        Ended::Past(format!(
+            "{}'s lease ended at {end_ms} ms (wall clock): released {LATE_STEP_PAST_END_MS} ms after",
+            attempt.id
+        ))
+    })
 }
 
 /// Which newer fence the target applied on `key`, when it has applied one above `fence`,
