@@ -73,14 +73,19 @@ impl Driver {
         let label = format!("step {} (line {})", step.index, step.line);
         let recorder = &self.shared.recorder;
         recorder.record(Process::SCENARIO, EventType::Invoke, Op::Step, |event| event.reason = Some(label.clone()));
-        let skipped = match step.action.named_attempt().filter(|_| step.if_attempt_exists) {
-            Some((job, number)) => self.absent(&step.action, job, number).await,
-            None => None,
-        };
-        let outcome = match (&skipped, &step.action) {
-            (Some(_), _) => Ok(()),
-            (None, Action::Fault { .. }) => self.fault(&step.action).await,
-            (None, action) => self.action(action).await,
+        let marked = step.action.named_attempt().filter(|_| step.if_attempt_exists);
+        let (skipped, outcome) = match (&step.action, marked) {
+            (Action::Wait(condition), marked) => match self.wait(condition, marked).await {
+                Ok(skipped) => (skipped, Ok(())),
+                Err(error) => (None, Err(error)),
+            },
+            (action, marked) => match marked {
+                Some((job, number)) => match self.absent(job, number).await {
+                    Some(why) => (Some(why), Ok(())),
+                    None => (None, self.run(action).await),
+                },
+                None => (None, self.run(action).await),
+            },
         };
         let kind = if outcome.is_ok() { EventType::Ok } else { EventType::Fail };
         self.shared.recorder.record(Process::SCENARIO, kind, Op::Step, |event| {
@@ -93,38 +98,18 @@ impl Driver {
         outcome
     }
 
-    /// Why a step marked `if_attempt_exists` is skipped: attempt `number` of `job` does not
-    /// exist. A `wait` first waits (within its bound) for its condition, and is skipped once
-    /// the job has settled without the attempt, or at its bound if the attempt is still
-    /// absent; any other step looks once. None: the step is to run.
-    async fn absent(&self, action: &Action, job: &str, number: u32) -> Option<String> {
-        let exists = |view: &JobView| view.attempts.len() >= number as usize;
-        let settled = |view: &JobView| matches!(view.state, JobState::Succeeded | JobState::Failed);
-        let why = |view: &JobView| {
-            format!(
-                "job {job} has {} attempt(s), no attempt {number}: the system did not retry it",
-                view.attempts.len()
-            )
-        };
-        let Action::Wait(condition) = action else {
-            let view = self.operator().await.job(job).await.ok()?;
-            return (!exists(&view)).then(|| why(&view));
-        };
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(condition.within_ms.unwrap_or(1));
-        loop {
-            let view = self.view(condition).await.ok()?;
-            if evaluate(condition, &view).is_ok() {
-                return None;
-            }
-            let found = view.jobs.get(job)?;
-            let over = tokio::time::Instant::now() >= deadline;
-            if !exists(found) && (settled(found) || over) {
-                return Some(why(found));
-            }
-            if over {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+    /// Why a step marked `if_attempt_exists` (not a `wait`) is skipped: attempt `number` of
+    /// `job` does not exist. None: the step is to run.
+    async fn absent(&self, job: &str, number: u32) -> Option<String> {
+        let view = self.operator().await.job(job).await.ok()?;
+        (!attempt_exists(&view, number)).then(|| no_attempt(job, number, &view))
+    }
+
+    /// Runs an action that is not a `wait`.
+    async fn run(&mut self, action: &Action) -> Result<(), String> {
+        match action {
+            Action::Fault { .. } => self.fault(action).await,
+            action => self.action(action).await,
         }
     }
 
@@ -153,7 +138,7 @@ impl Driver {
                     Some(runner) => self.submit_to(runner, &planned).await,
                 }
             }
-            Action::Wait(condition) => self.wait(condition).await,
+            Action::Wait(condition) => self.wait(condition, None).await.map(|_| ()),
             Action::Elapse { ms } => {
                 tokio::time::sleep(Duration::from_millis(*ms)).await;
                 Ok(())
@@ -276,21 +261,32 @@ impl Driver {
     }
 
     /// Polls the condition every 50 ms until it holds or its bound passes.
-    async fn wait(&self, condition: &Condition) -> Result<(), String> {
+    /// Polls until `condition` holds, within its bound. A wait marked `if_attempt_exists`
+    /// (`marked`: the job and the attempt it names) is skipped — Ok with why — once the job
+    /// has settled without that attempt, or at its bound while the attempt is still absent;
+    /// at its bound with the attempt made, it fails as any wait.
+    async fn wait(&self, condition: &Condition, marked: Option<(&str, u32)>) -> Result<Option<String>, String> {
         let bound = Duration::from_millis(condition.within_ms.unwrap_or(1));
         let deadline = tokio::time::Instant::now() + bound;
         loop {
-            let found = match self.view(condition).await {
-                Ok(view) => evaluate(condition, &view),
-                Err(error) => Err(error),
+            let view = self.view(condition).await;
+            let found = match &view {
+                Ok(view) => evaluate(condition, view),
+                Err(error) => Err(error.clone()),
             };
-            match found {
-                Ok(()) => return Ok(()),
-                Err(found) if tokio::time::Instant::now() >= deadline => {
-                    return Err(format!("not within {} ms: found {found}", bound.as_millis()))
+            let Err(found) = found else { return Ok(None) };
+            let over = tokio::time::Instant::now() >= deadline;
+            let job = marked.and_then(|(job, number)| Some((job, number, view.as_ref().ok()?.jobs.get(job)?)));
+            if let Some((job, number, view)) = job {
+                let settled = matches!(view.state, JobState::Succeeded | JobState::Failed);
+                if !attempt_exists(view, number) && (settled || over) {
+                    return Ok(Some(no_attempt(job, number, view)));
                 }
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
+            if over {
+                return Err(format!("not within {} ms: found {found}", bound.as_millis()));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -334,4 +330,14 @@ impl Driver {
             .map(drop)
             .map_err(|error| error.to_string())
     }
+}
+
+/// Whether the job's view shows attempt `number` (1-based).
+fn attempt_exists(view: &JobView, number: u32) -> bool {
+    view.attempts.len() >= number as usize
+}
+
+/// Why a step on attempt `number` of `job` is skipped.
+fn no_attempt(job: &str, number: u32, view: &JobView) -> String {
+    format!("job {job} has {} attempt(s), no attempt {number}: the system did not retry it", view.attempts.len())
 }

@@ -206,14 +206,7 @@ async fn a_step_on_an_attempt_the_system_never_made_is_skipped_when_marked() {
     let history = std::fs::read_to_string(glob_one(&store, "history.jsonl")).unwrap();
     assert_eq!(history.matches("skipped: job j has 1 attempt(s), no attempt 2").count(), 2, "{history}");
     // The wait's invoke and its skip, on the history's clock: well inside its 20 s bound.
-    let step_2: Vec<u64> = history
-        .lines()
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
-        .filter(|event| {
-            event["process"] == "scenario" && event["reason"].as_str().is_some_and(|r| r.starts_with("step 2 "))
-        })
-        .filter_map(|event| event["time_ns"].as_u64())
-        .collect();
+    let step_2 = step_times(&history, "step 2 ");
     assert_eq!(step_2.len(), 2, "{history}");
     assert!(step_2[1] - step_2[0] < 19_000_000_000, "the wait ended when the job settled, not at its bound");
     let unmarked = dir.path().join("unmarked.toml");
@@ -222,6 +215,38 @@ async fn a_step_on_an_attempt_the_system_never_made_is_skipped_when_marked() {
     let (code, output) = run(&unmarked, &dir.path().join("unmarked")).await;
     assert_eq!(code, Some(1), "{output}");
     assert!(output.contains("FAILED step 2"), "{output}");
+    // Marked, on an attempt the system made, with a condition that never holds: it fails
+    // as any wait does, at its one bound (not a bound to look for the attempt, then another).
+    let made = dir.path().join("made.toml");
+    let text = steps(true).replace(
+        "attempt = 2\nledger = \"result\"\nwithin_ms = 20000",
+        "attempt = 1\nledger = \"expire\"\nwithin_ms = 2000",
+    );
+    std::fs::write(&made, text).unwrap();
+    let store = dir.path().join("made");
+    let (code, output) = run(&made, &store).await;
+    assert_eq!(code, Some(1), "{output}");
+    assert!(output.contains("FAILED step 2") && output.contains("not within 2000 ms"), "{output}");
+    let history = std::fs::read_to_string(glob_one(&store, "history.jsonl")).unwrap();
+    let step_2 = step_times(&history, "step 2 ");
+    assert_eq!(step_2.len(), 2, "{history}");
+    assert!(
+        step_2[1] - step_2[0] < 3_900_000_000,
+        "waited {} ns: more than its bound, nearly twice",
+        step_2[1] - step_2[0]
+    );
+}
+
+/// The times (history clock, ns) of the scenario's events whose reason starts with `label`.
+fn step_times(history: &str, label: &str) -> Vec<u64> {
+    history
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .filter(|event| {
+            event["process"] == "scenario" && event["reason"].as_str().is_some_and(|r| r.starts_with(label))
+        })
+        .filter_map(|event| event["time_ns"].as_u64())
+        .collect()
 }
 
 /// The one file named `name` under `dir`, however deep (symbolic links not followed).
