@@ -918,7 +918,11 @@ impl Plan {
                 ledger: Some(after.f),
                 attempt: claim.map(|claim| claim.number),
                 runner: runner.filter(|runner| pinned.as_ref() == Some(runner)),
-                decision: after.decision,
+                // Not the entry's decision: a report's ruling is the system's, and a system
+                // without the bug rules it otherwise (a blind-retry-on-zero-rows incident's
+                // stale heartbeat waited for a result answered `duplicate` that the correct
+                // lab, which never saw that retry, answered `accepted`: 0 of 10 runs valid).
+                decision: None,
                 within_ms: Some((20 * self.lease_ms).clamp(10_000, workloads::scenario::WITHIN_MAX_MS)),
                 ..Condition::default()
             };
@@ -2127,7 +2131,7 @@ mod tests {
 "#;
 
     /// The wait before a played report names the runner of the entry it waits for only where
-    /// the scenario pins that runner (a job's first attempt): a later attempt goes to
+    /// the scenario pins that runner, and never the entry's decision (a job's first attempt): a later attempt goes to
     /// whichever runner is free (a refuse-duplicate-result incident's wait named r1 for `j47`'s
     /// second attempt, which r2 or r3 claimed: 6 of 10 runs on the correct lab failed).
     #[test]
@@ -2146,6 +2150,8 @@ mod tests {
             .collect();
         assert_eq!(waits.len(), 1, "one wait, before the played retry:\n{text}");
         assert_eq!((waits[0].attempt, waits[0].runner.as_deref()), (Some(2), None), "{text}");
+        // The entry waited for by its kind, not by the ruling the incident's system gave it.
+        assert_eq!((waits[0].ledger, waits[0].decision), (Some(Op::Result), None), "{text}");
         let played = scenario.steps.iter().any(|step| {
             matches!(&step.action, Action::Report { as_runner, attempt: 2, outcome, .. } if as_runner == "r2" && outcome == "succeeded")
         });
