@@ -1088,15 +1088,7 @@ async fn hold_step(shared: &Shared, fault: &Fault, try_number: u32) -> Started {
     let mut steps_read = 0;
     let seen_late = loop {
         let why = if late {
-            match lease_ended(&operator, &claim).await {
-                Some(Ended::Closed(why)) => {
-                    // Well past the lease's end, beyond any tolerance a check of the clocks allows.
-                    tokio::time::sleep(Duration::from_millis(lease_ms / 10)).await;
-                    Some(why)
-                }
-                Some(Ended::Past(why)) => Some(why),
-                None => None,
-            }
+            late_step_due(&operator, &claim, lease_ms).await
         } else {
             newer_fence_applied(target.as_ref(), &mut steps_read, &key, claim.fence).await
         };
@@ -1197,43 +1189,56 @@ async fn step_sent(
     }
 }
 
-/// How long after a lease's end (on the wall clock) a late step is released: twice the
+/// How long after a lease's end (on the wall clock) a late step is released: just past the
 /// tolerance `stale-side-effect` gives the target's and the lease's clocks, so that a step
-/// the target applies is one the checks can call late.
-pub const LATE_STEP_PAST_END_MS: i64 = 2 * checkers::stale_side_effect::CLOCK_TOLERANCE_MS;
+/// the target applies is one the checks call late, and as close to the end as that allows.
+pub const LATE_STEP_PAST_END_MS: i64 = checkers::stale_side_effect::CLOCK_TOLERANCE_MS + 5;
 
-/// Why a held step's attempt no longer holds a lease.
-enum Ended {
-    /// The control plane no longer holds it running.
-    Closed(String),
-    /// Its lease ended [`LATE_STEP_PAST_END_MS`] ago, and no renewal has moved it since.
-    Past(String),
+/// Why `claim`'s attempt no longer holds a lease, when the control plane says so: it no
+/// longer holds the attempt running.
+async fn lease_ended(operator: &protocol::client::Client, claim: &ClaimRef) -> Option<String> {
+    let view = operator.job(&claim.job).await.ok()?;
+    let attempt = view.attempts.iter().find(|attempt| attempt.id == claim.attempt)?;
+    closed(attempt)
 }
 
-/// Whether `claim`'s attempt no longer holds a lease, by the control plane's view: closed
-/// (not running), or running with a lease whose end is at most a poll away, then waited for
-/// on the wall clock until [`LATE_STEP_PAST_END_MS`] past it and read again (a renewal that
-/// landed meanwhile moved it: not yet).
-async fn lease_ended(operator: &protocol::client::Client, claim: &ClaimRef) -> Option<Ended> {
+/// Why an attempt no longer holds a lease: the control plane holds it not running.
+fn closed(attempt: &protocol::AttemptView) -> Option<String> {
+    let state = serde_json::to_value(attempt.state).ok()?;
+    (attempt.state != protocol::AttemptState::Running)
+        .then(|| format!("the control plane holds {} {}: its lease ended", attempt.id, state.as_str().unwrap_or("?")))
+}
+
+/// Whether a step held for `claim`'s attempt is to be released now (why), by the control
+/// plane's view of the attempt: once the wall clock is [`LATE_STEP_PAST_END_MS`] past its
+/// lease's end. A running attempt is released only when its end is at most a poll away,
+/// waited for, and read again unmoved (a renewal that landed meanwhile moved it: not yet);
+/// a closed one at once if its end is past, or at most a tenth of a lease later. A view
+/// with no lease end (a system that grants none) is released a tenth of a lease after the
+/// attempt closed.
+async fn late_step_due(operator: &protocol::client::Client, claim: &ClaimRef, lease_ms: u64) -> Option<String> {
     let view = |job: protocol::JobView| job.attempts.into_iter().find(|attempt| attempt.id == claim.attempt);
     let attempt = view(operator.job(&claim.job).await.ok()?)?;
-    if attempt.state != protocol::AttemptState::Running {
-        let state = serde_json::to_value(attempt.state).ok()?;
-        let why = format!("the control plane holds {} {}: its lease ended", attempt.id, state.as_str().unwrap_or("?"));
-        return Some(Ended::Closed(why));
-    }
-    let end_ms = attempt.lease_expires_ms?;
+    let closed = closed(&attempt);
+    let tenth_ms = (lease_ms / 10) as i64;
+    let Some(end_ms) = attempt.lease_expires_ms else {
+        let why = closed?;
+        tokio::time::sleep(Duration::from_millis(lease_ms / 10)).await;
+        return Some(format!("{why}; released a tenth of a lease after"));
+    };
     let release_ms = end_ms + LATE_STEP_PAST_END_MS;
-    if protocol::wall_ms() + (HOLD_POLL_MS as i64) < release_ms {
+    let now_ms = protocol::wall_ms();
+    if let Some(why) = closed {
+        protocol::clock::sleep_until_wall_ms(release_ms.min(now_ms + tenth_ms)).await;
+        return Some(format!("{why}; its lease ended at {end_ms} ms (wall clock)"));
+    }
+    if now_ms + (HOLD_POLL_MS as i64) < release_ms {
         return None;
     }
     protocol::clock::sleep_until_wall_ms(release_ms).await;
     let again = view(operator.job(&claim.job).await.ok()?)?;
     (again.lease_expires_ms == Some(end_ms)).then(|| {
-        Ended::Past(format!(
-            "{}'s lease ended at {end_ms} ms (wall clock): released {LATE_STEP_PAST_END_MS} ms after",
-            attempt.id
-        ))
+        format!("{}'s lease ended at {end_ms} ms (wall clock): released {LATE_STEP_PAST_END_MS} ms after", attempt.id)
     })
 }
 
