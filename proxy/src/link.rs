@@ -62,6 +62,17 @@ pub(crate) struct Installed {
     /// The connections a `commit_cut` toxic has cut (after a COMMIT), or a one-sided reset
     /// has reset, over every connection; kept across updates of the toxic.
     pub cuts: Arc<AtomicU64>,
+    /// The kinds of transaction a `distinct` `commit_cut` toxic has cut, over every
+    /// connection; kept across updates of the toxic.
+    pub shapes: Arc<std::sync::Mutex<std::collections::HashSet<u64>>>,
+}
+
+/// One hash for a transaction's kind (the set of its statements' hashes).
+fn shape_hash(shape: &std::collections::BTreeSet<u64>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    shape.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl Installed {
@@ -69,7 +80,7 @@ impl Installed {
     /// many connections it has cut so far.
     pub(crate) fn to_json(&self) -> Value {
         let mut body = self.toxic.to_json();
-        if self.toxic.kind == ToxicKind::CommitCut {
+        if matches!(self.toxic.kind, ToxicKind::CommitCut { .. }) {
             body[CUTS_FIELD] = Value::from(self.cuts.load(Ordering::Relaxed));
         }
         if self.toxic.kind.is_one_sided() {
@@ -481,29 +492,40 @@ async fn write_chunks(
 /// text and its NUL.
 const PG_COMMIT: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";
 
+/// A PostgreSQL simple-query message whose text is `ROLLBACK` (length 13).
+const PG_ROLLBACK: &[u8] = b"Q\0\0\0\x0dROLLBACK\0";
+
 /// What a `commit_cut` toxic knows of its connection's transaction.
 #[derive(Debug, Default)]
 pub(crate) struct Writes {
-    /// The connection sent a write since its last COMMIT.
+    /// The connection sent a write since its last COMMIT or ROLLBACK.
     pub wrote: bool,
+    /// The transaction's kind: the statements it ran (each a hash of its text, literals
+    /// left out), as a set.
+    shape: std::collections::BTreeSet<u64>,
 }
 
 /// The prepared statements a connection's client parsed, read off its stream from the
 /// connection's first byte whether or not a toxic is watching: a client that caches its
 /// statements (a pool's long-lived connection) sends a statement's text once, and
 /// afterwards only binds its name. Kept for a PostgreSQL connection only (its first message
-/// is a startup or an SSL request), at most [`NAMED_STATEMENTS_MAX`] names of each kind.
+/// is a startup or an SSL request), at most [`NAMED_STATEMENTS_MAX`] names.
 #[derive(Debug, Default)]
 pub(crate) struct Statements {
     /// Whether the connection speaks PostgreSQL: unknown until its first bytes.
     postgres: Option<bool>,
-    /// The names of the statements parsed that are writes.
-    writes: std::collections::HashSet<Vec<u8>>,
-    /// The names of the statements parsed that only read.
-    reads: std::collections::HashSet<Vec<u8>>,
+    /// Each statement name parsed: whether it writes, and its text's hash.
+    named: HashMap<Vec<u8>, Parsed>,
 }
 
-/// At most this many prepared statement names of each kind are remembered per connection.
+/// A statement parsed: whether it writes, and its text's hash ([`statement_hash`]).
+#[derive(Debug, Clone, Copy)]
+struct Parsed {
+    write: bool,
+    hash: u64,
+}
+
+/// At most this many prepared statement names are remembered per connection.
 const NAMED_STATEMENTS_MAX: usize = 4096;
 
 /// Longest statement or portal name looked for in a Parse or Bind message.
@@ -524,46 +546,64 @@ impl Statements {
         if !postgres {
             return;
         }
-        for at in memchr_all(b'P', data) {
+        for at in positions(b'P', data) {
             let Some((name, rest)) = c_string(data.get(at + 5..).unwrap_or_default()) else { continue };
-            if name.is_empty() {
+            if name.is_empty() || (self.named.len() >= NAMED_STATEMENTS_MAX && !self.named.contains_key(name)) {
                 continue;
             }
             let query = rest.split(|&byte| byte == 0).next().unwrap_or_default();
-            let set = if names_a_write(query) { &mut self.writes } else { &mut self.reads };
-            if set.len() < NAMED_STATEMENTS_MAX {
-                set.insert(name.to_vec());
-            }
+            self.named.insert(name.to_vec(), Parsed { write: names_a_write(query), hash: statement_hash(query) });
         }
     }
 
-    /// Whether binding statement `name` may write: it was parsed as a write, or never seen
-    /// parsed (on a connection not read from its start, or a name beyond the bound).
-    fn may_write(&self, name: &[u8]) -> bool {
-        self.writes.contains(name) || !self.reads.contains(name)
+    /// What binding statement `name` runs, when it was seen parsed. A name never seen
+    /// parsed (on a connection not read from its start, or past the bound) may write.
+    fn bound(&self, name: &[u8]) -> Option<Parsed> {
+        self.named.get(name).copied()
     }
 }
 
+/// A statement's text, hashed up to its first digit or quote (where literals begin, so
+/// that one statement with other values is the same statement), at most 256 bytes of it.
+fn statement_hash(text: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let end =
+        text.iter().take(256).position(|byte| byte.is_ascii_digit() || *byte == b'\'').unwrap_or(text.len().min(256));
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text[..end].hash(&mut hasher);
+    hasher.finish()
+}
+
 /// The positions of `byte` in `data`.
-fn memchr_all(byte: u8, data: &[u8]) -> impl Iterator<Item = usize> + '_ {
+fn positions(byte: u8, data: &[u8]) -> impl Iterator<Item = usize> + '_ {
     data.iter().enumerate().filter(move |(_, &b)| b == byte).map(|(at, _)| at)
 }
 
 /// Keeps the pieces up to and including the first `COMMIT` message (looked for within
 /// each piece) that ends a transaction which wrote (`writes`, carried from chunk to chunk;
 /// `statements`, the connection's prepared statements, tells a bound read from a bound
-/// write). A COMMIT of a transaction that only read passes (its outcome cannot matter).
+/// write) and that `cut` takes (given the transaction's kind). A COMMIT of a transaction
+/// that only read passes (its outcome cannot matter); a ROLLBACK ends a transaction too.
 /// Whether one was cut, so the connection closes after it.
-fn cut_after_commit(pieces: &mut Vec<Piece>, writes: &mut Writes, statements: &Statements) -> bool {
+fn cut_after_commit(
+    pieces: &mut Vec<Piece>,
+    writes: &mut Writes,
+    statements: &Statements,
+    cut: &mut dyn FnMut(&std::collections::BTreeSet<u64>) -> bool,
+) -> bool {
+    let find = |data: &[u8], message: &[u8]| data.windows(message.len()).position(|window| window == message);
     for index in 0..pieces.len() {
         let mut from = 0;
         loop {
             let data = &pieces[index].data[from..];
-            let found = data.windows(PG_COMMIT.len()).position(|window| window == PG_COMMIT);
-            writes.read(&data[..found.unwrap_or(data.len())], statements);
-            let Some(at) = found else { break };
-            let end = from + at + PG_COMMIT.len();
-            if std::mem::take(&mut writes.wrote) {
+            let ends = [(find(data, PG_COMMIT), PG_COMMIT), (find(data, PG_ROLLBACK), PG_ROLLBACK)];
+            let first = ends.iter().filter_map(|&(at, message)| Some((at?, message))).min_by_key(|&(at, _)| at);
+            writes.read(&data[..first.map_or(data.len(), |(at, _)| at)], statements);
+            let Some((at, message)) = first else { break };
+            let end = from + at + message.len();
+            let wrote = std::mem::take(&mut writes.wrote);
+            let shape = std::mem::take(&mut writes.shape);
+            if message == PG_COMMIT && wrote && cut(&shape) {
                 pieces[index].data.truncate(end);
                 pieces.truncate(index + 1);
                 return true;
@@ -577,17 +617,43 @@ fn cut_after_commit(pieces: &mut Vec<Piece>, writes: &mut Writes, statements: &S
 impl Writes {
     /// Reads a stretch of the client's stream: a simple query or an unnamed Parse naming a
     /// write marks the transaction as writing, and so does a Bind of a named statement
-    /// that may write (`statements`).
+    /// that may write (`statements`). Each framed simple query, Parse and Bind adds its
+    /// statement to the transaction's kind.
     fn read(&mut self, data: &[u8], statements: &Statements) {
         self.wrote |= names_a_write(data);
-        for at in memchr_all(b'B', data) {
-            // Framed: a length that fits the stretch (a `B` inside a query's text or a
+        for at in 0..data.len() {
+            let kind = data[at];
+            if !matches!(kind, b'Q' | b'P' | b'B') {
+                continue;
+            }
+            // Framed: a length that fits the stretch (the letter inside a query's text or a
             // value is followed by bytes that make no such length).
             let Some(body) = framed_body(&data[at..]) else { continue };
-            let Some((_portal, rest)) = c_string(body) else { continue };
-            let Some((name, _)) = c_string(rest) else { continue };
-            if !name.is_empty() && statements.may_write(name) {
-                self.wrote = true;
+            match kind {
+                b'Q' => {
+                    self.shape.insert(statement_hash(body.split(|&byte| byte == 0).next().unwrap_or_default()));
+                }
+                b'P' => {
+                    let Some((_name, rest)) = c_string(body) else { continue };
+                    self.shape.insert(statement_hash(rest.split(|&byte| byte == 0).next().unwrap_or_default()));
+                }
+                _ => {
+                    let Some((_portal, rest)) = c_string(body) else { continue };
+                    let Some((name, _)) = c_string(rest) else { continue };
+                    if name.is_empty() {
+                        continue;
+                    }
+                    match statements.bound(name) {
+                        Some(parsed) => {
+                            self.wrote |= parsed.write;
+                            self.shape.insert(parsed.hash);
+                        }
+                        None => {
+                            self.wrote = true;
+                            self.shape.insert(statement_hash(name));
+                        }
+                    }
+                }
             }
         }
     }
@@ -792,8 +858,11 @@ impl DirState {
                 ToxicKind::LimitData { bytes } => {
                     close_after |= limit(&mut pieces, &mut st.passed_bytes, bytes);
                 }
-                ToxicKind::CommitCut => {
-                    if cut_after_commit(&mut pieces, &mut st.writes, &self.statements) {
+                ToxicKind::CommitCut { distinct } => {
+                    let mut cut = |shape: &std::collections::BTreeSet<u64>| {
+                        !distinct || t.shapes.lock().is_ok_and(|mut seen| seen.insert(shape_hash(shape)))
+                    };
+                    if cut_after_commit(&mut pieces, &mut st.writes, &self.statements, &mut cut) {
                         t.cuts.fetch_add(1, Ordering::Relaxed);
                         close_after = true;
                     }
@@ -981,6 +1050,7 @@ mod tests {
 
     #[test]
     fn a_write_and_its_commit_in_one_chunk_are_cut_after_the_commit() {
+        let mut every = |_: &std::collections::BTreeSet<u64>| true;
         // A Parse message (extended protocol) holding the write, then COMMIT and more.
         let mut chunk = b"P\0\0\0\x20\0INSERT INTO t VALUES ($1)\0\0\0".to_vec();
         let kept = chunk.len() + PG_COMMIT.len();
@@ -988,23 +1058,27 @@ mod tests {
         chunk.extend_from_slice(b"Q\0\0\0\x09BEGIN\0");
         let mut pieces = vec![data(&chunk), piece(3)];
         let mut writes = Writes::default();
-        assert!(cut_after_commit(&mut pieces, &mut writes, &postgres()));
+        assert!(cut_after_commit(&mut pieces, &mut writes, &postgres(), &mut every));
         assert_eq!((pieces.len(), pieces[0].data.len(), writes.wrote), (1, kept, false));
     }
 
     #[test]
     fn a_read_only_commit_passes_and_a_later_write_is_carried_to_its_commit() {
+        let mut every = |_: &std::collections::BTreeSet<u64>| true;
         let mut read_only = b"Q\0\0\0\x1eSELECT updated_at FROM t\0".to_vec();
         read_only.extend_from_slice(PG_COMMIT);
         read_only.extend_from_slice(b"Q\0\0\0\x17delete\tfrom t\0");
         let mut pieces = vec![data(&read_only)];
         let mut writes = Writes::default();
         let statements = postgres();
-        assert!(!cut_after_commit(&mut pieces, &mut writes, &statements), "the read-only COMMIT passes");
+        assert!(!cut_after_commit(&mut pieces, &mut writes, &statements, &mut every), "the read-only COMMIT passes");
         assert_eq!(pieces[0].data, read_only, "nothing is kept back");
         assert!(writes.wrote, "the delete after it is remembered");
         let mut pieces = vec![data(PG_COMMIT), piece(4)];
-        assert!(cut_after_commit(&mut pieces, &mut writes, &statements), "its COMMIT, in the next chunk, is cut");
+        assert!(
+            cut_after_commit(&mut pieces, &mut writes, &statements, &mut every),
+            "its COMMIT, in the next chunk, is cut"
+        );
         assert_eq!(pieces.len(), 1);
     }
 
@@ -1044,6 +1118,7 @@ mod tests {
 
     #[test]
     fn a_bind_of_a_prepared_write_makes_its_transaction_a_write() {
+        let mut every = |_: &std::collections::BTreeSet<u64>| true;
         let mut writes = Writes::default();
         let mut statements = postgres();
         // Prepared once per connection (Parse, Describe, Sync), in a transaction of its own,
@@ -1054,17 +1129,20 @@ mod tests {
         statements.learn(&prepare);
         // Later transactions only bind the names.
         let mut pieces = vec![data(&bind(b"s8"))];
-        assert!(!cut_after_commit(&mut pieces, &mut writes, &statements), "a bound read passes");
+        assert!(!cut_after_commit(&mut pieces, &mut writes, &statements, &mut every), "a bound read passes");
         let mut pieces = vec![data(&bind(b"s7"))];
-        assert!(cut_after_commit(&mut pieces, &mut writes, &statements), "a bound write's COMMIT is cut");
+        assert!(cut_after_commit(&mut pieces, &mut writes, &statements, &mut every), "a bound write's COMMIT is cut");
         // A statement never seen parsed may write: its COMMIT is cut.
         let mut pieces = vec![data(&bind(b"s3"))];
-        assert!(cut_after_commit(&mut pieces, &mut writes, &statements), "a bound statement never seen parsed is cut");
+        assert!(
+            cut_after_commit(&mut pieces, &mut writes, &statements, &mut every),
+            "a bound statement never seen parsed is cut"
+        );
         // A `B` in a query's text is not a Bind: a read-only transaction's COMMIT passes.
         let mut read_only = message(b'Q', b"BEGIN ISOLATION LEVEL READ COMMITTED\0");
         read_only.extend(bind(b"s8"));
         let mut pieces = vec![data(&read_only)];
-        assert!(!cut_after_commit(&mut pieces, &mut writes, &statements), "BEGIN and a bound read pass");
+        assert!(!cut_after_commit(&mut pieces, &mut writes, &statements, &mut every), "BEGIN and a bound read pass");
     }
 
     #[test]
@@ -1074,16 +1152,60 @@ mod tests {
         let mut other = Statements::default();
         other.learn(b"POST /v1/claim HTTP/1.1\r\n");
         other.learn(&read);
-        assert_eq!((other.postgres, other.may_write(b"s8")), (Some(false), true), "unknown: it may write");
+        assert_eq!((other.postgres, other.bound(b"s8").is_none()), (Some(false), true), "unknown: it may write");
         let mut statements = postgres();
         statements.learn(&read);
-        assert_eq!((statements.postgres, statements.may_write(b"s8")), (Some(true), false));
+        assert_eq!(
+            (statements.postgres, statements.bound(b"s8").map(|parsed| parsed.write)),
+            (Some(true), Some(false))
+        );
         // The bound holds: names past it are not remembered, so they count as writes.
         for n in 0..NAMED_STATEMENTS_MAX + 10 {
             statements.learn(&message(b'P', format!("r{n}\0SELECT 1\0\0\0").as_bytes()));
         }
-        assert_eq!(statements.reads.len(), NAMED_STATEMENTS_MAX);
-        assert!(statements.may_write(format!("r{}", NAMED_STATEMENTS_MAX + 5).as_bytes()));
+        assert_eq!(statements.named.len(), NAMED_STATEMENTS_MAX);
+        assert!(statements.bound(format!("r{}", NAMED_STATEMENTS_MAX + 5).as_bytes()).is_none());
+    }
+
+    #[test]
+    fn a_distinct_cut_takes_each_kind_of_transaction_once_and_a_rollback_ends_one() {
+        let mut statements = postgres();
+        let mut prepare = message(b'P', b"s1\0UPDATE attempts SET lease = $1\0\0\0");
+        prepare.extend(message(b'P', b"s2\0INSERT INTO attempts VALUES ($1)\0\0\0"));
+        statements.learn(&prepare);
+        let mut seen = std::collections::HashSet::new();
+        let mut distinct = |shape: &std::collections::BTreeSet<u64>| seen.insert(shape_hash(shape));
+        let mut writes = Writes::default();
+        let mut pieces = vec![data(&bind(b"s1"))];
+        assert!(cut_after_commit(&mut pieces, &mut writes, &statements, &mut distinct), "the first renewal is cut");
+        let mut pieces = vec![data(&bind(b"s1"))];
+        assert!(!cut_after_commit(&mut pieces, &mut writes, &statements, &mut distinct), "a second passes");
+        // Simple queries with other literals are the same kind of transaction.
+        let update = |value: &str| {
+            let mut sent = message(b'Q', format!("UPDATE jobs SET state = '{value}' WHERE n = 7\0").as_bytes());
+            sent.extend_from_slice(PG_COMMIT);
+            sent
+        };
+        let mut pieces = vec![data(&update("running"))];
+        assert!(cut_after_commit(&mut pieces, &mut writes, &statements, &mut distinct), "a new kind is cut");
+        let mut pieces = vec![data(&update("failed"))];
+        assert!(!cut_after_commit(&mut pieces, &mut writes, &statements, &mut distinct), "the same kind passes");
+        // A rolled-back write leaves neither its write nor its statements to the next one.
+        let mut rolled = bind(b"s2");
+        rolled.truncate(rolled.len() - PG_COMMIT.len());
+        rolled.extend_from_slice(PG_ROLLBACK);
+        rolled.extend(message(b'Q', b"SELECT 1\0"));
+        rolled.extend_from_slice(PG_COMMIT);
+        let mut pieces = vec![data(&rolled)];
+        assert!(
+            !cut_after_commit(&mut pieces, &mut writes, &statements, &mut distinct),
+            "a read after a rollback passes"
+        );
+        let mut pieces = vec![data(&bind(b"s2"))];
+        assert!(
+            cut_after_commit(&mut pieces, &mut writes, &statements, &mut distinct),
+            "the insert's first commit is cut"
+        );
     }
 
     #[test]

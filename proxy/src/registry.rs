@@ -390,7 +390,7 @@ impl Registry {
             return Err(ApiError::new(409, "toxic already exists"));
         }
         let id = self.uid();
-        let installed = Arc::new(Installed { id, version: id, toxic, cuts: Arc::default() });
+        let installed = Arc::new(Installed { id, version: id, toxic, cuts: Arc::default(), shapes: Arc::default() });
         let body = installed.to_json();
         entry.toxics.push(installed);
         entry.publish();
@@ -420,7 +420,8 @@ impl Registry {
         let idx = entry.find_toxic(name)?;
         let toxic = entry.toxics[idx].toxic.merged_with(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
         let (id, version, cuts) = (entry.toxics[idx].id, self.uid(), entry.toxics[idx].cuts.clone());
-        let installed = Arc::new(Installed { id, version, toxic, cuts });
+        let shapes = entry.toxics[idx].shapes.clone();
+        let installed = Arc::new(Installed { id, version, toxic, cuts, shapes });
         let out = installed.to_json();
         entry.toxics[idx] = installed;
         entry.publish();

@@ -70,8 +70,11 @@ pub enum ToxicKind {
     /// fencelab's own (Toxiproxy has no such toxic): on a PostgreSQL client's stream,
     /// passes data up to and including the first simple-query `COMMIT` message of a chunk,
     /// then closes the connection. The server commits; its answer never reaches the
-    /// client, who cannot tell whether the transaction committed.
-    CommitCut,
+    /// client, who cannot tell whether the transaction committed. With `distinct`, only
+    /// the first COMMIT of each kind of transaction (the statements it ran) is cut, over
+    /// every connection of the proxy: a few cuts then reach every kind of write, not the
+    /// most frequent one again and again.
+    CommitCut { distinct: bool },
     /// fencelab's own: a one-sided reset. The connections open when the toxic is added (or,
     /// when none is, the first one accepted after, once it has carried the client's first
     /// bytes) have their upstream side, the proxy's socket to the server, reset (RST),
@@ -110,7 +113,7 @@ fn attribute_names(type_name: &str) -> Option<&'static [&'static str]> {
         "reset_peer" => &["timeout"],
         "slicer" => &["average_size", "size_variation", "delay"],
         "limit_data" => &["bytes"],
-        "commit_cut" => &[],
+        "commit_cut" => &["distinct"],
         "reset_upstream" | "reset_downstream" => &[],
         _ => return None,
     })
@@ -128,7 +131,7 @@ impl ToxicKind {
             ToxicKind::ResetPeer { .. } => "reset_peer",
             ToxicKind::Slicer { .. } => "slicer",
             ToxicKind::LimitData { .. } => "limit_data",
-            ToxicKind::CommitCut => "commit_cut",
+            ToxicKind::CommitCut { .. } => "commit_cut",
             ToxicKind::ResetUpstream => "reset_upstream",
             ToxicKind::ResetDownstream => "reset_downstream",
         }
@@ -149,7 +152,8 @@ impl ToxicKind {
                 ("delay", delay_us),
             ],
             ToxicKind::LimitData { bytes } => vec![("bytes", bytes)],
-            ToxicKind::CommitCut | ToxicKind::ResetUpstream | ToxicKind::ResetDownstream => vec![],
+            ToxicKind::CommitCut { distinct } => vec![("distinct", u64::from(distinct))],
+            ToxicKind::ResetUpstream | ToxicKind::ResetDownstream => vec![],
         }
     }
 
@@ -182,7 +186,15 @@ impl ToxicKind {
                 delay_us: get("delay"),
             },
             "limit_data" => ToxicKind::LimitData { bytes: get("bytes") },
-            "commit_cut" => ToxicKind::CommitCut,
+            "commit_cut" => match get("distinct") {
+                0 => ToxicKind::CommitCut { distinct: false },
+                1 => ToxicKind::CommitCut { distinct: true },
+                other => {
+                    return Err(ToxicInputError::Invalid(format!(
+                        "bad request body: attribute distinct must be 0 or 1, got {other}"
+                    )))
+                }
+            },
             "reset_upstream" => ToxicKind::ResetUpstream,
             "reset_downstream" => ToxicKind::ResetDownstream,
             other => return Err(ToxicInputError::UnknownType(other.to_string())),

@@ -422,7 +422,7 @@ async fn on_database(shared: &Shared, fault: &Fault, on: bool) -> Result<(), Str
     let link = super::cluster::db_link(replica);
     let name = toxic_name(fault);
     let toxic = match variant {
-        Variant::CommitCut { .. } => Some(ToxicKind::CommitCut),
+        Variant::CommitCut { .. } => Some(ToxicKind::CommitCut { distinct: true }),
         Variant::DbLatency { latency_ms, .. } => Some(ToxicKind::Latency { latency_ms: *latency_ms, jitter_ms: 0 }),
         _ => None,
     };

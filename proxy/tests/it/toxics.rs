@@ -345,7 +345,7 @@ async fn commit_cut_passes_the_commit_and_loses_its_answer() {
         let (up, mut accepted) = accepting_upstream().await;
         let listen = make_proxy(&s.url(), "p", up).await;
         let toxic = add_toxic(&s.url(), "p", r#"{"type":"commit_cut","stream":"upstream"}"#).await;
-        assert_eq!(toxic["attributes"], serde_json::json!({}));
+        assert_eq!(toxic["attributes"], serde_json::json!({"distinct": 0}));
         assert_eq!(toxic["fencelab_cuts"], 0, "a new toxic has cut nothing: {toxic}");
         let api = proxy::Client::new(&s.url()).unwrap();
         let (mut client, mut server) = established(listen, &mut accepted).await;
@@ -425,6 +425,55 @@ async fn commit_cut_knows_the_statements_prepared_before_it() {
         client.write_all(&write).await.unwrap();
         let (got, _) = step("the server side ends after COMMIT", read_to_end(&mut server)).await;
         assert_eq!(got, write[..whole], "the bound write's COMMIT reached the server, nothing after it");
+        assert_eq!(api.commit_cuts("p", "commit_cut_upstream").await.unwrap(), 1, "one connection cut");
+        s.shutdown().await;
+    })
+    .await;
+}
+
+/// `commit_cut` with `distinct`: the first COMMIT of each kind of transaction (the
+/// statements it ran, by their text) is cut, over every connection; the same statements
+/// prepared under another name on another connection are the same kind, and pass. An
+/// attribute other than 0 or 1 is refused.
+#[tokio::test]
+async fn a_distinct_commit_cut_takes_each_kind_of_transaction_once() {
+    bounded(async {
+        let s = server().await;
+        let (up, mut accepted) = accepting_upstream().await;
+        let listen = make_proxy(&s.url(), "p", up).await;
+        let api = proxy::Client::new(&s.url()).unwrap();
+        let (status, refused) =
+            call(&s.url(), "POST", "/proxies/p/toxics", Some(r#"{"type":"commit_cut","attributes":{"distinct":2}}"#))
+                .await;
+        assert_eq!(status, 400, "{refused}");
+        let toxic =
+            add_toxic(&s.url(), "p", r#"{"type":"commit_cut","stream":"upstream","attributes":{"distinct":1}}"#).await;
+        assert_eq!(toxic["attributes"], serde_json::json!({"distinct": 1}));
+        // Each connection prepares the same write under a name of its own, then commits it.
+        for (name, cut) in [(&b"s2"[..], true), (&b"s9"[..], false)] {
+            let (mut client, mut server) = established(listen, &mut accepted).await;
+            let mut opening = 17u32.to_be_bytes().to_vec();
+            opening.extend_from_slice(&196_608u32.to_be_bytes());
+            opening.extend_from_slice(b"user\0pg\0\0");
+            let mut parse = name.to_vec();
+            parse.extend_from_slice(b"\0UPDATE jobs SET state = $1\0\0\0");
+            opening.extend(pg_message(b'P', &parse));
+            let mut body = b"\0".to_vec();
+            body.extend_from_slice(name);
+            body.extend_from_slice(b"\0\0\0\0\0\0\0");
+            opening.extend(pg_message(b'B', &body));
+            opening.extend(pg_message(b'E', b"\0\0\0\0\0"));
+            opening.extend(simple_query("COMMIT"));
+            let whole = opening.len();
+            opening.extend(simple_query("SELECT 1"));
+            client.write_all(&opening).await.unwrap();
+            if cut {
+                let (got, _) = step("the server side ends after COMMIT", read_to_end(&mut server)).await;
+                assert_eq!(got, opening[..whole], "the first of its kind is cut after its COMMIT");
+            } else {
+                assert_eq!(read_n(&mut server, opening.len()).await, opening, "the second of its kind passes whole");
+            }
+        }
         assert_eq!(api.commit_cuts("p", "commit_cut_upstream").await.unwrap(), 1, "one connection cut");
         s.shutdown().await;
     })
