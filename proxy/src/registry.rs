@@ -13,7 +13,7 @@
 
 use crate::error::ApiError;
 use crate::link::{run_connection, ConnCtx, Installed, ToxicSet};
-use crate::toxic::{Stream, Toxic};
+use crate::toxic::{Stream, Toxic, ToxicKind};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -383,14 +383,22 @@ impl Registry {
     }
 
     /// POST /proxies/{name}/toxics: names are unique across both streams.
+    /// A `distinct` `commit_cut` toxic shares the kinds of transaction it has cut with every
+    /// such toxic of the same name on the server's other proxies (a fault that cuts every
+    /// replica's link takes each kind once over all of them).
     pub(crate) async fn add_toxic(&self, proxy: &str, toxic: Toxic) -> Result<Value, ApiError> {
         let mut proxies = self.proxies.lock().await;
+        let distinct = |t: &Toxic| matches!(t.kind, ToxicKind::CommitCut { distinct: true });
+        let shared = distinct(&toxic).then(|| {
+            proxies.values().flat_map(|entry| &entry.toxics).find(|t| distinct(&t.toxic) && t.toxic.name == toxic.name)
+        });
+        let shapes = shared.flatten().map(|t| t.shapes.clone()).unwrap_or_default();
         let entry = proxies.get_mut(proxy).ok_or_else(ApiError::proxy_not_found)?;
         if entry.toxics.iter().any(|t| t.toxic.name == toxic.name) {
             return Err(ApiError::new(409, "toxic already exists"));
         }
         let id = self.uid();
-        let installed = Arc::new(Installed { id, version: id, toxic, cuts: Arc::default(), shapes: Arc::default() });
+        let installed = Arc::new(Installed { id, version: id, toxic, cuts: Arc::default(), shapes });
         let body = installed.to_json();
         entry.toxics.push(installed);
         entry.publish();

@@ -433,8 +433,8 @@ async fn commit_cut_knows_the_statements_prepared_before_it() {
 
 /// `commit_cut` with `distinct`: the first COMMIT of each kind of transaction (the
 /// statements it ran, by their text) is cut, over every connection; the same statements
-/// prepared under another name on another connection are the same kind, and pass. An
-/// attribute other than 0 or 1 is refused.
+/// prepared under another name on another connection, or on another proxy whose toxic has
+/// the same name, are the same kind, and pass. An attribute other than 0 or 1 is refused.
 #[tokio::test]
 async fn a_distinct_commit_cut_takes_each_kind_of_transaction_once() {
     bounded(async {
@@ -449,9 +449,16 @@ async fn a_distinct_commit_cut_takes_each_kind_of_transaction_once() {
         let toxic =
             add_toxic(&s.url(), "p", r#"{"type":"commit_cut","stream":"upstream","attributes":{"distinct":1}}"#).await;
         assert_eq!(toxic["attributes"], serde_json::json!({"distinct": 1}));
+        // A second proxy with a toxic of the same name shares the kinds cut.
+        let (up_q, mut accepted_q) = accepting_upstream().await;
+        let listen_q = make_proxy(&s.url(), "q", up_q).await;
+        add_toxic(&s.url(), "q", r#"{"type":"commit_cut","stream":"upstream","attributes":{"distinct":1}}"#).await;
         // Each connection prepares the same write under a name of its own, then commits it.
-        for (name, cut) in [(&b"s2"[..], true), (&b"s9"[..], false)] {
-            let (mut client, mut server) = established(listen, &mut accepted).await;
+        for (name, cut, on_q) in [(&b"s2"[..], true, false), (&b"s9"[..], false, false), (&b"s4"[..], false, true)] {
+            let (mut client, mut server) = match on_q {
+                true => established(listen_q, &mut accepted_q).await,
+                false => established(listen, &mut accepted).await,
+            };
             let mut opening = 17u32.to_be_bytes().to_vec();
             opening.extend_from_slice(&196_608u32.to_be_bytes());
             opening.extend_from_slice(b"user\0pg\0\0");
@@ -475,6 +482,7 @@ async fn a_distinct_commit_cut_takes_each_kind_of_transaction_once() {
             }
         }
         assert_eq!(api.commit_cuts("p", "commit_cut_upstream").await.unwrap(), 1, "one connection cut");
+        assert_eq!(api.commit_cuts("q", "commit_cut_upstream").await.unwrap(), 0, "none on the other proxy");
         s.shutdown().await;
     })
     .await;
