@@ -69,9 +69,14 @@ impl RunnerLog {
         Ok(RunnerLog { process: Process::runner(runner), file })
     }
 
-    fn record(&self, kind: EventType, f: Op, fill: impl FnOnce(&mut Event)) {
-        let Some(file) = &self.file else { return };
+    /// Writes one line; answers the instant its time was read at. A request's send is that
+    /// instant: the runner's authority then runs from the time its log shows, however long
+    /// the runner is stopped (SIGSTOP) on either side of the line.
+    fn record(&self, kind: EventType, f: Op, fill: impl FnOnce(&mut Event)) -> Instant {
+        let Some(file) = &self.file else { return Instant::now() };
         let mut file = file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Two reads of one clock (CLOCK_MONOTONIC) side by side, no system call between.
+        let at = Instant::now();
         let mut event = Event::new(protocol::monotonic_ns(), self.process.clone(), kind, f);
         fill(&mut event);
         let written = history::log_line(&event)
@@ -80,6 +85,7 @@ impl RunnerLog {
         if let Err(error) = written {
             eprintln!("{}: cannot write the log: {error}", self.process);
         }
+        at
     }
 }
 
@@ -262,13 +268,16 @@ impl Runner {
 
     /// Asks for a claim; a grant comes with when the request was sent.
     async fn claim(&self) -> Result<Option<(Grant, Sent)>, ClientError> {
-        let at = Instant::now();
         let request = ClaimRequest { runner: self.config.id.clone(), observed_ms: self.observed_ms() };
-        let sent = Sent { at, observed_ms: request.observed_ms };
-        self.log.record(EventType::Request, Op::Claim, |event| {
+        // The send is counted from the log line's time: an instant read before it, with the
+        // runner stopped in between, ended its authority earlier than its log says it could
+        // (seen under `pause`: a claim self-fenced and reported failed 1 ms in, by the log a
+        // whole lease early).
+        let at = self.log.record(EventType::Request, Op::Claim, |event| {
             event.runner = Some(request.runner.clone());
             event.observed_ms = Some(request.observed_ms);
         });
+        let sent = Sent { at, observed_ms: request.observed_ms };
         let answer = self.control().claim(&request).await;
         self.fail_over_after(&answer);
         self.log.record(answer_type(&answer), Op::Claim, |event| {
@@ -379,11 +388,10 @@ impl Runner {
             if *stopped.borrow() || authority.lost.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
                 return;
             }
-            let at = Instant::now();
             let request = HeartbeatRequest { claim: claim.clone(), observed_ms: self.observed_ms() };
-            let sent = Sent { at, observed_ms: request.observed_ms };
-            let answer =
+            let (at, answer) =
                 self.logged(Op::Heartbeat, &claim, request.observed_ms, None, self.control().heartbeat(&request)).await;
+            let sent = Sent { at, observed_ms: request.observed_ms };
             match answer {
                 Ok(verdict) if verdict.decision == Decision::Accepted => {
                     self.renewed(&authority, sent, lease, verdict.lease_expires_ms)
@@ -399,7 +407,8 @@ impl Runner {
         }
     }
 
-    /// Sends a verdict request, logging the request and its answer (or its absence).
+    /// Sends a verdict request, logging the request and its answer (or its absence); answers
+    /// when it was sent too: its log line's time.
     async fn logged(
         &self,
         f: Op,
@@ -407,13 +416,13 @@ impl Runner {
         observed_ms: i64,
         outcome: Option<Outcome>,
         send: impl std::future::Future<Output = Result<Ruling, ClientError>>,
-    ) -> Result<Ruling, ClientError> {
+    ) -> (Instant, Result<Ruling, ClientError>) {
         let fill = |event: &mut Event| {
             set_claim(event, claim);
             event.observed_ms = Some(observed_ms);
             event.outcome = outcome.map(|outcome| outcome.as_str().to_string());
         };
-        self.log.record(EventType::Request, f, fill);
+        let sent = self.log.record(EventType::Request, f, fill);
         let answer = send.await;
         self.fail_over_after(&answer);
         self.log.record(answer_type(&answer), f, |event| {
@@ -428,7 +437,7 @@ impl Runner {
                 Err(error) => event.reason = Some(error.to_string()),
             }
         });
-        answer
+        (sent, answer)
     }
 
     /// Runs every step while the runner holds authority; returns the outcome and why.
@@ -500,6 +509,7 @@ impl Runner {
             match self
                 .logged(Op::Capability, claim, request.observed_ms, None, self.control().capability(&request))
                 .await
+                .1
             {
                 Ok(Ruling { capability: Some(capability), .. }) => return Ok(capability),
                 Ok(verdict) => {
@@ -548,7 +558,8 @@ impl Runner {
             };
             let answer = self
                 .logged(Op::Result, claim, request.observed_ms, Some(outcome), self.control().result(&request))
-                .await;
+                .await
+                .1;
             match answer {
                 Err(error) if error.outcome_unknown() => {
                     tokio::time::sleep(backoff).await;
