@@ -78,17 +78,22 @@ class RunnerLog:
         self.process = f"runner:{runner_id}"
         self.lock = threading.Lock()
 
-    def write(self, type_: str, f: str, **fields):
+    def write(self, type_: str, f: str, **fields) -> int:
+        """Writes one line; returns its time (monotonic ns): a request's send is that time,
+        so that the runner's authority runs from the time its log shows, however long the
+        runner is stopped (SIGSTOP) on either side of the line."""
         if self.fh is None:
-            return
+            return mono_ns()
         with self.lock:
             # "index" is 0 in every line, as the reference runner writes it; the run's merge
             # numbers the events.
-            event = dict(fields, index=0, time_ns=mono_ns(), process=self.process, type=type_, f=f)
+            now_ns = mono_ns()
+            event = dict(fields, index=0, time_ns=now_ns, process=self.process, type=type_, f=f)
             line = json.dumps({k: event[k] for k in self.ORDER if event.get(k) is not None},
                               separators=(",", ":"))
             self.fh.write(line + "\n")
             self.fh.flush()
+            return now_ns
 
     def close(self):
         if self.fh is not None:
@@ -105,6 +110,8 @@ class Answer:
 
     def __init__(self, status=None, body=None, error=None):
         self.status, self.body, self.error = status, body, error
+        # When the request was sent: its log line's time (monotonic ns), set by call_control.
+        self.sent_ns = None
 
     @property
     def answered(self) -> bool:
@@ -221,8 +228,9 @@ class Runner:
         fields["observed_ms"] = body["observed_ms"]
         if "outcome" in body:
             fields["outcome"] = body["outcome"]
-        self.log.write("request", f, **fields)
+        sent_ns = self.log.write("request", f, **fields)
         ans = self.post_control(path, body)
+        ans.sent_ns = sent_ns
         if not ans.answered:
             self.log.write("info", f, reason=ans.error or f"http {ans.status} {ans.code()}", **fields)
             return ans
@@ -252,12 +260,11 @@ class Runner:
         while not self.stopping.is_set():
             if self.args.jobs_max is not None and done >= self.args.jobs_max:
                 return 0
-            sent_ns = time.monotonic_ns()
             ans = self.call_control("claim", "/v1/claim",
                                     {"runner": self.id, "observed_ms": self.clock.observed_ms()})
             grant = ans.body.get("grant") if ans.answered and ans.status == 200 and isinstance(ans.body, dict) else None
             if grant:
-                self.run_job(grant, sent_ns)
+                self.run_job(grant, ans.sent_ns)
                 done += 1
             else:
                 self.stopping.wait(self.args.poll_ms / 1000)
@@ -314,13 +321,12 @@ class Runner:
         while not finished.wait(interval):
             if self.stopping.is_set():
                 return
-            sent_ns = time.monotonic_ns()
             body = dict(claim, observed_ms=self.clock.observed_ms())
             ans = self.call_control("heartbeat", "/v1/heartbeat", body, claim)
             if not ans.answered:
                 continue  # no answer changes nothing
             if ans.status == 200 and isinstance(ans.body, dict) and ans.body.get("decision") == "accepted":
-                authority.extend(sent_ns, window_ns)
+                authority.extend(ans.sent_ns, window_ns)
             else:
                 authority.end()  # a definite refusal: authority ends now
                 return
