@@ -384,6 +384,24 @@ fn pg_message(kind: u8, body: &[u8]) -> Vec<u8> {
     message
 }
 
+/// What a PostgreSQL client sends first: its startup message (protocol 3.0).
+fn pg_startup() -> Vec<u8> {
+    let mut startup = 17u32.to_be_bytes().to_vec();
+    startup.extend_from_slice(&196_608u32.to_be_bytes());
+    startup.extend_from_slice(b"user\0pg\0\0");
+    startup
+}
+
+/// A Bind of prepared statement `name` (no parameters) and its Execute.
+fn pg_bind(name: &[u8]) -> Vec<u8> {
+    let mut body = b"\0".to_vec();
+    body.extend_from_slice(name);
+    body.extend_from_slice(b"\0\0\0\0\0\0\0");
+    let mut sent = pg_message(b'B', &body);
+    sent.extend(pg_message(b'E', b"\0\0\0\0\0"));
+    sent
+}
+
 /// `commit_cut` on a pool's long-lived connection: the statements the client prepared
 /// before the toxic was added were read as they passed, so a transaction that only binds a
 /// prepared read commits untouched, and one that binds a prepared write is cut.
@@ -396,9 +414,7 @@ async fn commit_cut_knows_the_statements_prepared_before_it() {
         let api = proxy::Client::new(&s.url()).unwrap();
         let (mut client, mut server) = established(listen, &mut accepted).await;
         // The startup message (protocol 3.0), then two statements prepared, on the clean path.
-        let mut opening = 17u32.to_be_bytes().to_vec();
-        opening.extend_from_slice(&196_608u32.to_be_bytes());
-        opening.extend_from_slice(b"user\0pg\0\0");
+        let mut opening = pg_startup();
         opening.extend(pg_message(b'P', b"s1\0SELECT id FROM jobs FOR UPDATE\0\0\0"));
         opening.extend(pg_message(b'P', b"s2\0UPDATE jobs SET state = $1\0\0\0"));
         opening.extend(pg_message(b'S', b""));
@@ -406,12 +422,8 @@ async fn commit_cut_knows_the_statements_prepared_before_it() {
         assert_eq!(read_n(&mut server, opening.len()).await, opening);
         add_toxic(&s.url(), "p", r#"{"type":"commit_cut","stream":"upstream"}"#).await;
         let bound = |name: &[u8]| {
-            let mut body = b"\0".to_vec();
-            body.extend_from_slice(name);
-            body.extend_from_slice(b"\0\0\0\0\0\0\0");
             let mut sent = simple_query("BEGIN");
-            sent.extend(pg_message(b'B', &body));
-            sent.extend(pg_message(b'E', b"\0\0\0\0\0"));
+            sent.extend(pg_bind(name));
             sent.extend(simple_query("COMMIT"));
             sent
         };
@@ -459,17 +471,11 @@ async fn a_distinct_commit_cut_takes_each_kind_of_transaction_once() {
                 true => established(listen_q, &mut accepted_q).await,
                 false => established(listen, &mut accepted).await,
             };
-            let mut opening = 17u32.to_be_bytes().to_vec();
-            opening.extend_from_slice(&196_608u32.to_be_bytes());
-            opening.extend_from_slice(b"user\0pg\0\0");
+            let mut opening = pg_startup();
             let mut parse = name.to_vec();
             parse.extend_from_slice(b"\0UPDATE jobs SET state = $1\0\0\0");
             opening.extend(pg_message(b'P', &parse));
-            let mut body = b"\0".to_vec();
-            body.extend_from_slice(name);
-            body.extend_from_slice(b"\0\0\0\0\0\0\0");
-            opening.extend(pg_message(b'B', &body));
-            opening.extend(pg_message(b'E', b"\0\0\0\0\0"));
+            opening.extend(pg_bind(name));
             opening.extend(simple_query("COMMIT"));
             let whole = opening.len();
             opening.extend(simple_query("SELECT 1"));
