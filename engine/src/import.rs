@@ -828,8 +828,9 @@ impl Plan {
         let job = entry.job.clone()?;
         let attempt = records.claim(entry.attempt.as_deref()?)?;
         let attempt_job = (attempt.job != job).then(|| attempt.job.clone());
-        // Another runner's attempt, borrowed. A borrowed capability is not played: where the
-        // bug is fixed it is refused, and a refused `capability` step fails the scenario. On a
+        // Another runner's attempt, borrowed. A borrowed capability is not played: the
+        // borrowed heartbeat and result show the bug (a refused `capability` step once failed
+        // the scenario where the bug is fixed; it is recorded now, never measured so). On a
         // later attempt, which runner claims it in the scenario is not arranged, so the report
         // waits for the claim and is played at once, while the attempt is current.
         let lent = entry.runner.as_deref() != Some(attempt.runner.as_str());

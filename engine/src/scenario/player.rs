@@ -58,9 +58,11 @@ impl Driver {
                 let request = CapabilityRequest { claim: claim_ref(&found, job, &runner, None), observed_ms: now_ms() };
                 let verdict = client.capability(&request).await.map_err(|error| error.to_string())?;
                 self.note(Op::Capability, &request.claim, request.observed_ms, None, &verdict);
-                let capability =
-                    verdict.capability.ok_or_else(|| format!("capability refused: {:?}", verdict.reason))?;
-                self.capabilities.insert(found.id, capability);
+                // A refusal is an answer, recorded as the others are; nothing is kept, and a
+                // `target_step` that needs this capability then fails for want of one.
+                if let Some(capability) = verdict.capability {
+                    self.capabilities.insert(found.id, capability);
+                }
                 Ok(())
             }
             Action::TargetStep { job, attempt, step, steps, .. } => {
@@ -88,11 +90,9 @@ impl Driver {
 
     async fn target_step(&self, job: &str, number: u32, step: u32, steps: u32) -> Result<(), String> {
         let attempt = self.attempt(job, number).await?;
-        let capability = self
-            .capabilities
-            .get(&attempt.id)
-            .cloned()
-            .ok_or_else(|| format!("no capability for {}: add a `capability` step first", attempt.id))?;
+        let capability = self.capabilities.get(&attempt.id).cloned().ok_or_else(|| {
+            format!("no capability for {}: add a `capability` step first (one refused keeps none)", attempt.id)
+        })?;
         let target = self.cluster().await.target_client(Duration::from_secs(10)).ok_or("the system has no target")?;
         let request = StepRequest { capability, step, steps, duration_ms: 0 };
         // A refused step (409) is an answer, recorded in the step log: the step itself succeeded.

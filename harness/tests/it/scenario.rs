@@ -249,6 +249,37 @@ fn step_times(history: &str, label: &str) -> Vec<u64> {
         .collect()
 }
 
+/// A `capability` step the system refuses (here: the attempt's lease has ended) is an
+/// answer, recorded as the runner's, not a failure; it keeps no capability, so a
+/// `target_step` after it fails for want of one. (An imported lease-end-inclusive incident
+/// plays its probes at the lease's end as capability steps: the correct lab refuses them,
+/// and 4 of 10 runs failed where they should have passed.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_capability_is_recorded_not_failed() {
+    let text = |then: &str| {
+        format!(
+            "name = \"refused\"\nrunners = 1\nidle = [\"r1\"]\nlease_ms = 500\n\n\
+             [[step]]\naction = \"submit\"\njob = \"j\"\nkey = \"k\"\nsteps = 1\n\n\
+             [[step]]\naction = \"claim\"\nas_runner = \"r1\"\njob = \"j\"\n\n\
+             [[step]]\naction = \"wait\"\njob = \"j\"\nattempt = 1\nstate = \"uncertain\"\nwithin_ms = 20000\n\n\
+             [[step]]\naction = \"capability\"\nas_runner = \"r1\"\njob = \"j\"\nattempt = 1\n\n{then}\
+             [[expect]]\njob = \"j\"\nattempt = 1\nledger = \"capability\"\ndecision = \"rejected\"\n"
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let refused = dir.path().join("refused.toml");
+    std::fs::write(&refused, text("")).unwrap();
+    let (code, output) = run(&refused, &dir.path().join("refused")).await;
+    assert_eq!(code, Some(0), "{output}");
+    let step =
+        "[[step]]\naction = \"target_step\"\nas_runner = \"r1\"\njob = \"j\"\nattempt = 1\nstep = 0\nsteps = 1\n\n";
+    let stepped = dir.path().join("stepped.toml");
+    std::fs::write(&stepped, text(step)).unwrap();
+    let (code, output) = run(&stepped, &dir.path().join("stepped")).await;
+    assert_eq!(code, Some(1), "{output}");
+    assert!(output.contains("FAILED step 5") && output.contains("one refused keeps none"), "{output}");
+}
+
 /// The one file named `name` under `dir`, however deep (symbolic links not followed).
 fn glob_one(dir: &Path, name: &str) -> PathBuf {
     let mut found = Vec::new();
