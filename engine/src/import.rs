@@ -21,7 +21,8 @@
 //!   target clock its step log shows off (its `received_ms` against the ledger's) a target skew;
 //! - a step the target received long after its runner sent it, once a newer fence had been
 //!   applied on its key (the step log against the runner's log), is a step held in the
-//!   network (`delayed-step`, which also cuts the runner's control link);
+//!   network (`delayed-step`, which also cuts the runner's control link), and one received
+//!   after its attempt's lease ended with no newer fence before it a late step (`late-step`);
 //! - every runner losing the control plane at once, or an answer whose ledger entry the ledger
 //!   no longer holds, is a control-plane restart;
 //! - a report the ledger holds under a runner whose log never sent it is played as that runner.
@@ -1609,9 +1610,11 @@ fn from_ledger(records: &Records, claim: &Claim, lease_ns: u64) -> Vec<Found> {
 /// gives it), in runs of about one offset, each a skew for its stretch.
 /// The first step of the attempt the target received long after the runner sent it (more
 /// than a quarter lease, at least 200 ms) and after a newer fence had been applied on its key:
-/// a step held in the network until the key moved on (`delayed-step`). The fault is armed
-/// before the step is sent (it holds the runner's next step) and holds it as long as the
-/// incident did, and a lease more, so that the release waits on the newer fence, as there.
+/// a step held in the network until the key moved on (`delayed-step`); or, with no newer
+/// fence, after the attempt's lease had ended: held until the lease was over (`late-step`).
+/// The fault is armed before the step is sent (it holds the runner's next step) and holds it
+/// as long as the incident did, and a lease more, so that the release waits on the newer
+/// fence or the lease's end, as there.
 fn held_step(records: &Records, claim: &Claim, steps: &[&Exchange], lease_ns: u64) -> Option<Found> {
     let slow_ns = (lease_ns / 4).max(200_000_000);
     let number = |event: &Event| event.value.as_ref()?.get("step")?.as_u64();
@@ -1628,9 +1631,11 @@ fn held_step(records: &Records, claim: &Claim, steps: &[&Exchange], lease_ns: u6
         };
         let hold_ns = record.time_ns - request.time_ns;
         let (Some(fence), Some(highest)) = (record.fence.or(claim.fence), highest_before(record)) else { continue };
-        if hold_ns <= slow_ns || highest <= fence {
+        let lease_end = lease_end_ns(records, claim, record.time_ns).filter(|&end| record.time_ns > end);
+        if hold_ns <= slow_ns || (highest <= fence && lease_end.is_none()) {
             continue;
         }
+        let late = highest <= fence;
         // Armed between the step before it and this one.
         let before = at.checked_sub(1).map_or(claim.at_ns, |before| steps[before].end_ns());
         let at_ns = request.time_ns.saturating_sub(((request.time_ns.saturating_sub(before)) / 2).min(lease_ns / 4));
@@ -1651,11 +1656,15 @@ fn held_step(records: &Records, claim: &Claim, steps: &[&Exchange], lease_ns: u6
                     secs(other.time_ns)
                 )
             });
+        let newer = match (late, lease_end) {
+            (true, Some(end)) => format!(" after its lease ended at {}", secs(end)),
+            _ => newer,
+        };
         return Some(Found {
             at_ns,
             duration_ms: latency_ms + ms(lease_ns),
             runner: Some(claim.runner.clone()),
-            variant: Variant::DelayedStep { latency_ms },
+            variant: if late { Variant::LateStep { latency_ms } } else { Variant::DelayedStep { latency_ms } },
             because: vec![format!(
                 "{}'s step {step} of {} (fence {fence}), sent at {} (runner log event {}), reached the target at {} (step log seq {}) on key {}{newer}, {} ms later: held in the network",
                 claim.runner,
@@ -1670,6 +1679,19 @@ fn held_step(records: &Records, claim: &Claim, steps: &[&Exchange], lease_ns: u6
         });
     }
     None
+}
+
+/// When (the records' clock) the last lease the ledger granted `claim`'s attempt at or
+/// before `at_ns` ended: its entry's time plus its lease end's distance from its receipt.
+fn lease_end_ns(records: &Records, claim: &Claim, at_ns: u64) -> Option<u64> {
+    let entry = records
+        .ledger
+        .iter()
+        .filter(|entry| entry.attempt.as_deref() == Some(claim.attempt.as_str()) && entry.time_ns <= at_ns)
+        .filter(|entry| entry.lease_expires_ms.is_some() && entry.received_ms.is_some())
+        .last()?;
+    let ahead_ms = entry.lease_expires_ms? - entry.received_ms?;
+    u64::try_from(entry.time_ns as i128 + i128::from(ahead_ms) * 1_000_000).ok()
 }
 
 /// Stretches over which the target's clock stood off the control plane's (its step records'
@@ -2416,5 +2438,40 @@ mod tests {
         };
         assert!(ends("target-skew -") >= ends("delayed-step r1"), "the skew outlasts the hold:\n{text}");
         assert!(text.contains("step log seq 3"), "{text}");
+    }
+
+    /// The same step landing after j1-a1's lease ended (1.09 s on the records' clock) with no
+    /// newer fence on its key before it, the target's clock true.
+    const LATE_STEP_TARGET: &str = r#"{"seq":1,"deployment_key":"k","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"step":0,"steps":2,"applied":true,"revision":1,"highest_fence_before":0,"received_ms":1115,"mono_ns":115000000}
+{"seq":2,"deployment_key":"k","job":"j1","attempt":"j1-a1","runner":"r1","fence":1,"step":1,"steps":2,"applied":true,"revision":2,"highest_fence_before":1,"received_ms":2130,"mono_ns":1130000000}
+{"seq":3,"deployment_key":"k","job":"j1","attempt":"j1-a2","runner":"r2","fence":2,"step":0,"steps":2,"applied":true,"revision":3,"highest_fence_before":1,"received_ms":3415,"mono_ns":2415000000}
+"#;
+
+    /// A step the target received long after its runner sent it and after its attempt's
+    /// lease ended, with no newer fence on its key, is a late step (`late-step`, armed before
+    /// the step is sent): a target-expiry-in-whole-seconds incident (seed 1, all faults)
+    /// imported only the runner's control-link cut, its step landed on time, 0 of 10 runs
+    /// reproduced.
+    #[test]
+    fn a_step_that_reached_the_target_after_its_lease_ended_is_a_late_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("runner-r1.jsonl");
+        std::fs::write(&log, HELD_STEP_R1).unwrap();
+        let (scenario, text) = imported_from(HELD_STEP, &[log], Some(LATE_STEP_TARGET));
+        let held: Vec<(&str, Option<&str>)> = scenario
+            .steps
+            .iter()
+            .filter_map(|step| match &step.action {
+                Action::Fault { how, runner, .. } if how.ends_with("-step") => Some((how.as_str(), runner.as_deref())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(held, [("late-step", Some("r1"))], "{text}");
+        assert!(text.contains("after its lease ended at 1.090 s"), "{text}");
+        let times = times(&scenario);
+        assert!(
+            times["fault late-step r1"] < times["submit j1"] + 352 - 100 + PIN_LEAD_MS,
+            "armed before step 1:\n{text}"
+        );
     }
 }
