@@ -1687,9 +1687,9 @@ fn lease_end_ns(records: &Records, claim: &Claim, at_ns: u64) -> Option<u64> {
     let entry = records
         .ledger
         .iter()
+        .rev()
         .filter(|entry| entry.attempt.as_deref() == Some(claim.attempt.as_str()) && entry.time_ns <= at_ns)
-        .filter(|entry| entry.lease_expires_ms.is_some() && entry.received_ms.is_some())
-        .last()?;
+        .find(|entry| entry.lease_expires_ms.is_some() && entry.received_ms.is_some())?;
     let ahead_ms = entry.lease_expires_ms? - entry.received_ms?;
     u64::try_from(entry.time_ns as i128 + i128::from(ahead_ms) * 1_000_000).ok()
 }
