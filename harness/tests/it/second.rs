@@ -36,7 +36,10 @@ async fn the_python_implementation_is_valid_under_every_fault_kind() {
     }
     let system = python_system();
     let system = system.to_str().unwrap();
-    let finished = run(&["--system", system, "--seed", "3", "--time-limit", "30", "--nemesis", "all"]).await;
+    // A seed whose 30-second schedule deals every fault kind (a 30-second run deals 21.6 of
+    // the 23 variants on average; seed 3 stopped dealing `reconnects` when `late-step` came
+    // to be dealt early).
+    let finished = run(&["--system", system, "--seed", "4", "--time-limit", "30", "--nemesis", "all"]).await;
     assert_eq!(finished.code, Some(0), "{}\n{}", finished.stdout, finished.stderr);
     let schedule = std::fs::read_to_string(finished.folder().join("schedule.json")).unwrap();
     let config = std::fs::read_to_string(finished.folder().join("config.json")).unwrap();
